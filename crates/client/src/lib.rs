@@ -1,0 +1,1 @@
+//! LABIOS client (article 3.3.1).

@@ -1,0 +1,169 @@
+//! The label (article 3.2.1): a tuple of operations and pointers to the data
+//! they act on, plus state flags, priority and owner. Labels are immutable once
+//! published; the live status of a published label is kept in the inventory
+//! ([`crate::LabelStatus`]), never by mutating the label.
+
+use crate::id::{AppId, FileId, LabelId, WorkerId};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LabelKind {
+    Write,
+    Read,
+    Delete,
+    /// Move/rename a file: source and destination are both `Pointer::File`.
+    Rename,
+    /// Make everything previously written to the source file durable.
+    Flush,
+    /// A pipeline of operations (software-defined storage).
+    Composite,
+}
+
+/// Where data comes from or goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Pointer {
+    None,
+    /// The application's own memory; the bytes travel with the request.
+    Buffer {
+        len: u64,
+    },
+    /// An entry of the warehouse.
+    Warehouse {
+        key: String,
+        len: u64,
+    },
+    /// A byte range of a file in the LABIOS namespace.
+    File {
+        path: String,
+        file: FileId,
+        offset: u64,
+        len: u64,
+    },
+    /// A specific worker (routing hint or placement).
+    Worker(WorkerId),
+    /// An ephemeral room: data handed to another application, never to storage.
+    Room {
+        app: AppId,
+        name: String,
+    },
+    /// External storage named by URI.
+    Uri(String),
+}
+
+impl Pointer {
+    pub fn len(&self) -> u64 {
+        match self {
+            Pointer::Buffer { len }
+            | Pointer::Warehouse { len, .. }
+            | Pointer::File { len, .. } => *len,
+            _ => 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn file(&self) -> Option<(FileId, u64, u64)> {
+        match self {
+            Pointer::File {
+                file, offset, len, ..
+            } => Some((*file, *offset, *len)),
+            _ => None,
+        }
+    }
+}
+
+/// A reference to a named function of the program repository, with arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    pub function: String,
+    pub args: Vec<(String, String)>,
+}
+
+/// One piece of an indexed (aggregated) label: `len` bytes at `buf_offset` of
+/// the label's data go to `file_offset` of the destination file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    pub file_offset: u64,
+    pub buf_offset: u64,
+    pub len: u64,
+}
+
+/// State flags (article 3.2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct StateFlags(pub u8);
+
+impl StateFlags {
+    pub const QUEUED: u8 = 1;
+    pub const SCHEDULED: u8 = 1 << 1;
+    pub const PENDING: u8 = 1 << 2;
+    pub const CACHED: u8 = 1 << 3;
+    pub const INVALIDATED: u8 = 1 << 4;
+    pub const COMPLETE: u8 = 1 << 5;
+    pub const FAILED: u8 = 1 << 6;
+
+    pub fn has(self, flag: u8) -> bool {
+        self.0 & flag != 0
+    }
+    pub fn with(self, flag: u8) -> Self {
+        StateFlags(self.0 | flag)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Label {
+    pub id: LabelId,
+    pub kind: LabelKind,
+    pub source: Pointer,
+    pub destination: Pointer,
+    /// Functions applied in declared order (empty for plain I/O).
+    pub operations: Vec<Operation>,
+    /// For indexed labels built from several small requests; empty otherwise.
+    pub index: Vec<Segment>,
+    pub flags: StateFlags,
+    /// Higher runs earlier among labels of one batch.
+    pub priority: u8,
+    pub owner: AppId,
+    /// Completion means durable on the worker's device (fdatasync), not just written.
+    pub sync: bool,
+}
+
+impl Label {
+    pub fn new(id: LabelId, kind: LabelKind, owner: AppId) -> Self {
+        Label {
+            id,
+            kind,
+            source: Pointer::None,
+            destination: Pointer::None,
+            operations: Vec::new(),
+            index: Vec::new(),
+            flags: StateFlags::default(),
+            priority: 0,
+            owner,
+            sync: false,
+        }
+    }
+
+    /// The file this label touches and its byte range, if any.
+    pub fn file_range(&self) -> Option<(FileId, u64, u64)> {
+        match self.kind {
+            LabelKind::Write => self.destination.file(),
+            _ => self.source.file(),
+        }
+    }
+
+    /// Bytes of data the label moves.
+    pub fn size(&self) -> u64 {
+        match self.kind {
+            LabelKind::Write => self.source.len(),
+            LabelKind::Read => self.source.len(),
+            _ => 0,
+        }
+    }
+
+    /// Whether the label changes stored data (for dependency tracking).
+    pub fn mutates(&self) -> bool {
+        !matches!(self.kind, LabelKind::Read)
+    }
+}

@@ -1,0 +1,113 @@
+//! Worker and label status records kept in the inventory (article 3.3.3):
+//! what the worker manager publishes and what schedulers read.
+
+use crate::id::{LabelId, WorkerId};
+use serde::{Deserialize, Serialize};
+
+/// Static description of a worker, declared at commission time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub id: WorkerId,
+    /// Human name of the storage tier ("ram", "nvme", "hdd", ...).
+    pub tier: String,
+    /// 1 (<= 200 MB/s) .. 5 (>= 3500 MB/s), article 3.3.3a (iv).
+    pub speed: u8,
+    /// 1 (lowest power draw at full load) .. 5 (highest).
+    pub energy: u8,
+    /// Bytes this worker may store.
+    pub capacity: u64,
+    /// Maximum queue length used to normalize load.
+    pub max_queue: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum WorkerState {
+    Active,
+    Suspended,
+    Decommissioned,
+}
+
+/// Live status of a worker, updated by the worker itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    pub spec: WorkerSpec,
+    pub state: WorkerState,
+    /// Bytes stored.
+    pub used: u64,
+    /// Labels waiting in its queue or executing.
+    pub queued: u32,
+    pub score: f64,
+    pub labels_done: u64,
+    pub bytes_done: u64,
+}
+
+impl WorkerStatus {
+    pub fn new(spec: WorkerSpec) -> Self {
+        WorkerStatus {
+            spec,
+            state: WorkerState::Active,
+            used: 0,
+            queued: 0,
+            score: 0.0,
+            labels_done: 0,
+            bytes_done: 0,
+        }
+    }
+
+    pub fn remaining(&self) -> u64 {
+        self.spec.capacity.saturating_sub(self.used)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LabelState {
+    Queued,
+    Scheduled,
+    Complete,
+    Failed,
+}
+
+impl LabelState {
+    pub fn is_final(self) -> bool {
+        matches!(self, LabelState::Complete | LabelState::Failed)
+    }
+}
+
+/// Inventory record of a published label (article 3.3.1c: label status and
+/// label -> worker).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelStatus {
+    pub id: LabelId,
+    pub state: LabelState,
+    pub worker: Option<WorkerId>,
+    pub error: Option<String>,
+    /// Where a read label left its result in the warehouse.
+    pub result_key: Option<String>,
+    pub result_len: u64,
+}
+
+impl LabelStatus {
+    pub fn new(id: LabelId, state: LabelState) -> Self {
+        LabelStatus {
+            id,
+            state,
+            worker: None,
+            error: None,
+            result_key: None,
+            result_len: 0,
+        }
+    }
+}
+
+/// The worker pool as schedulers see it (article 3.3.3b: the dispatcher asks
+/// the worker manager for workers). Implemented by the in-process worker
+/// manager and by a cached view of the inventory for remote dispatchers.
+pub trait WorkerDirectory: Send + Sync {
+    /// Every commissioned worker with its latest status, best score first.
+    fn workers(&self) -> Vec<WorkerStatus>;
+    /// Tells the directory that labels were just assigned, so load seen by
+    /// the next scheduling round includes them before workers report back.
+    fn assigned(&self, worker: WorkerId, labels: u32, bytes: u64) {
+        let _ = (worker, labels, bytes);
+    }
+}

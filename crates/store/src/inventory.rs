@@ -1,0 +1,110 @@
+//! The inventory (article 3.3.1c): file metadata (path -> stat, path ->
+//! ordered extents -> worker), label status and label -> worker, worker
+//! statuses (3.3.3b) and the application registry (3.3.2a).
+//!
+//! Extents record the id of the label that wrote them and a newer label
+//! always wins over an older one, whatever order workers finish in: this is
+//! what keeps write-after-write correct when labels run in parallel.
+
+use async_trait::async_trait;
+use labios_label::{AppId, FileId, LabelId, LabelStatus, Result, WorkerId, WorkerStatus};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    File,
+    Dir,
+}
+
+/// A file's stat. Times are nanoseconds since the epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMeta {
+    pub id: FileId,
+    pub path: String,
+    pub kind: FileKind,
+    pub size: u64,
+    pub mode: u32,
+    pub owner: AppId,
+    pub ctime: u64,
+    pub mtime: u64,
+    pub atime: u64,
+}
+
+/// `len` bytes at `offset` of a file live on `worker`, written by `label`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u64,
+    pub worker: WorkerId,
+    pub label: LabelId,
+}
+
+/// A registered application (article 3.3.2a).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppRecord {
+    pub id: AppId,
+    pub name: String,
+    /// Access key and secret the application presents.
+    pub key: String,
+    pub secret: String,
+    /// Per-application settings (label sizes, sync mode, policy, ...).
+    pub settings: Vec<(String, String)>,
+}
+
+#[async_trait]
+pub trait Inventory: Send + Sync {
+    // ---- namespace -------------------------------------------------------
+    /// Creates a file (or directory) at a normalized path, creating missing
+    /// parent directories; returns the existing entry if it is already there
+    /// with the same kind, `AlreadyExists` if with another kind.
+    async fn create(&self, path: &str, kind: FileKind, mode: u32, owner: AppId)
+        -> Result<FileMeta>;
+    async fn lookup(&self, path: &str) -> Result<Option<FileMeta>>;
+    /// Entries whose path starts with `prefix`, sorted by path.
+    async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>>;
+    /// Removes a file (or an empty directory) and returns it with the extents
+    /// it had, so that the caller can reclaim worker storage.
+    async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)>;
+    /// Atomically moves a file; an existing destination file is replaced and
+    /// returned with its extents.
+    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>>;
+    /// Sets the size (truncate/extend); extents past the new size are cut.
+    async fn set_size(&self, file: FileId, size: u64) -> Result<()>;
+
+    // ---- data placement --------------------------------------------------
+    /// Records that `[offset, offset+len)` of `file` now lives on `worker`,
+    /// written by `label`; only parts not already covered by a newer label
+    /// are taken. Extends the size to `offset+len` and sets mtime.
+    async fn commit_extent(&self, file: FileId, extent: Extent) -> Result<()>;
+    /// Extents overlapping the range, clipped to it, sorted by offset.
+    async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>>;
+    async fn file(&self, file: FileId) -> Result<Option<FileMeta>>;
+
+    // ---- labels ----------------------------------------------------------
+    async fn set_status(&self, status: LabelStatus) -> Result<()>;
+    async fn status(&self, id: LabelId) -> Result<Option<LabelStatus>>;
+    /// Waits until every label is final (complete or failed) or the timeout
+    /// passes, then returns their statuses and reclaims the final ones: a
+    /// label's status is kept until its owner has seen it, or for the
+    /// reclaim period if nobody asks.
+    async fn wait(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>>;
+    /// Label statuses held (for metrics and leak checks).
+    async fn label_count(&self) -> Result<usize>;
+
+    // ---- workers ---------------------------------------------------------
+    async fn put_worker(&self, status: WorkerStatus) -> Result<()>;
+    async fn workers(&self) -> Result<Vec<WorkerStatus>>;
+    async fn remove_worker(&self, id: WorkerId) -> Result<()>;
+
+    // ---- applications ----------------------------------------------------
+    async fn put_app(&self, app: AppRecord) -> Result<()>;
+    async fn app(&self, id: AppId) -> Result<Option<AppRecord>>;
+    async fn apps(&self) -> Result<Vec<AppRecord>>;
+
+    /// A fresh value of a named counter (file ids, client origins, app ids).
+    async fn next_id(&self, counter: &str) -> Result<u64>;
+
+    /// Makes everything recorded so far survive a crash.
+    async fn sync(&self) -> Result<()>;
+}

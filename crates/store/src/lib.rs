@@ -1,0 +1,36 @@
+//! The three shared structures of LABIOS (article 3.3): the label queue, the
+//! warehouse (data) and the inventory (metadata). Each is a trait so that
+//! client, core and server code is written once and runs on the embedded
+//! implementations (`embedded`), through a `labios serve` process (`remote`)
+//! or on distributed engines.
+
+pub mod embedded;
+pub mod inventory;
+pub mod label_queue;
+pub mod remote;
+pub mod warehouse;
+
+pub use inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory};
+pub use label_queue::{Delivery, LabelQueue};
+pub use warehouse::Warehouse;
+
+use std::sync::Arc;
+
+/// The handles every component needs, in whatever deployment.
+#[derive(Clone)]
+pub struct Stores {
+    pub labels: Arc<dyn LabelQueue<labios_label::Label>>,
+    pub tasks: Arc<dyn LabelQueue<labios_label::Task>>,
+    pub warehouse: Arc<dyn Warehouse>,
+    pub inventory: Arc<dyn Inventory>,
+}
+
+/// Name of the queue a client publishes into for application `app`.
+pub fn client_queue(app: labios_label::AppId) -> String {
+    format!("labels.{app}")
+}
+
+/// Name of a worker's own queue (article 3.3.3b: the manager hosts them).
+pub fn worker_queue(worker: labios_label::WorkerId) -> String {
+    format!("worker.{worker}")
+}
