@@ -1,1 +1,14 @@
-//! LABIOS client (article 3.3.1).
+//! LABIOS client (article 3.3.1, Figure 2): turns an application's I/O
+//! requests into labels. The three managers mirror the article's boxes:
+//! [`label_manager`] builds and publishes labels, [`content_manager`] moves
+//! data through the warehouse, [`catalog_manager`] reads and updates the
+//! inventory. [`Client`] is the facade an application holds.
+
+pub mod catalog_manager;
+pub mod client;
+pub mod config;
+pub mod content_manager;
+pub mod label_manager;
+
+pub use client::{Client, Handle};
+pub use config::{ClientConfig, IoMode};

@@ -1,0 +1,76 @@
+//! Catalog manager (article 3.3.1c): file stat, the file -> extents -> worker
+//! map and label status, all kept in the inventory. Paths are normalized
+//! here, so nothing past this point sees a path that escapes the namespace.
+
+use labios_label::{normalize_path, AppId, Error, FileId, Result};
+use labios_store::{Extent, FileKind, FileMeta, Inventory};
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct CatalogManager {
+    inventory: Arc<dyn Inventory>,
+    app: AppId,
+}
+
+impl CatalogManager {
+    pub fn new(inventory: Arc<dyn Inventory>, app: AppId) -> Self {
+        CatalogManager { inventory, app }
+    }
+
+    pub fn inventory(&self) -> &Arc<dyn Inventory> {
+        &self.inventory
+    }
+
+    /// The file at `path`, created (with parents) if absent.
+    pub async fn open_or_create(&self, path: &str) -> Result<FileMeta> {
+        let path = normalize_path(path)?;
+        if path == "/" {
+            return Err(Error::InvalidPath { path, reason: "the root is a directory".into() });
+        }
+        self.inventory.create(&path, FileKind::File, 0o644, self.app).await
+    }
+
+    pub async fn mkdir(&self, path: &str) -> Result<FileMeta> {
+        let path = normalize_path(path)?;
+        self.inventory.create(&path, FileKind::Dir, 0o755, self.app).await
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<FileMeta> {
+        let norm = normalize_path(path)?;
+        self.inventory.lookup(&norm).await?.ok_or_else(|| Error::NotFound(norm))
+    }
+
+    /// Entries under `prefix`: a directory's descendants, or paths that start
+    /// with the prefix string.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
+        let norm = normalize_path(prefix)?;
+        if let Some(meta) = self.inventory.lookup(&norm).await? {
+            if meta.kind == FileKind::File {
+                return Ok(vec![meta]);
+            }
+            let dir = if norm == "/" { norm } else { format!("{norm}/") };
+            return self.inventory.list(&dir).await;
+        }
+        let all = self.inventory.list(&norm).await?;
+        if all.is_empty() && prefix.ends_with('/') {
+            return Err(Error::NotFound(norm));
+        }
+        Ok(all)
+    }
+
+    pub async fn file(&self, id: FileId) -> Result<FileMeta> {
+        self.inventory.file(id).await?.ok_or_else(|| Error::NotFound(format!("file id {id}")))
+    }
+
+    pub async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.inventory.extents(file, offset, len).await
+    }
+
+    pub async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)> {
+        let norm = normalize_path(path)?;
+        if norm == "/" {
+            return Err(Error::InvalidPath { path: norm, reason: "the root cannot be removed".into() });
+        }
+        self.inventory.remove(&norm).await
+    }
+}

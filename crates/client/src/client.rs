@@ -1,0 +1,496 @@
+//! The application's handle on LABIOS. Synchronous calls return when their
+//! labels are complete; asynchronous calls return a [`Handle`] once labels
+//! are published. Read-after-write holds within a client: a read first
+//! publishes cached small writes of that file and waits for its in-flight
+//! labels, so it always sees the bytes written before it.
+
+use crate::catalog_manager::CatalogManager;
+use crate::config::{ClientConfig, IoMode};
+use crate::content_manager::ContentManager;
+use crate::label_manager::{first_failure, LabelManager};
+use bytes::{Bytes, BytesMut};
+use futures::future::try_join_all;
+use labios_label::{
+    normalize_path, AppId, Error, FileId, LabelId, LabelKind, LabelState, Result, Segment, WorkerId,
+};
+use labios_store::{FileKind, FileMeta, Stores};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Outstanding asynchronous work: wait on it to learn its outcome.
+#[derive(Debug, Clone, Default)]
+pub struct Handle {
+    labels: Vec<LabelId>,
+    /// Small writes still in the client cache of this file.
+    cached: Option<FileId>,
+}
+
+impl Handle {
+    pub fn labels(&self) -> &[LabelId] {
+        &self.labels
+    }
+}
+
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    labels: LabelManager,
+    content: ContentManager,
+    catalog: CatalogManager,
+    app: AppId,
+    /// Path -> file, for repeated writes to one file without a lookup each.
+    files: Mutex<HashMap<String, FileMeta>>,
+    /// Small writes waiting to be aggregated, per file (article 3.3.1b).
+    small: Mutex<HashMap<FileId, SmallWrites>>,
+    flight: Mutex<InFlight>,
+}
+
+#[derive(Default)]
+struct SmallWrites {
+    path: String,
+    data: Vec<u8>,
+    segments: Vec<Segment>,
+}
+
+/// Labels published and not yet waited for, and failures nobody has seen.
+#[derive(Default)]
+struct InFlight {
+    by_file: HashMap<FileId, HashSet<LabelId>>,
+    count: usize,
+    failures: Vec<(LabelId, String)>,
+}
+
+const PATH_CACHE_LIMIT: usize = 4096;
+const FAILURES_KEPT: usize = 1024;
+
+impl Client {
+    /// A client of application `app`; `origin` must be unique among live
+    /// clients (it orders and distinguishes their label ids).
+    pub fn new(stores: Stores, app: AppId, origin: u64, config: ClientConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                labels: LabelManager::new(stores.labels, stores.inventory.clone(), app, origin, config),
+                content: ContentManager::new(stores.warehouse, app),
+                catalog: CatalogManager::new(stores.inventory, app),
+                app,
+                files: Mutex::new(HashMap::new()),
+                small: Mutex::new(HashMap::new()),
+                flight: Mutex::new(InFlight::default()),
+            }),
+        })
+    }
+
+    pub fn app(&self) -> AppId {
+        self.inner.app
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        self.inner.labels.config()
+    }
+
+    pub fn catalog(&self) -> &CatalogManager {
+        &self.inner.catalog
+    }
+
+    pub fn content(&self) -> &ContentManager {
+        &self.inner.content
+    }
+
+    /// Writes `data` at `offset` in the configured mode.
+    pub async fn write_at(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
+        match self.config().mode {
+            IoMode::Sync => self.write_at_sync(path, offset, data).await,
+            IoMode::Async => self.write_at_async(path, offset, data).await.map(|_| ()),
+        }
+    }
+
+    /// Writes and waits until every byte is stored by a worker.
+    pub async fn write_at_sync(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
+        let handle = self.submit_write(path, offset, data, false).await?;
+        self.wait(&handle).await
+    }
+
+    /// Publishes the write and returns; small writes may first gather in the
+    /// client cache until enough accumulate for one label.
+    pub async fn write_at_async(&self, path: &str, offset: u64, data: Bytes) -> Result<Handle> {
+        self.submit_write(path, offset, data, true).await
+    }
+
+    async fn submit_write(&self, path: &str, offset: u64, data: Bytes, may_cache: bool) -> Result<Handle> {
+        let meta = self.file_for_write(path).await?;
+        if data.is_empty() {
+            return Ok(Handle::default());
+        }
+        offset.checked_add(data.len() as u64).ok_or_else(|| {
+            Error::InvalidArgument(format!("offset {offset} + {} bytes overflows", data.len()))
+        })?;
+        let min = self.config().min_label_size;
+        if may_cache && (data.len() as u64) < min {
+            return self.cache_small(&meta, offset, &data).await;
+        }
+        self.flush_small(meta.id).await?;
+        let pieces = self.inner.labels.write_pieces(&meta.path, meta.id, offset, data.len(), false);
+        let content = &self.inner.content;
+        try_join_all(pieces.iter().map(|p| {
+            let chunk = data.slice(p.data_offset..p.data_offset + p.len);
+            async move { content.put(&p.key, chunk).await }
+        }))
+        .await?;
+        let labels: Vec<_> = pieces.into_iter().map(|p| p.label).collect();
+        let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+        self.publish_tracked(meta.id, labels).await?;
+        Ok(Handle { labels: ids, cached: None })
+    }
+
+    async fn cache_small(&self, meta: &FileMeta, offset: u64, data: &[u8]) -> Result<Handle> {
+        let full = {
+            let mut small = self.inner.small.lock();
+            let entry = small.entry(meta.id).or_insert_with(|| SmallWrites { path: meta.path.clone(), ..Default::default() });
+            let buf_offset = entry.data.len() as u64;
+            entry.data.extend_from_slice(data);
+            let len = data.len() as u64;
+            match entry.segments.last_mut() {
+                Some(last) if last.file_offset + last.len == offset => last.len += len,
+                _ => entry.segments.push(Segment { file_offset: offset, buf_offset, len }),
+            }
+            entry.data.len() as u64 >= self.config().min_label_size
+        };
+        let mut handle = Handle { labels: Vec::new(), cached: Some(meta.id) };
+        if full {
+            if let Some(id) = self.flush_small(meta.id).await? {
+                handle.labels.push(id);
+                handle.cached = None;
+            }
+        }
+        Ok(handle)
+    }
+
+    /// Publishes the cached small writes of a file as one indexed label.
+    async fn flush_small(&self, file: FileId) -> Result<Option<LabelId>> {
+        let Some(pending) = self.inner.small.lock().remove(&file) else {
+            return Ok(None);
+        };
+        let label =
+            self.inner.labels.indexed_write(&pending.path, file, pending.data.len() as u64, pending.segments);
+        let key = crate::content_manager::write_key(label.id);
+        self.inner.content.put(&key, Bytes::from(pending.data)).await?;
+        let id = label.id;
+        self.publish_tracked(file, vec![label]).await?;
+        Ok(Some(id))
+    }
+
+    async fn publish_tracked(&self, file: FileId, labels: Vec<labios_label::Label>) -> Result<()> {
+        let over = self.inner.flight.lock().count + labels.len() > self.config().max_in_flight;
+        if over {
+            // An old failure found here belongs to an earlier call: keep it
+            // for the next wait instead of failing this unrelated write.
+            if let Err(Error::LabelFailed { label, reason }) = self.drain_in_flight().await {
+                let mut flight = self.inner.flight.lock();
+                if flight.failures.len() < FAILURES_KEPT {
+                    flight.failures.push((LabelId::default(), format!("label {label}: {reason}")));
+                }
+            }
+        }
+        let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+        {
+            let mut flight = self.inner.flight.lock();
+            flight.count += ids.len();
+            flight.by_file.entry(file).or_default().extend(ids.iter().copied());
+        }
+        if let Err(e) = self.inner.labels.publish(labels).await {
+            let mut guard = self.inner.flight.lock();
+            let flight = &mut *guard;
+            if let Some(set) = flight.by_file.get_mut(&file) {
+                for id in &ids {
+                    if set.remove(id) {
+                        flight.count -= 1;
+                    }
+                }
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Waits for the labels of one handle; any failure is returned as an error.
+    pub async fn wait(&self, handle: &Handle) -> Result<()> {
+        self.wait_many(std::slice::from_ref(handle)).await
+    }
+
+    /// Waits for several handles at once (a barrier over them).
+    pub async fn wait_many(&self, handles: &[Handle]) -> Result<()> {
+        let mut ids: Vec<LabelId> = Vec::new();
+        for h in handles {
+            if let Some(file) = h.cached {
+                self.flush_small(file).await?;
+                ids.extend(self.in_flight_of(file));
+            }
+            ids.extend(h.labels.iter().copied());
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        self.wait_ids(&ids).await
+    }
+
+    /// Publishes every cached write and waits for everything in flight.
+    pub async fn wait_all(&self) -> Result<()> {
+        self.settle_all().await
+    }
+
+    async fn settle_all(&self) -> Result<()> {
+        let files: Vec<FileId> = self.inner.small.lock().keys().copied().collect();
+        for f in files {
+            self.flush_small(f).await?;
+        }
+        self.drain_in_flight().await?;
+        let failures = std::mem::take(&mut self.inner.flight.lock().failures);
+        match failures.into_iter().next() {
+            Some((id, reason)) => Err(Error::LabelFailed { label: id.to_string(), reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every published label (bounding what is in flight).
+    async fn drain_in_flight(&self) -> Result<()> {
+        let ids: Vec<LabelId> =
+            self.inner.flight.lock().by_file.values().flat_map(|s| s.iter().copied()).collect();
+        self.wait_ids(&ids).await
+    }
+
+    /// Flushes cached writes of one file and waits for its labels in flight.
+    async fn settle(&self, file: FileId) -> Result<()> {
+        self.flush_small(file).await?;
+        let ids = self.in_flight_of(file);
+        self.wait_ids(&ids).await
+    }
+
+    fn in_flight_of(&self, file: FileId) -> Vec<LabelId> {
+        self.inner.flight.lock().by_file.get(&file).map(|s| s.iter().copied().collect()).unwrap_or_default()
+    }
+
+    /// Waits for `ids`; those already settled by an earlier wait are skipped
+    /// (their failures, if any, are reported here once).
+    async fn wait_ids(&self, ids: &[LabelId]) -> Result<()> {
+        let (pending, seen_failure) = {
+            let mut flight = self.inner.flight.lock();
+            let tracked: HashSet<LabelId> = flight.by_file.values().flat_map(|s| s.iter().copied()).collect();
+            let pending: Vec<LabelId> = ids.iter().copied().filter(|id| tracked.contains(id)).collect();
+            let wanted: HashSet<&LabelId> = ids.iter().collect();
+            let pos = flight.failures.iter().position(|(id, _)| wanted.contains(id));
+            (pending, pos.map(|p| flight.failures.remove(p)))
+        };
+        let result = self.inner.labels.wait(&pending).await;
+        let statuses = match result {
+            Ok(s) => s,
+            Err(e) => return Err(e),
+        };
+        {
+            let mut flight = self.inner.flight.lock();
+            for s in &statuses {
+                for set in flight.by_file.values_mut() {
+                    if set.remove(&s.id) {
+                        break;
+                    }
+                }
+            }
+            flight.by_file.retain(|_, s| !s.is_empty());
+            flight.count = flight.by_file.values().map(|s| s.len()).sum();
+            let wanted: HashSet<&LabelId> = ids.iter().collect();
+            for s in &statuses {
+                if s.state == LabelState::Failed && !wanted.contains(&s.id) && flight.failures.len() < FAILURES_KEPT {
+                    flight.failures.push((s.id, s.error.clone().unwrap_or_default()));
+                }
+            }
+        }
+        if let Some((id, reason)) = seen_failure {
+            return Err(Error::LabelFailed { label: id.to_string(), reason });
+        }
+        first_failure(&statuses)
+    }
+
+    /// Reads up to `len` bytes at `offset`; fewer only at end of file.
+    pub async fn read_at(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
+        let meta = self.inner.catalog.stat(path).await?;
+        if meta.kind == FileKind::Dir {
+            return Err(Error::InvalidArgument(format!("{} is a directory", meta.path)));
+        }
+        self.settle(meta.id).await?;
+        let meta = self.inner.catalog.file(meta.id).await?;
+        if offset >= meta.size || len == 0 {
+            return Ok(Bytes::new());
+        }
+        let len = len.min(meta.size - offset);
+        let retries = self.config().read_retries.max(1);
+        let mut last = None;
+        for _ in 0..retries {
+            match self.read_once(&meta, offset, len).await {
+                Err(Error::LabelFailed { reason, label }) if reason.starts_with("moved:") => {
+                    last = Some(Error::LabelFailed { reason, label });
+                }
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Unavailable("read retries exhausted".into())))
+    }
+
+    async fn read_once(&self, meta: &FileMeta, offset: u64, len: u64) -> Result<Bytes> {
+        let extents = self.inner.catalog.extents(meta.id, offset, len).await?;
+        // Runs of extents held by one worker; holes between them read as zeros.
+        let mut runs: Vec<(WorkerId, u64, u64)> = Vec::new();
+        for e in &extents {
+            match runs.last_mut() {
+                Some((w, _, end)) if *w == e.worker => *end = e.offset + e.len,
+                _ => runs.push((e.worker, e.offset, e.offset + e.len)),
+            }
+        }
+        let mut labels = Vec::new();
+        let mut wanted: Vec<(LabelId, u64, u64)> = Vec::new();
+        for (_, start, end) in &runs {
+            for (label, at, n) in self.inner.labels.read_labels(&meta.path, meta.id, *start, end - start) {
+                wanted.push((label.id, at, n));
+                labels.push(label);
+            }
+        }
+        let ids: Vec<LabelId> = wanted.iter().map(|w| w.0).collect();
+        self.inner.labels.publish(labels).await?;
+        let statuses = self.inner.labels.wait(&ids).await?;
+        let mut buf = BytesMut::zeroed(len as usize);
+        let mut failure = None;
+        for (status, (_, at, n)) in statuses.iter().zip(&wanted) {
+            if status.state != LabelState::Complete {
+                failure.get_or_insert(Error::LabelFailed {
+                    label: status.id.to_string(),
+                    reason: status.error.clone().unwrap_or_else(|| "unknown error".into()),
+                });
+                continue;
+            }
+            let key = status.result_key.clone().unwrap_or_else(|| crate::content_manager::read_key(status.id));
+            let data = self.inner.content.take(&key).await?.ok_or_else(|| {
+                Error::Storage(format!("result of read label {} is missing from the warehouse", status.id))
+            })?;
+            if data.len() as u64 != *n {
+                return Err(Error::Storage(format!(
+                    "short read from worker {:?}: expected {n} bytes at offset {at}, got {}",
+                    status.worker,
+                    data.len()
+                )));
+            }
+            let start = (at - offset) as usize;
+            buf[start..start + data.len()].copy_from_slice(&data);
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(buf.freeze()),
+        }
+    }
+
+    /// The whole file.
+    pub async fn read(&self, path: &str) -> Result<Bytes> {
+        self.read_at(path, 0, u64::MAX).await
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<FileMeta> {
+        let meta = self.inner.catalog.stat(path).await?;
+        if meta.kind == FileKind::File && self.has_pending(meta.id) {
+            self.settle(meta.id).await?;
+            return self.inner.catalog.file(meta.id).await;
+        }
+        Ok(meta)
+    }
+
+    fn has_pending(&self, file: FileId) -> bool {
+        self.inner.small.lock().contains_key(&file) || self.inner.flight.lock().by_file.contains_key(&file)
+    }
+
+    pub async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
+        self.settle_all().await?;
+        self.inner.catalog.list(prefix).await
+    }
+
+    pub async fn mkdir(&self, path: &str) -> Result<FileMeta> {
+        self.inner.catalog.mkdir(path).await
+    }
+
+    /// Removes a file (its data on every worker) or an empty directory.
+    pub async fn remove(&self, path: &str) -> Result<()> {
+        let meta = self.inner.catalog.stat(path).await?;
+        if meta.kind == FileKind::File {
+            self.settle(meta.id).await?;
+        }
+        self.forget(&meta.path);
+        let (meta, _) = self.inner.catalog.remove(&meta.path).await?;
+        if meta.kind == FileKind::File {
+            self.to_every_worker(LabelKind::Delete, &meta).await?;
+        }
+        Ok(())
+    }
+
+    /// Makes everything written to `path` durable on the workers' devices.
+    pub async fn flush(&self, path: &str) -> Result<()> {
+        let meta = self.inner.catalog.stat(path).await?;
+        self.settle(meta.id).await?;
+        self.to_every_worker(LabelKind::Flush, &meta).await
+    }
+
+    /// Every worker, not only those holding current extents, may keep bytes
+    /// of the file (overwritten ranges), so deletes and flushes go to all.
+    async fn to_every_worker(&self, kind: LabelKind, meta: &FileMeta) -> Result<()> {
+        let workers = self.inner.catalog.inventory().workers().await?;
+        let labels: Vec<_> =
+            workers.iter().map(|w| self.inner.labels.pinned(kind, &meta.path, meta.id, w.spec.id)).collect();
+        let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+        self.inner.labels.publish(labels).await?;
+        first_failure(&self.inner.labels.wait(&ids).await?)
+    }
+
+    pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let meta = self.inner.catalog.stat(from).await?;
+        let to = normalize_path(to)?;
+        if meta.kind == FileKind::File {
+            self.settle(meta.id).await?;
+        }
+        self.forget(&meta.path);
+        self.forget(&to);
+        let label = self.inner.labels.rename(&meta.path, meta.id, &to);
+        let id = label.id;
+        self.inner.labels.publish(vec![label]).await?;
+        first_failure(&self.inner.labels.wait(&[id]).await?)
+    }
+
+    /// Hands `data` to application `to` through the warehouse (no storage).
+    pub async fn share(&self, to: AppId, name: &str, data: Bytes) -> Result<()> {
+        self.inner.content.share(to, name, data).await
+    }
+
+    pub async fn receive(&self, name: &str, timeout: Duration) -> Result<Bytes> {
+        self.inner.content.receive(name, timeout).await
+    }
+
+    async fn file_for_write(&self, path: &str) -> Result<FileMeta> {
+        let norm = normalize_path(path)?;
+        if let Some(meta) = self.inner.files.lock().get(&norm) {
+            return Ok(meta.clone());
+        }
+        let meta = self.inner.catalog.open_or_create(&norm).await?;
+        if meta.kind == FileKind::Dir {
+            return Err(Error::InvalidArgument(format!("{norm} is a directory")));
+        }
+        let mut files = self.inner.files.lock();
+        if files.len() >= PATH_CACHE_LIMIT {
+            files.clear();
+        }
+        files.insert(norm, meta.clone());
+        Ok(meta)
+    }
+
+    fn forget(&self, path: &str) {
+        let mut files = self.inner.files.lock();
+        files.retain(|p, _| p != path && !p.starts_with(&format!("{path}/")));
+    }
+}

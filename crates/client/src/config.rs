@@ -1,0 +1,69 @@
+//! Client settings (article 3.3.1a: label size range, sync/async mode).
+
+use labios_label::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMode {
+    /// A call returns when its labels are complete.
+    Sync,
+    /// A call returns once its labels are published; wait on handles.
+    Async,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Requests below this size are cached per file and aggregated into one
+    /// indexed label (async mode); 0 disables the small-I/O cache.
+    pub min_label_size: u64,
+    /// Requests above this size are split into several labels.
+    pub max_label_size: u64,
+    pub mode: IoMode,
+    /// How long a synchronous call or a wait may take before it times out.
+    pub wait_timeout_ms: u64,
+    /// Labels one client may have in flight before a write waits for the
+    /// oldest ones (bounds client memory and warehouse use).
+    pub max_in_flight: usize,
+    /// Attempts for a read whose data moved between lookup and execution.
+    pub read_retries: u32,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            min_label_size: 64 * 1024,
+            max_label_size: 1024 * 1024,
+            mode: IoMode::Sync,
+            wait_timeout_ms: 600_000,
+            max_in_flight: 8192,
+            read_retries: 8,
+        }
+    }
+}
+
+/// The largest label the warehouse and the wire protocol carry comfortably.
+pub const LABEL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
+
+impl ClientConfig {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.max_label_size == 0 || self.max_label_size > LABEL_SIZE_LIMIT {
+            return bad(format!(
+                "client.max_label_size must be between 1 and {LABEL_SIZE_LIMIT}, got {}",
+                self.max_label_size
+            ));
+        }
+        if self.min_label_size > self.max_label_size {
+            return bad(format!(
+                "client.min_label_size ({}) must not exceed client.max_label_size ({})",
+                self.min_label_size, self.max_label_size
+            ));
+        }
+        if self.max_in_flight == 0 {
+            return bad("client.max_in_flight must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,166 @@
+//! Label manager (article 3.3.1a): builds labels from requests — split above
+//! the max label size, small requests aggregated into one indexed label —
+//! gives each a unique time-ordered id, publishes them to the application's
+//! label queue and waits on them.
+
+use crate::config::ClientConfig;
+use crate::content_manager::{read_key, write_key};
+use labios_label::{
+    AppId, Error, FileId, Label, LabelId, LabelIdGen, LabelKind, LabelState, LabelStatus, Pointer,
+    Result, Segment, StateFlags, WorkerId,
+};
+use labios_store::{client_queue, Inventory, LabelQueue};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct LabelManager {
+    queue: Arc<dyn LabelQueue<Label>>,
+    inventory: Arc<dyn Inventory>,
+    ids: LabelIdGen,
+    app: AppId,
+    queue_name: String,
+    config: ClientConfig,
+}
+
+/// A byte range of a request and the label that carries it.
+pub struct Piece {
+    pub label: Label,
+    /// Warehouse key the piece's bytes go to.
+    pub key: String,
+    /// Offset of this piece within the request's data.
+    pub data_offset: usize,
+    pub len: usize,
+}
+
+impl LabelManager {
+    pub fn new(
+        queue: Arc<dyn LabelQueue<Label>>,
+        inventory: Arc<dyn Inventory>,
+        app: AppId,
+        origin: u64,
+        config: ClientConfig,
+    ) -> Self {
+        LabelManager {
+            queue,
+            inventory,
+            ids: LabelIdGen::new(origin),
+            app,
+            queue_name: client_queue(app),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    pub fn app(&self) -> AppId {
+        self.app
+    }
+
+    fn label(&self, kind: LabelKind) -> Label {
+        let mut label = Label::new(self.ids.next(), kind, self.app);
+        label.flags = StateFlags::default().with(StateFlags::QUEUED);
+        label
+    }
+
+    /// Write labels for `len` bytes at `offset`, one per max-size chunk.
+    pub fn write_pieces(&self, path: &str, file: FileId, offset: u64, len: usize, sync: bool) -> Vec<Piece> {
+        let max = self.config.max_label_size as usize;
+        let mut pieces = Vec::with_capacity(len.div_ceil(max).max(1));
+        let mut done = 0usize;
+        while done < len {
+            let n = (len - done).min(max);
+            let mut label = self.label(LabelKind::Write);
+            let key = write_key(label.id);
+            label.source = Pointer::Warehouse { key: key.clone(), len: n as u64 };
+            label.destination =
+                Pointer::File { path: path.to_string(), file, offset: offset + done as u64, len: n as u64 };
+            label.sync = sync;
+            pieces.push(Piece { label, key, data_offset: done, len: n });
+            done += n;
+        }
+        pieces
+    }
+
+    /// One indexed label carrying several small writes (N requests -> 1 label).
+    pub fn indexed_write(&self, path: &str, file: FileId, buffered: u64, segments: Vec<Segment>) -> Label {
+        let start = segments.iter().map(|s| s.file_offset).min().unwrap_or(0);
+        let end = segments.iter().map(|s| s.file_offset + s.len).max().unwrap_or(0);
+        let mut label = self.label(LabelKind::Write);
+        label.flags = label.flags.with(StateFlags::CACHED);
+        label.source = Pointer::Warehouse { key: write_key(label.id), len: buffered };
+        label.destination = Pointer::File { path: path.to_string(), file, offset: start, len: end - start };
+        label.index = segments;
+        label
+    }
+
+    /// Read labels for one worker's run of the file, split at the max size,
+    /// each with the file range it reads.
+    pub fn read_labels(&self, path: &str, file: FileId, offset: u64, len: u64) -> Vec<(Label, u64, u64)> {
+        let max = self.config.max_label_size;
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(max);
+            let mut label = self.label(LabelKind::Read);
+            label.source = Pointer::File { path: path.to_string(), file, offset: offset + done, len: n };
+            label.destination = Pointer::Warehouse { key: read_key(label.id), len: n };
+            out.push((label, offset + done, n));
+            done += n;
+        }
+        out
+    }
+
+    /// A label addressed to one worker (delete, flush of its local copy).
+    pub fn pinned(&self, kind: LabelKind, path: &str, file: FileId, worker: WorkerId) -> Label {
+        let mut label = self.label(kind);
+        label.source = Pointer::File { path: path.to_string(), file, offset: 0, len: 0 };
+        label.destination = Pointer::Worker(worker);
+        label
+    }
+
+    pub fn rename(&self, from: &str, file: FileId, to: &str) -> Label {
+        let mut label = self.label(LabelKind::Rename);
+        label.source = Pointer::File { path: from.to_string(), file, offset: 0, len: 0 };
+        label.destination = Pointer::File { path: to.to_string(), file: 0, offset: 0, len: 0 };
+        label
+    }
+
+    pub async fn publish(&self, labels: Vec<Label>) -> Result<()> {
+        if labels.is_empty() {
+            return Ok(());
+        }
+        self.queue.push(&self.queue_name, labels).await
+    }
+
+    /// Waits for labels and returns their final statuses; a timeout is an
+    /// error naming how many were still unfinished.
+    pub async fn wait(&self, ids: &[LabelId]) -> Result<Vec<LabelStatus>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let timeout = Duration::from_millis(self.config.wait_timeout_ms);
+        let statuses = self.inventory.wait(ids, timeout).await?;
+        let unfinished = statuses.iter().filter(|s| !s.state.is_final()).count();
+        if unfinished > 0 {
+            return Err(Error::Timeout(format!(
+                "{unfinished} of {} labels unfinished after {} ms",
+                ids.len(),
+                self.config.wait_timeout_ms
+            )));
+        }
+        Ok(statuses)
+    }
+}
+
+/// The first failure among statuses, as an error.
+pub fn first_failure(statuses: &[LabelStatus]) -> Result<()> {
+    match statuses.iter().find(|s| s.state == LabelState::Failed) {
+        Some(s) => Err(Error::LabelFailed {
+            label: s.id.to_string(),
+            reason: s.error.clone().unwrap_or_else(|| "unknown error".into()),
+        }),
+        None => Ok(()),
+    }
+}
