@@ -4,6 +4,8 @@
 //! implementations (`embedded`), through a `labios serve` process (`remote`)
 //! or on distributed engines.
 
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod embedded;
 pub mod inventory;
 pub mod label_queue;

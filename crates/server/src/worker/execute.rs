@@ -1,0 +1,424 @@
+//! Label execution (article 3.3.3a (b)): turns one label into local I/O plus
+//! the inventory and warehouse updates that make its effect visible, and
+//! reports exactly one final [`LabelStatus`] for it.
+//!
+//! Order of effects for a write: bytes on disk, then the extent in the
+//! inventory, then the warehouse copy is dropped, then Complete. A crash at
+//! any point leaves either the old data visible or the new data readable,
+//! never an extent pointing at bytes that were not written.
+
+use super::storage::Storage;
+use bytes::Bytes;
+use labios_label::{
+    Error, FileId, Label, LabelIdGen, LabelKind, LabelState, LabelStatus, Pointer, Result, Task,
+    WorkerId,
+};
+use labios_store::{worker_queue, Extent, Stores};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Largest read a single label may ask for: the buffer is allocated up
+/// front, so an absurd length must not take the worker's memory with it.
+/// Label managers split far below this.
+pub const MAX_READ: u64 = 1 << 30;
+
+const PIPELINES: &str = "pipelines are not supported by this worker yet";
+
+/// What a finished label did, for the worker's statistics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub status: LabelStatus,
+    pub bytes: u64,
+}
+
+/// Executes labels for one worker. Shared by all its lanes.
+pub struct Executor {
+    id: WorkerId,
+    capacity: u64,
+    retries: u32,
+    storage: Arc<Storage>,
+    stores: Stores,
+    /// Ids for the delete labels this worker issues itself (rename over an
+    /// existing file); its origin cannot collide with client origins, which
+    /// count up from zero.
+    ids: LabelIdGen,
+}
+
+/// A label-level failure: the label is Failed with this text, the worker
+/// carries on.
+type Failure = String;
+
+impl Executor {
+    pub fn new(
+        id: WorkerId,
+        capacity: u64,
+        retries: u32,
+        storage: Arc<Storage>,
+        stores: Stores,
+    ) -> Self {
+        Executor {
+            id,
+            capacity,
+            retries,
+            storage,
+            stores,
+            ids: LabelIdGen::new(u64::MAX - id as u64),
+        }
+    }
+
+    /// Runs one label to a final status. Never returns an error: every
+    /// failure becomes a Failed status naming the cause.
+    pub async fn execute(&self, label: &Label) -> Outcome {
+        let result = match label.kind {
+            _ if !label.operations.is_empty() => Err(PIPELINES.to_string()),
+            LabelKind::Composite => Err(PIPELINES.to_string()),
+            LabelKind::Write => self.write(label).await,
+            LabelKind::Read => self.read(label).await,
+            LabelKind::Delete => self.delete(label).await,
+            LabelKind::Flush => self.flush(label).await,
+            LabelKind::Rename => self.rename(label).await,
+        };
+        let mut status = LabelStatus::new(label.id, LabelState::Complete);
+        status.worker = Some(self.id);
+        match result {
+            Ok(Done { bytes, result }) => {
+                if let Some((key, len)) = result {
+                    status.result_key = Some(key);
+                    status.result_len = len;
+                }
+                Outcome { status, bytes }
+            }
+            Err(reason) => {
+                status.state = LabelState::Failed;
+                status.error = Some(reason);
+                Outcome { status, bytes: 0 }
+            }
+        }
+    }
+
+    async fn write(&self, label: &Label) -> Result<Done, Failure> {
+        let Pointer::Warehouse { key, len } = &label.source else {
+            return Err(bad_pointer(label, "source", "a warehouse entry"));
+        };
+        let (file, offset, dest_len) = file_of(label, &label.destination, "destination")?;
+        let data = self
+            .stores
+            .warehouse
+            .get(key)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("data for label {} is missing from the warehouse", label.id))?;
+        if data.len() as u64 != *len {
+            return Err(format!(
+                "label {} says {len} bytes but the warehouse holds {} bytes",
+                label.id,
+                data.len()
+            ));
+        }
+        let ranges = ranges(label, offset, dest_len, data.len() as u64)?;
+        let size = data.len() as u64;
+        if !self.storage.try_reserve(size, self.capacity) {
+            return Err(format!("worker {} is full", self.id));
+        }
+        let sync = label.sync;
+        let pieces = ranges.clone();
+        let written = self
+            .blocking(move |storage| {
+                let pieces: Vec<(u64, &[u8])> = pieces
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.file_offset,
+                            &data[r.buf_offset as usize..][..r.len as usize],
+                        )
+                    })
+                    .collect();
+                storage.write(file, &pieces, sync)
+            })
+            .await;
+        self.storage.release(size);
+        written?;
+        for r in &ranges {
+            let extent = Extent {
+                offset: r.file_offset,
+                len: r.len,
+                worker: self.id,
+                label: label.id,
+            };
+            self.stores
+                .inventory
+                .commit_extent(file, extent)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        self.stores
+            .warehouse
+            .delete(key)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Done::bytes(size))
+    }
+
+    async fn read(&self, label: &Label) -> Result<Done, Failure> {
+        let (file, offset, len) = file_of(label, &label.source, "source")?;
+        let Pointer::Warehouse { key, .. } = &label.destination else {
+            return Err(bad_pointer(label, "destination", "a warehouse entry"));
+        };
+        if len > MAX_READ {
+            return Err(format!(
+                "read of {len} bytes is larger than the {MAX_READ} bytes one label may read"
+            ));
+        }
+        let extents = self
+            .stores
+            .inventory
+            .extents(file, offset, len)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(e) = extents.iter().find(|e| e.worker != self.id && e.len > 0) {
+            return Err(format!(
+                "moved: bytes {}..{} of file {file} are on worker {}, not worker {}",
+                e.offset,
+                e.offset + e.len,
+                e.worker,
+                self.id
+            ));
+        }
+        let data = self
+            .blocking(move |storage| {
+                // Holes (no extent) read as zeros.
+                let mut buf = vec![0u8; len as usize];
+                for e in &extents {
+                    let start = e
+                        .offset
+                        .checked_sub(offset)
+                        .filter(|s| s + e.len <= len)
+                        .ok_or_else(|| {
+                            Error::Protocol(format!("inventory extent {e:?} is outside the read"))
+                        })?;
+                    storage.read(file, e.offset, &mut buf[start as usize..][..e.len as usize])?;
+                }
+                Ok(buf)
+            })
+            .await?;
+        self.stores
+            .warehouse
+            .put(key, Bytes::from(data))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Done {
+            bytes: len,
+            result: Some((key.clone(), len)),
+        })
+    }
+
+    async fn delete(&self, label: &Label) -> Result<Done, Failure> {
+        let (file, _, _) = file_of(label, &label.source, "source")?;
+        self.blocking(move |storage| storage.remove(file)).await?;
+        Ok(Done::bytes(0))
+    }
+
+    async fn flush(&self, label: &Label) -> Result<Done, Failure> {
+        let (file, _, _) = file_of(label, &label.source, "source")?;
+        self.blocking(move |storage| storage.flush(file)).await?;
+        Ok(Done::bytes(0))
+    }
+
+    /// Renames in the inventory; if that replaced a file, its bytes are
+    /// reclaimed here and on every other worker that held some of them.
+    async fn rename(&self, label: &Label) -> Result<Done, Failure> {
+        let (Pointer::File { path: from, .. }, Pointer::File { path: to, .. }) =
+            (&label.source, &label.destination)
+        else {
+            return Err(format!(
+                "rename label {} needs file source and destination",
+                label.id
+            ));
+        };
+        let replaced = self
+            .stores
+            .inventory
+            .rename(from, to)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some((meta, extents)) = replaced else {
+            return Ok(Done::bytes(0));
+        };
+        let holders: BTreeSet<WorkerId> = extents.iter().map(|e| e.worker).collect();
+        if holders.contains(&self.id) || self.storage.holds(meta.id) {
+            let replaced = meta.id;
+            self.blocking(move |storage| storage.remove(replaced))
+                .await?;
+        }
+        for worker in holders.into_iter().filter(|w| *w != self.id) {
+            let mut delete = Label::new(self.ids.next(), LabelKind::Delete, label.owner);
+            delete.source = Pointer::File {
+                path: meta.path.clone(),
+                file: meta.id,
+                offset: 0,
+                len: meta.size,
+            };
+            delete.destination = Pointer::Worker(worker);
+            self.stores
+                .tasks
+                .push(&worker_queue(worker), vec![Task::single(delete)])
+                .await
+                .map_err(|e| {
+                    format!(
+                        "renamed, but could not reclaim the replaced file on worker {worker}: {e}"
+                    )
+                })?;
+        }
+        Ok(Done::bytes(0))
+    }
+
+    /// Runs local I/O on a blocking thread, retrying I/O errors up to
+    /// `retries` times: a transient device error should not fail a label.
+    async fn blocking<T, F>(&self, mut op: F) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        F: FnMut(&Storage) -> Result<T> + Send + 'static,
+    {
+        let storage = self.storage.clone();
+        let (worker, retries) = (self.id, self.retries);
+        let attempts = tokio::task::spawn_blocking(move || {
+            let mut attempt = 0;
+            loop {
+                match op(&storage) {
+                    Err(e @ Error::Storage(_)) if attempt < retries => {
+                        attempt += 1;
+                        tracing::warn!(worker, attempt, "local I/O failed, retrying: {e}");
+                    }
+                    done => return done,
+                }
+            }
+        });
+        match attempts.await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("local I/O task failed: {e}")),
+        }
+    }
+}
+
+/// Successful execution: bytes moved and, for reads, where the result is.
+struct Done {
+    bytes: u64,
+    result: Option<(String, u64)>,
+}
+
+impl Done {
+    fn bytes(bytes: u64) -> Self {
+        Done {
+            bytes,
+            result: None,
+        }
+    }
+}
+
+/// One contiguous piece of a write: `len` bytes at `buf_offset` of the data
+/// go to `file_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Range {
+    file_offset: u64,
+    buf_offset: u64,
+    len: u64,
+}
+
+/// The pieces a write label puts on disk, validated against its data.
+fn ranges(label: &Label, offset: u64, dest_len: u64, data_len: u64) -> Result<Vec<Range>, Failure> {
+    if label.index.is_empty() {
+        if dest_len != data_len {
+            return Err(format!(
+                "label {} writes {data_len} bytes into a destination of {dest_len} bytes",
+                label.id
+            ));
+        }
+        return Ok(vec![Range {
+            file_offset: offset,
+            buf_offset: 0,
+            len: data_len,
+        }]);
+    }
+    label
+        .index
+        .iter()
+        .map(|s| {
+            let in_data = s
+                .buf_offset
+                .checked_add(s.len)
+                .is_some_and(|end| end <= data_len);
+            let in_file = s.file_offset.checked_add(s.len).is_some();
+            if in_data && in_file {
+                Ok(Range {
+                    file_offset: s.file_offset,
+                    buf_offset: s.buf_offset,
+                    len: s.len,
+                })
+            } else {
+                Err(format!(
+                    "label {} segment {s:?} is outside its {data_len} bytes of data",
+                    label.id
+                ))
+            }
+        })
+        .collect()
+}
+
+fn file_of(label: &Label, pointer: &Pointer, which: &str) -> Result<(FileId, u64, u64), Failure> {
+    pointer
+        .file()
+        .ok_or_else(|| bad_pointer(label, which, "a file range"))
+}
+
+fn bad_pointer(label: &Label, which: &str, wanted: &str) -> Failure {
+    format!(
+        "{:?} label {} needs {wanted} as {which}, got {:?}",
+        label.kind,
+        label.id,
+        match which {
+            "source" => &label.source,
+            _ => &label.destination,
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use labios_label::{LabelId, Segment};
+
+    fn write_label(index: Vec<Segment>) -> Label {
+        let mut l = Label::new(LabelId::default(), LabelKind::Write, 1);
+        l.index = index;
+        l
+    }
+
+    #[test]
+    fn plain_write_is_one_range_of_the_destination() {
+        let r = ranges(&write_label(vec![]), 10, 5, 5).unwrap();
+        assert_eq!(
+            r,
+            vec![Range {
+                file_offset: 10,
+                buf_offset: 0,
+                len: 5
+            }]
+        );
+        let err = ranges(&write_label(vec![]), 10, 6, 5).unwrap_err();
+        assert!(err.contains("5 bytes") && err.contains("6 bytes"), "{err}");
+    }
+
+    #[test]
+    fn segments_must_stay_inside_the_data() {
+        let seg = |file_offset, buf_offset, len| Segment {
+            file_offset,
+            buf_offset,
+            len,
+        };
+        let ok = ranges(&write_label(vec![seg(100, 0, 4), seg(0, 4, 6)]), 0, 10, 10).unwrap();
+        assert_eq!(ok.len(), 2);
+        assert!(ranges(&write_label(vec![seg(0, 8, 4)]), 0, 10, 10).is_err());
+        assert!(ranges(&write_label(vec![seg(0, u64::MAX, 2)]), 0, 10, 10).is_err());
+        assert!(ranges(&write_label(vec![seg(u64::MAX, 0, 2)]), 0, 10, 10).is_err());
+    }
+}

@@ -1,0 +1,591 @@
+//! The worker (article 3.3.3a): the storage server. It is decoupled from
+//! applications and only (a) serves its own queue, (b) executes labels,
+//! (c) scores itself and publishes the score, (d) suspends itself when its
+//! queue stays empty, and (e) reaches its storage (here: a local directory).
+//!
+//! Concurrency: `threads` lanes execute tasks at once, but every task is
+//! routed to a lane by its file id, so tasks on one file run in queue order
+//! on one lane: two overlapping writes reach the disk in the order the
+//! dispatcher queued them. Labels inside a task run strictly in order.
+//!
+//! Durability: a write label is Complete once its bytes are in the local
+//! file (the page cache) and its extent is in the inventory; with
+//! `label.sync` the bytes are on the device (fdatasync) first. A task is
+//! acknowledged only after all its labels are final, so a queue that
+//! redelivers unacknowledged tasks replays at most work whose effects are
+//! idempotent (positional writes, newest-label-wins extents).
+
+mod execute;
+mod score;
+mod storage;
+
+use execute::Executor;
+use labios_label::{
+    Error, FileId, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec, WorkerState,
+    WorkerStatus,
+};
+use labios_store::{worker_queue, Delivery, Stores};
+use parking_lot::Mutex;
+use score::ScoreReporter;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use storage::Storage;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+
+/// How long one pull waits for a first task. Pulls are never cancelled
+/// while the worker runs (a pull that already took tasks must deliver
+/// them), so this only bounds how stale an outstanding pull can be.
+const PULL_WAIT: Duration = Duration::from_secs(1);
+/// A suspended worker waits this long per pull: it does no polling work.
+const SUSPENDED_PULL_WAIT: Duration = Duration::from_secs(60);
+/// Pause after a failing pull, so an unreachable queue is not hammered.
+const PULL_ERROR_PAUSE: Duration = Duration::from_millis(200);
+/// Attempts to record a label status before giving up on it.
+const STATUS_ATTEMPTS: u32 = 3;
+
+/// Worker settings, from configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Executor lanes: tasks on different files run concurrently.
+    pub threads: usize,
+    /// Tasks taken from the queue per pull.
+    pub pull_batch: usize,
+    /// Suspend after the queue stayed empty this long; 0 = never.
+    pub idle_suspend_ms: u64,
+    /// Publish the status at least this often.
+    pub score_interval_ms: u64,
+    /// Retries of a failing local I/O operation before the label fails.
+    pub retries: u32,
+    /// Queue length that counts as fully loaded, for specs that give none
+    /// (`max_queue == 0`).
+    pub max_queue: u32,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            threads: 2,
+            pull_batch: 32,
+            idle_suspend_ms: 30_000,
+            score_interval_ms: 1000,
+            retries: 3,
+            max_queue: 1024,
+        }
+    }
+}
+
+impl WorkerConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.threads == 0 || self.pull_batch == 0 || self.score_interval_ms == 0 {
+            return Err(Error::InvalidArgument(
+                "worker threads, pull_batch and score_interval_ms must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a worker has done since it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkerStats {
+    /// Labels executed to a final status (complete or failed).
+    pub labels_done: u64,
+    /// Bytes written and read.
+    pub bytes_done: u64,
+    /// Time from the last wake event (a task arriving in the queue of a
+    /// suspended worker, or `wake()`) until the worker was active and
+    /// executing again.
+    pub last_wake_latency: Option<Duration>,
+    pub wakes: u64,
+}
+
+/// State shared by a worker's loop, its lanes and its handles.
+struct Shared {
+    spec: WorkerSpec,
+    weights: Weights,
+    stores: Stores,
+    queue: String,
+    storage: Arc<Storage>,
+    suspended: AtomicBool,
+    decommissioned: AtomicBool,
+    stopping: AtomicBool,
+    /// When `wake()` was called on a suspended worker, until served.
+    wake_requested: Mutex<Option<Instant>>,
+    /// Wakes the loop for wake/suspend/decommission/shutdown.
+    signal: Notify,
+    /// Queue depth at the last look.
+    depth: AtomicU32,
+    /// Labels handed to lanes and not yet final.
+    executing: AtomicU32,
+    labels_done: AtomicU64,
+    bytes_done: AtomicU64,
+    wakes: AtomicU64,
+    last_wake_latency: Mutex<Option<Duration>>,
+    /// Last moment the worker had work, as nanoseconds since `epoch`.
+    activity: AtomicU64,
+    epoch: Instant,
+    /// Serializes publications so an older status never overwrites a newer.
+    reporter: tokio::sync::Mutex<ScoreReporter>,
+    /// Published state and wakes so far, for callers waiting on either.
+    state: watch::Sender<(WorkerState, u64)>,
+}
+
+impl Shared {
+    fn state(&self) -> WorkerState {
+        if self.decommissioned.load(Ordering::Acquire) {
+            WorkerState::Decommissioned
+        } else if self.suspended.load(Ordering::Acquire) {
+            WorkerState::Suspended
+        } else {
+            WorkerState::Active
+        }
+    }
+
+    fn status(&self) -> WorkerStatus {
+        let mut status = WorkerStatus {
+            state: self.state(),
+            used: self.storage.used(),
+            queued: self
+                .depth
+                .load(Ordering::Relaxed)
+                .saturating_add(self.executing.load(Ordering::Relaxed)),
+            labels_done: self.labels_done.load(Ordering::Relaxed),
+            bytes_done: self.bytes_done.load(Ordering::Relaxed),
+            ..WorkerStatus::new(self.spec.clone())
+        };
+        status.score = self.weights.score(&status);
+        status
+    }
+
+    /// Publishes the status to the inventory if the score reporter says it
+    /// is due, or always with `force` (state changes).
+    async fn publish(&self, force: bool) {
+        let mut reporter = self.reporter.lock().await;
+        let status = self.status();
+        let now = Instant::now();
+        if !force && !reporter.due(status.score, now) {
+            return;
+        }
+        reporter.published(status.score, now);
+        let state = status.state;
+        if let Err(e) = self.stores.inventory.put_worker(status).await {
+            tracing::warn!(worker = self.spec.id, "cannot publish worker status: {e}");
+        }
+        // After the inventory write, so whoever waits on the state finds the
+        // inventory agreeing.
+        self.state.send_modify(|s| s.0 = state);
+    }
+
+    async fn refresh_depth(&self) {
+        match self.stores.tasks.depth(&self.queue).await {
+            Ok(depth) => self
+                .depth
+                .store(u32::try_from(depth).unwrap_or(u32::MAX), Ordering::Relaxed),
+            Err(e) => tracing::warn!(worker = self.spec.id, "cannot read queue depth: {e}"),
+        }
+    }
+
+    fn touch(&self) {
+        let since = self.epoch.elapsed().as_nanos() as u64;
+        self.activity.fetch_max(since, Ordering::AcqRel);
+    }
+
+    fn last_activity(&self) -> Instant {
+        self.epoch + Duration::from_nanos(self.activity.load(Ordering::Acquire))
+    }
+
+    fn record_wake(&self, latency: Duration) {
+        *self.last_wake_latency.lock() = Some(latency);
+        let wakes = self.wakes.fetch_add(1, Ordering::AcqRel) + 1;
+        self.state.send_modify(|s| s.1 = wakes);
+        tracing::debug!(worker = self.spec.id, ?latency, "worker woke up");
+    }
+}
+
+/// Entry point: starts workers.
+pub struct Worker;
+
+impl Worker {
+    /// Starts a worker storing its data under `dir` (created if missing; the
+    /// bytes an earlier run left there count as used) and serving its own
+    /// queue `worker_queue(spec.id)` on `stores.tasks`. Publishes its status
+    /// before returning.
+    pub async fn spawn(
+        mut spec: WorkerSpec,
+        dir: PathBuf,
+        stores: Stores,
+        config: WorkerConfig,
+        weights: Weights,
+    ) -> Result<WorkerHandle> {
+        config.validate()?;
+        weights.validate().map_err(Error::InvalidArgument)?;
+        if spec.max_queue == 0 {
+            spec.max_queue = config.max_queue;
+        }
+        let storage = tokio::task::spawn_blocking(move || Storage::open(&dir))
+            .await
+            .map_err(|e| Error::Storage(format!("opening worker storage: {e}")))??;
+        let storage = Arc::new(storage);
+        let shared = Arc::new(Shared {
+            queue: worker_queue(spec.id),
+            weights,
+            stores: stores.clone(),
+            storage: storage.clone(),
+            suspended: AtomicBool::new(false),
+            decommissioned: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            wake_requested: Mutex::new(None),
+            signal: Notify::new(),
+            depth: AtomicU32::new(0),
+            executing: AtomicU32::new(0),
+            labels_done: AtomicU64::new(0),
+            bytes_done: AtomicU64::new(0),
+            wakes: AtomicU64::new(0),
+            last_wake_latency: Mutex::new(None),
+            activity: AtomicU64::new(0),
+            epoch: Instant::now(),
+            reporter: tokio::sync::Mutex::new(ScoreReporter::new(Duration::from_millis(
+                config.score_interval_ms,
+            ))),
+            state: watch::channel((WorkerState::Active, 0)).0,
+            spec,
+        });
+        shared.refresh_depth().await;
+        shared.publish(true).await;
+        let executor = Arc::new(Executor::new(
+            shared.spec.id,
+            shared.spec.capacity,
+            config.retries,
+            storage,
+            stores,
+        ));
+        let task = tokio::spawn(serve(shared.clone(), executor, config));
+        Ok(WorkerHandle {
+            shared,
+            task: Arc::new(Mutex::new(Some(task))),
+        })
+    }
+}
+
+/// Controls a running worker. Cheap to clone.
+#[derive(Clone)]
+pub struct WorkerHandle {
+    shared: Arc<Shared>,
+    task: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl WorkerHandle {
+    pub fn id(&self) -> WorkerId {
+        self.shared.spec.id
+    }
+
+    /// The current status (queue depth as of the last look).
+    pub fn status(&self) -> WorkerStatus {
+        self.shared.status()
+    }
+
+    /// The status with a fresh look at the queue depth.
+    pub async fn refresh(&self) -> WorkerStatus {
+        self.shared.refresh_depth().await;
+        self.shared.status()
+    }
+
+    /// Activation message (article 3.3.3b): a suspended worker becomes
+    /// active; the time it takes is recorded in [`WorkerStats`]. Returns
+    /// false if the worker was not suspended (nothing to do).
+    pub fn wake(&self) -> bool {
+        if !self.shared.suspended.load(Ordering::Acquire) {
+            return false;
+        }
+        self.shared
+            .wake_requested
+            .lock()
+            .get_or_insert_with(Instant::now);
+        self.shared.signal.notify_one();
+        true
+    }
+
+    /// Suspends the worker (manager-initiated). A task arriving in its
+    /// queue still wakes it.
+    pub fn suspend(&self) {
+        self.shared.suspended.store(true, Ordering::Release);
+        self.shared.signal.notify_one();
+    }
+
+    /// Marks the worker decommissioned: schedulers stop sending it new
+    /// work, but it keeps serving its queue (reads and deletes of the data
+    /// it still holds are pinned to it).
+    pub fn decommission(&self) {
+        self.shared.decommissioned.store(true, Ordering::Release);
+        self.shared.signal.notify_one();
+    }
+
+    pub fn stats(&self) -> WorkerStats {
+        WorkerStats {
+            labels_done: self.shared.labels_done.load(Ordering::Relaxed),
+            bytes_done: self.shared.bytes_done.load(Ordering::Relaxed),
+            last_wake_latency: *self.shared.last_wake_latency.lock(),
+            wakes: self.shared.wakes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits until the worker has published `state`; false on timeout.
+    pub async fn wait_for(&self, state: WorkerState, timeout: Duration) -> bool {
+        self.wait(|(s, _)| *s == state, timeout).await
+    }
+
+    /// Waits until the worker has woken more than `wakes` times (see
+    /// [`WorkerStats::wakes`]); false on timeout.
+    pub async fn wait_woken(&self, wakes: u64, timeout: Duration) -> bool {
+        self.wait(|(_, w)| *w > wakes, timeout).await
+    }
+
+    async fn wait(&self, done: impl FnMut(&(WorkerState, u64)) -> bool, timeout: Duration) -> bool {
+        let mut rx = self.shared.state.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(done))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Stops pulling, finishes the tasks already taken (their labels reach
+    /// a final status and are acknowledged) and publishes a final status:
+    /// Suspended, since tasks queued for it wait for its restart. Later
+    /// calls return at once.
+    pub async fn shutdown(&self) {
+        let task = self.task.lock().take();
+        if let Some(task) = task {
+            self.shared.stopping.store(true, Ordering::Release);
+            self.shared.signal.notify_one();
+            if let Err(e) = task.await {
+                tracing::error!(worker = self.id(), "worker loop ended abnormally: {e}");
+            }
+        }
+    }
+}
+
+type Pull = JoinHandle<Result<Vec<Delivery<Task>>>>;
+
+/// The worker's loop: pull, route to lanes, score, suspend and wake.
+async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfig) {
+    let (lanes, lane_tasks): (Vec<_>, Vec<_>) = (0..config.threads)
+        .map(|_| {
+            let (tx, rx) = mpsc::channel(config.pull_batch);
+            (tx, tokio::spawn(lane(shared.clone(), executor.clone(), rx)))
+        })
+        .unzip();
+    let idle = (config.idle_suspend_ms > 0).then(|| Duration::from_millis(config.idle_suspend_ms));
+    let mut ticker = tokio::time::interval(Duration::from_millis(config.score_interval_ms));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    shared.touch();
+    let mut pending: Option<Pull> = None;
+    while !shared.stopping.load(Ordering::Acquire) {
+        let suspended = shared.suspended.load(Ordering::Acquire);
+        let pull = pending.get_or_insert_with(|| {
+            let (shared, max) = (shared.clone(), config.pull_batch);
+            let wait = if suspended {
+                SUSPENDED_PULL_WAIT
+            } else {
+                PULL_WAIT
+            };
+            tokio::spawn(async move { shared.stores.tasks.pull(&shared.queue, max, wait).await })
+        });
+        let idle_deadline = idle.map(|idle| shared.last_activity() + idle);
+        tokio::select! {
+            pulled = pull => {
+                pending = None;
+                match pulled {
+                    Ok(Ok(deliveries)) if deliveries.is_empty() => {}
+                    Ok(Ok(deliveries)) => {
+                        let arrived = Instant::now();
+                        shared.touch();
+                        let woke = shared.suspended.swap(false, Ordering::AcqRel);
+                        if woke {
+                            shared.publish(true).await;
+                        }
+                        dispatch(&shared, &lanes, deliveries, config.threads).await;
+                        if woke {
+                            shared.record_wake(arrived.elapsed());
+                            shared.wake_requested.lock().take();
+                        }
+                        shared.publish(false).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(worker = shared.spec.id, "pull failed: {e}");
+                        tokio::time::sleep(PULL_ERROR_PAUSE).await;
+                    }
+                    Err(e) => tracing::error!(worker = shared.spec.id, "pull task failed: {e}"),
+                }
+            }
+            _ = shared.signal.notified() => {
+                let requested = shared.wake_requested.lock().take();
+                if let Some(requested) = requested {
+                    if shared.suspended.swap(false, Ordering::AcqRel) {
+                        shared.touch();
+                        shared.publish(true).await;
+                        shared.record_wake(requested.elapsed());
+                        continue;
+                    }
+                }
+                shared.publish(true).await;
+            }
+            _ = sleep_until(idle_deadline), if idle_deadline.is_some() && !suspended => {
+                let quiet = shared.executing.load(Ordering::Acquire) == 0
+                    && idle.is_some_and(|idle| shared.last_activity().elapsed() >= idle);
+                if quiet {
+                    shared.suspended.store(true, Ordering::Release);
+                    shared.publish(true).await;
+                } else if shared.executing.load(Ordering::Acquire) > 0 {
+                    shared.touch();
+                }
+            }
+            _ = ticker.tick(), if !suspended => {
+                shared.refresh_depth().await;
+                shared.publish(false).await;
+            }
+        }
+    }
+    // A pull that already took tasks must hand them over: abort only stops
+    // one still waiting, and awaiting it returns whatever it completed with.
+    if let Some(pull) = pending {
+        pull.abort();
+        if let Ok(Ok(deliveries)) = pull.await {
+            dispatch(&shared, &lanes, deliveries, config.threads).await;
+        }
+    }
+    drop(lanes);
+    for task in lane_tasks {
+        if let Err(e) = task.await {
+            tracing::error!(worker = shared.spec.id, "lane ended abnormally: {e}");
+        }
+    }
+    shared.suspended.store(true, Ordering::Release);
+    shared.refresh_depth().await;
+    shared.publish(true).await;
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    if let Some(deadline) = deadline {
+        tokio::time::sleep_until(deadline.into()).await;
+    }
+}
+
+/// Routes each task to the lane of its file, keeping queue order per file.
+async fn dispatch(
+    shared: &Shared,
+    lanes: &[mpsc::Sender<Delivery<Task>>],
+    deliveries: Vec<Delivery<Task>>,
+    threads: usize,
+) {
+    for delivery in deliveries {
+        let file = delivery
+            .item
+            .labels
+            .iter()
+            .find_map(|l| l.file_range())
+            .map_or(0, |(file, _, _)| file);
+        let labels = u32::try_from(delivery.item.labels.len()).unwrap_or(u32::MAX);
+        shared.executing.fetch_add(labels, Ordering::AcqRel);
+        if lanes[lane_of(file, threads)].send(delivery).await.is_err() {
+            // Lanes only stop after the loop drops them: unreachable in practice,
+            // but never lose count of work.
+            shared.executing.fetch_sub(labels, Ordering::AcqRel);
+            tracing::error!(
+                worker = shared.spec.id,
+                "lane closed, task left unacknowledged"
+            );
+        }
+    }
+}
+
+/// Lane for a file: a multiplicative hash spreads consecutive file ids.
+fn lane_of(file: FileId, threads: usize) -> usize {
+    ((file.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % threads as u64) as usize
+}
+
+/// One executor lane: runs tasks in arrival order, labels in task order,
+/// reports each label's final status, then acknowledges the task.
+async fn lane(
+    shared: Arc<Shared>,
+    executor: Arc<Executor>,
+    mut tasks: mpsc::Receiver<Delivery<Task>>,
+) {
+    while let Some(delivery) = tasks.recv().await {
+        for label in &delivery.item.labels {
+            let outcome = executor.execute(label).await;
+            if let Some(error) = &outcome.status.error {
+                tracing::debug!(worker = shared.spec.id, label = %label.id, "label failed: {error}");
+            }
+            report(&shared, outcome.status).await;
+            shared.executing.fetch_sub(1, Ordering::AcqRel);
+            shared.labels_done.fetch_add(1, Ordering::Relaxed);
+            shared
+                .bytes_done
+                .fetch_add(outcome.bytes, Ordering::Relaxed);
+        }
+        if let Err(e) = shared
+            .stores
+            .tasks
+            .ack(&shared.queue, &[delivery.token])
+            .await
+        {
+            tracing::warn!(worker = shared.spec.id, "cannot acknowledge task: {e}");
+        }
+        shared.touch();
+        shared.publish(false).await;
+    }
+}
+
+/// Records a label's final status; a few attempts, since a client waits on it.
+async fn report(shared: &Shared, status: LabelStatus) {
+    for attempt in 1..=STATUS_ATTEMPTS {
+        match shared.stores.inventory.set_status(status.clone()).await {
+            Ok(()) => return,
+            Err(e) if attempt == STATUS_ATTEMPTS => {
+                tracing::error!(worker = shared.spec.id, label = %status.id, "cannot record label status: {e}");
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(10 * attempt as u64)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_defaults_and_unknown_fields() {
+        let parsed: WorkerConfig = serde_json::from_str(r#"{"threads": 4}"#).unwrap();
+        assert_eq!(parsed.threads, 4);
+        assert_eq!(parsed.pull_batch, 32);
+        let err = serde_json::from_str::<WorkerConfig>(r#"{"thread": 4}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+        let c = WorkerConfig::default();
+        assert_eq!((c.threads, c.pull_batch, c.retries), (2, 32, 3));
+        assert_eq!(
+            (c.idle_suspend_ms, c.score_interval_ms, c.max_queue),
+            (30_000, 1000, 1024)
+        );
+        c.validate().unwrap();
+        assert!(WorkerConfig {
+            threads: 0,
+            ..c.clone()
+        }
+        .validate()
+        .is_err());
+    }
+
+    #[test]
+    fn one_file_always_maps_to_one_lane_and_files_spread() {
+        let lanes: std::collections::HashSet<usize> = (0..64).map(|f| lane_of(f, 4)).collect();
+        assert_eq!(lanes.len(), 4);
+        for f in 0..64 {
+            assert_eq!(lane_of(f, 4), lane_of(f, 4));
+            assert_eq!(lane_of(f, 1), 0);
+        }
+    }
+}

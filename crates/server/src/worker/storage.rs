@@ -1,0 +1,334 @@
+//! A worker's own storage (article 3.3.3a): the bytes of LABIOS file F live in
+//! one sparse local file `DIR/files/<id as 16 hex digits>`, at the same
+//! offsets as in F.
+//!
+//! Why this layout: a label names a byte range of F, so keeping F's offsets
+//! makes every label one positional read or write with no local index to keep
+//! consistent, and a worker restart needs nothing but the directory. Local
+//! names are derived only from numeric file ids, never from user paths, so no
+//! label can make a worker write outside its directory.
+//!
+//! All methods block; callers run them off the async executor.
+
+use labios_label::{Error, FileId, Result};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Open handles kept per worker: enough for the files a burst works on,
+/// small enough never to approach the process's descriptor limit.
+const OPEN_FILES: usize = 64;
+
+/// The local files of one worker and the bytes they occupy.
+#[derive(Debug)]
+pub struct Storage {
+    files: PathBuf,
+    cache: Mutex<HandleCache>,
+    /// Bytes allocated on the device (st_blocks), not logical sizes: a
+    /// worker holding the last stripe of a huge file stores only that stripe.
+    used: AtomicU64,
+    /// Bytes promised to writes in flight, so concurrent lanes cannot
+    /// together overshoot the capacity.
+    reserved: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct HandleCache {
+    open: HashMap<FileId, (Arc<File>, u64)>,
+    clock: u64,
+}
+
+impl Storage {
+    /// Opens (creating if needed) the storage under `dir` and measures what
+    /// an earlier run left there.
+    pub fn open(dir: &Path) -> Result<Storage> {
+        let files = dir.join("files");
+        std::fs::create_dir_all(&files).map_err(|e| io_error(&files, e))?;
+        let mut used = 0;
+        for entry in std::fs::read_dir(&files).map_err(|e| io_error(&files, e))? {
+            let entry = entry.map_err(|e| io_error(&files, e))?;
+            let meta = entry.metadata().map_err(|e| io_error(&entry.path(), e))?;
+            if meta.is_file() {
+                used += allocated(&meta);
+            }
+        }
+        Ok(Storage {
+            files,
+            cache: Mutex::new(HandleCache::default()),
+            used: AtomicU64::new(used),
+            reserved: AtomicU64::new(0),
+        })
+    }
+
+    /// Local path of a LABIOS file's bytes.
+    pub fn path(&self, file: FileId) -> PathBuf {
+        self.files.join(format!("{file:016x}"))
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Reserves room for `len` more bytes; false if that would pass
+    /// `capacity`. Release with [`Storage::release`] once the write is done.
+    pub fn try_reserve(&self, len: u64, capacity: u64) -> bool {
+        let mut reserved = self.reserved.load(Ordering::Relaxed);
+        loop {
+            let total = self.used().saturating_add(reserved).saturating_add(len);
+            if total > capacity {
+                return false;
+            }
+            match self.reserved.compare_exchange_weak(
+                reserved,
+                reserved + len,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => reserved = seen,
+            }
+        }
+    }
+
+    pub fn release(&self, len: u64) {
+        self.reserved.fetch_sub(len, Ordering::AcqRel);
+    }
+
+    /// Writes each `(offset, bytes)` piece at its offset of the local file,
+    /// creating it if needed. Positional writes never truncate and never
+    /// touch bytes outside the pieces. With `sync`, the data is on the device
+    /// (fdatasync) before this returns.
+    pub fn write(&self, file: FileId, pieces: &[(u64, &[u8])], sync: bool) -> Result<()> {
+        let path = self.path(file);
+        let handle = self.handle(file, true)?;
+        let before = handle.metadata().map_err(|e| io_error(&path, e))?;
+        let written = pieces.iter().try_for_each(|(offset, data)| {
+            offset
+                .checked_add(data.len() as u64)
+                .ok_or_else(|| Error::InvalidArgument(format!("offset {offset} overflows")))?;
+            handle
+                .write_all_at(data, *offset)
+                .map_err(|e| io_error(&path, e))
+        });
+        // Account for whatever reached the device, even after a failure.
+        let after = handle.metadata().map_err(|e| io_error(&path, e))?;
+        self.account(allocated(&before), allocated(&after));
+        written?;
+        if sync {
+            handle.sync_data().map_err(|e| io_error(&path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Fills `buf` from `offset` of the local file. A file that is missing
+    /// or shorter than the range is an error, never a silent short read: the
+    /// inventory said these bytes are here.
+    pub fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let path = self.path(file);
+        let handle = self.handle(file, false).map_err(|e| match e {
+            Error::NotFound(_) => Error::Storage(format!(
+                "{} is missing but holds {} bytes at offset {offset}",
+                path.display(),
+                buf.len()
+            )),
+            e => e,
+        })?;
+        handle.read_exact_at(buf, offset).map_err(|e| {
+            if e.kind() == ErrorKind::UnexpectedEof {
+                let size = handle.metadata().map(|m| m.len()).unwrap_or(0);
+                Error::Storage(format!(
+                    "{} is {size} bytes long, shorter than the {} bytes at offset {offset} it should hold",
+                    path.display(),
+                    buf.len()
+                ))
+            } else {
+                io_error(&path, e)
+            }
+        })
+    }
+
+    /// Removes the local file; a file that was never written is fine.
+    pub fn remove(&self, file: FileId) -> Result<()> {
+        let path = self.path(file);
+        self.cache.lock().open.remove(&file);
+        let meta = match std::fs::metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_error(&path, e)),
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                self.account(allocated(&meta), 0);
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&path, e)),
+        }
+    }
+
+    /// Makes everything written to the local file durable; a file that was
+    /// never written is fine.
+    pub fn flush(&self, file: FileId) -> Result<()> {
+        match self.handle(file, false) {
+            Ok(handle) => handle
+                .sync_data()
+                .map_err(|e| io_error(&self.path(file), e)),
+            Err(Error::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the worker holds any bytes of the file.
+    pub fn holds(&self, file: FileId) -> bool {
+        self.path(file).exists()
+    }
+
+    fn account(&self, before: u64, after: u64) {
+        if after >= before {
+            self.used.fetch_add(after - before, Ordering::AcqRel);
+        } else {
+            let less = before - after;
+            let _ = self
+                .used
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
+                    Some(u.saturating_sub(less))
+                });
+        }
+    }
+
+    /// A cached handle, opened read-write; `create` makes a missing file.
+    fn handle(&self, file: FileId, create: bool) -> Result<Arc<File>> {
+        let mut cache = self.cache.lock();
+        cache.clock += 1;
+        let now = cache.clock;
+        if let Some((handle, used)) = cache.open.get_mut(&file) {
+            *used = now;
+            return Ok(handle.clone());
+        }
+        let path = self.path(file);
+        let handle = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io_error(&path, e))?;
+        let handle = Arc::new(handle);
+        if cache.open.len() >= OPEN_FILES {
+            if let Some(oldest) = cache
+                .open
+                .iter()
+                .min_by_key(|(_, (_, u))| *u)
+                .map(|(f, _)| *f)
+            {
+                cache.open.remove(&oldest);
+            }
+        }
+        cache.open.insert(file, (handle.clone(), now));
+        Ok(handle)
+    }
+}
+
+/// Bytes the file occupies on the device.
+fn allocated(meta: &std::fs::Metadata) -> u64 {
+    meta.blocks() * 512
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> Error {
+    let text = format!("{}: {e}", path.display());
+    match e.kind() {
+        ErrorKind::NotFound => Error::NotFound(text),
+        _ => Error::Storage(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn storage() -> (tempfile::TempDir, Storage) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(dir.path()).unwrap();
+        (dir, s)
+    }
+
+    #[test]
+    fn local_name_is_the_hex_file_id_inside_the_dir() {
+        let (dir, s) = storage();
+        assert_eq!(s.path(0xab), dir.path().join("files/00000000000000ab"));
+        assert_eq!(s.path(u64::MAX), dir.path().join("files/ffffffffffffffff"));
+    }
+
+    #[test]
+    fn overwrite_at_zero_keeps_every_byte_outside_the_range() {
+        let (_dir, s) = storage();
+        let original: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        s.write(1, &[(0, &original)], false).unwrap();
+        s.write(1, &[(0, &[0xEE; 100])], false).unwrap();
+        let mut back = vec![0; original.len()];
+        s.read(1, 0, &mut back).unwrap();
+        assert!(back[..100].iter().all(|b| *b == 0xEE));
+        assert_eq!(back[100..], original[100..]);
+        assert_eq!(std::fs::metadata(s.path(1)).unwrap().len(), 10_000);
+    }
+
+    #[test]
+    fn writes_land_at_the_files_offsets_sparse() {
+        let (_dir, s) = storage();
+        s.write(2, &[(1 << 20, b"tail"), (3, b"head")], false)
+            .unwrap();
+        let mut buf = [0u8; 8];
+        s.read(2, 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"\0\0\0head\0");
+        let mut tail = [0u8; 4];
+        s.read(2, 1 << 20, &mut tail).unwrap();
+        assert_eq!(&tail, b"tail");
+        // Sparse: allocation is far below the logical size.
+        assert!(s.used() < 1 << 20, "used {}", s.used());
+    }
+
+    #[test]
+    fn read_beyond_a_short_local_file_is_an_error() {
+        let (_dir, s) = storage();
+        s.write(3, &[(0, &[1; 10])], false).unwrap();
+        let mut buf = [0u8; 20];
+        let err = s.read(3, 0, &mut buf).unwrap_err().to_string();
+        assert!(err.contains("shorter"), "{err}");
+        let err = s.read(4, 0, &mut buf).unwrap_err().to_string();
+        assert!(err.contains("missing"), "{err}");
+    }
+
+    #[test]
+    fn used_follows_writes_removes_and_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(dir.path()).unwrap();
+        s.write(5, &[(0, &[7; 64 * 1024])], true).unwrap();
+        let used = s.used();
+        assert!(used >= 64 * 1024, "used {used}");
+        drop(s);
+        let s = Storage::open(dir.path()).unwrap();
+        assert_eq!(s.used(), used);
+        s.flush(5).unwrap();
+        s.flush(6).unwrap();
+        assert!(s.holds(5));
+        s.remove(5).unwrap();
+        s.remove(5).unwrap();
+        assert!(!s.holds(5));
+        assert_eq!(s.used(), 0);
+    }
+
+    #[test]
+    fn reservations_stop_at_capacity() {
+        let (_dir, s) = storage();
+        assert!(s.try_reserve(60, 100));
+        assert!(!s.try_reserve(41, 100));
+        assert!(s.try_reserve(40, 100));
+        s.release(100);
+        assert!(s.try_reserve(100, 100));
+    }
+}

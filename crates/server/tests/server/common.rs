@@ -1,0 +1,243 @@
+//! A test rig: embedded stores, labels built by hand, a task queue that can
+//! be held shut to make a worker's queue build up.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use labios_label::{
+    FileId, Label, LabelIdGen, LabelKind, LabelState, LabelStatus, Pointer, Result, Task, WorkerId,
+    WorkerSpec,
+};
+use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
+use labios_store::{worker_queue, Delivery, FileKind, FileMeta, LabelQueue, Stores};
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The task queue, with pulls on chosen queues held back.
+pub struct GatedQueue {
+    inner: MemoryQueue<Task>,
+    closed: Mutex<HashSet<String>>,
+}
+
+impl GatedQueue {
+    pub fn close(&self, queue: &str) {
+        self.closed.lock().insert(queue.to_string());
+    }
+    pub fn open(&self, queue: &str) {
+        self.closed.lock().remove(queue);
+    }
+}
+
+#[async_trait]
+impl LabelQueue<Task> for GatedQueue {
+    async fn push(&self, queue: &str, items: Vec<Task>) -> Result<()> {
+        self.inner.push(queue, items).await
+    }
+    async fn pull(&self, queue: &str, max: usize, wait: Duration) -> Result<Vec<Delivery<Task>>> {
+        // Short slices, so a pull already waiting notices the gate closing.
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let slice = Duration::from_millis(10);
+            if self.closed.lock().contains(queue) {
+                tokio::time::sleep(slice).await;
+            } else {
+                let got = self.inner.pull(queue, max, slice).await?;
+                if !got.is_empty() {
+                    return Ok(got);
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(Vec::new());
+            }
+        }
+    }
+    async fn ack(&self, queue: &str, tokens: &[u64]) -> Result<()> {
+        self.inner.ack(queue, tokens).await
+    }
+    async fn depth(&self, queue: &str) -> Result<usize> {
+        self.inner.depth(queue).await
+    }
+    async fn queues(&self, prefix: &str) -> Result<Vec<String>> {
+        self.inner.queues(prefix).await
+    }
+}
+
+pub struct Rig {
+    pub dir: tempfile::TempDir,
+    pub stores: Stores,
+    pub gate: Arc<GatedQueue>,
+    ids: LabelIdGen,
+}
+
+impl Rig {
+    pub fn new() -> Rig {
+        let gate = Arc::new(GatedQueue {
+            inner: MemoryQueue::new(4096, Duration::from_secs(5)),
+            closed: Mutex::new(HashSet::new()),
+        });
+        let stores = Stores {
+            labels: Arc::new(MemoryQueue::new(1024, Duration::from_secs(5))),
+            tasks: gate.clone(),
+            warehouse: Arc::new(MemoryWarehouse::new(256 << 20, Duration::from_secs(5))),
+            inventory: Arc::new(RedbInventory::in_memory().unwrap()),
+        };
+        Rig {
+            dir: tempfile::tempdir().unwrap(),
+            stores,
+            gate,
+            ids: LabelIdGen::new(1),
+        }
+    }
+
+    pub fn worker_dir(&self, id: WorkerId) -> PathBuf {
+        self.dir.path().join(format!("worker{id}"))
+    }
+
+    pub async fn file(&self, path: &str) -> FileMeta {
+        self.stores
+            .inventory
+            .create(path, FileKind::File, 0o644, 1)
+            .await
+            .unwrap()
+    }
+
+    /// A write label whose data is already in the warehouse.
+    pub async fn write(&self, file: &FileMeta, offset: u64, data: &[u8]) -> Label {
+        let mut label = Label::new(self.ids.next(), LabelKind::Write, 1);
+        let key = format!("w/{}", label.id);
+        self.stores
+            .warehouse
+            .put(&key, Bytes::copy_from_slice(data))
+            .await
+            .unwrap();
+        label.source = Pointer::Warehouse {
+            key,
+            len: data.len() as u64,
+        };
+        label.destination = file_ptr(file, offset, data.len() as u64);
+        label
+    }
+
+    pub fn read(&self, file: &FileMeta, offset: u64, len: u64) -> Label {
+        let mut label = Label::new(self.ids.next(), LabelKind::Read, 1);
+        label.source = file_ptr(file, offset, len);
+        label.destination = Pointer::Warehouse {
+            key: format!("r/{}", label.id),
+            len,
+        };
+        label
+    }
+
+    pub fn on_file(&self, kind: LabelKind, file: &FileMeta) -> Label {
+        let mut label = Label::new(self.ids.next(), kind, 1);
+        label.source = file_ptr(file, 0, 0);
+        label
+    }
+
+    pub fn rename(&self, from: &FileMeta, to: &str) -> Label {
+        let mut label = Label::new(self.ids.next(), LabelKind::Rename, 1);
+        label.source = file_ptr(from, 0, 0);
+        label.destination = Pointer::File {
+            path: to.to_string(),
+            file: 0,
+            offset: 0,
+            len: 0,
+        };
+        label
+    }
+
+    pub async fn push(&self, worker: WorkerId, tasks: Vec<Task>) {
+        self.stores
+            .tasks
+            .push(&worker_queue(worker), tasks)
+            .await
+            .unwrap();
+    }
+
+    /// Pushes each label as its own task and waits for all of them.
+    pub async fn run(&self, worker: WorkerId, labels: Vec<Label>) -> Vec<LabelStatus> {
+        let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
+        self.push(worker, labels.into_iter().map(Task::single).collect())
+            .await;
+        self.wait(&ids).await
+    }
+
+    pub async fn wait(&self, ids: &[labios_label::LabelId]) -> Vec<LabelStatus> {
+        let statuses = self
+            .stores
+            .inventory
+            .wait(ids, Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert!(
+            statuses.iter().all(|s| s.state.is_final()),
+            "labels not final: {statuses:?}"
+        );
+        statuses
+    }
+
+    /// Bytes a completed read left in the warehouse.
+    pub async fn result(&self, status: &LabelStatus) -> Bytes {
+        assert_eq!(status.state, LabelState::Complete, "{status:?}");
+        let key = status.result_key.as_ref().expect("read has a result key");
+        let data = self.stores.warehouse.take(key).await.unwrap().unwrap();
+        assert_eq!(data.len() as u64, status.result_len);
+        data
+    }
+}
+
+pub fn file_ptr(file: &FileMeta, offset: u64, len: u64) -> Pointer {
+    Pointer::File {
+        path: file.path.clone(),
+        file: file.id,
+        offset,
+        len,
+    }
+}
+
+pub fn spec(id: WorkerId, capacity: u64) -> WorkerSpec {
+    WorkerSpec {
+        id,
+        tier: "test".into(),
+        speed: 3,
+        energy: 3,
+        capacity,
+        max_queue: 64,
+    }
+}
+
+pub fn local(dir: &Path, file: FileId) -> PathBuf {
+    dir.join("files").join(format!("{file:016x}"))
+}
+
+pub fn complete(statuses: &[LabelStatus]) {
+    for s in statuses {
+        assert_eq!(s.state, LabelState::Complete, "{s:?}");
+    }
+}
+
+/// Every regular file under `root`.
+pub fn tree(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}

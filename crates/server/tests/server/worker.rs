@@ -1,0 +1,490 @@
+//! A worker against the embedded stores, driven by tasks pushed by hand.
+
+use crate::common::*;
+use labios_label::{LabelKind, LabelState, Segment, Task, Weights, WorkerState};
+use labios_server::{Worker, WorkerConfig, WorkerHandle};
+use std::time::{Duration, Instant};
+
+const MB: u64 = 1 << 20;
+
+fn config() -> WorkerConfig {
+    WorkerConfig {
+        threads: 4,
+        idle_suspend_ms: 0,
+        score_interval_ms: 50,
+        ..WorkerConfig::default()
+    }
+}
+
+async fn start(rig: &Rig, id: u32, capacity: u64, config: WorkerConfig) -> WorkerHandle {
+    Worker::spawn(
+        spec(id, capacity),
+        rig.worker_dir(id),
+        rig.stores.clone(),
+        config,
+        Weights::LOW_LATENCY,
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_land_byte_exact_and_read_back_through_the_warehouse() {
+    let rig = Rig::new();
+    let w = start(&rig, 1, 64 * MB, config()).await;
+    let f = rig.file("/data/a").await;
+    // Odd sizes and offsets, with holes between them.
+    let pieces: Vec<(u64, Vec<u8>)> = vec![
+        (0, pattern(1, 1)),
+        (1, pattern(4095, 2)),
+        (8192, pattern(4097, 3)),
+        (100_003, pattern(65_537, 4)),
+    ];
+    let mut labels = Vec::new();
+    for (offset, data) in &pieces {
+        labels.push(rig.write(&f, *offset, data).await);
+    }
+    complete(&rig.run(1, labels).await);
+
+    let mut expected = vec![0u8; 100_003 + 65_537];
+    for (offset, data) in &pieces {
+        expected[*offset as usize..][..data.len()].copy_from_slice(data);
+    }
+    let on_disk = std::fs::read(local(&rig.worker_dir(1), f.id)).unwrap();
+    assert_eq!(on_disk, expected);
+    let meta = rig.stores.inventory.file(f.id).await.unwrap().unwrap();
+    assert_eq!(meta.size, expected.len() as u64);
+
+    // Whole file, a range across a hole, a single byte.
+    let reads = vec![
+        rig.read(&f, 0, expected.len() as u64),
+        rig.read(&f, 4000, 5000),
+        rig.read(&f, 100_003, 1),
+    ];
+    let statuses = rig.run(1, reads).await;
+    assert_eq!(rig.result(&statuses[0]).await, expected);
+    assert_eq!(rig.result(&statuses[1]).await, expected[4000..9000]);
+    assert_eq!(rig.result(&statuses[2]).await, expected[100_003..100_004]);
+    // Written data no longer sits in the warehouse.
+    assert!(rig.stores.warehouse.keys("w/").await.unwrap().is_empty());
+    let stats = w.stats();
+    assert_eq!(stats.labels_done, 7);
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_writes_land_in_queue_order() {
+    let rig = Rig::new();
+    let w = start(&rig, 1, 256 * MB, config()).await;
+    let files = [
+        rig.file("/o/1").await,
+        rig.file("/o/2").await,
+        rig.file("/o/3").await,
+    ];
+    let mut expected = vec![vec![0u8; 64 * 1024]; files.len()];
+    let mut labels = Vec::new();
+    for i in 0..300u32 {
+        let which = (i % 3) as usize;
+        let offset = fastrand::u64(0..60_000);
+        let len = fastrand::usize(1..4096);
+        let data = pattern(len, i as u8);
+        expected[which][offset as usize..][..len].copy_from_slice(&data);
+        labels.push(rig.write(&files[which], offset, &data).await);
+    }
+    complete(&rig.run(1, labels).await);
+    for (f, want) in files.iter().zip(&expected) {
+        let size = rig.stores.inventory.file(f.id).await.unwrap().unwrap().size as usize;
+        let on_disk = std::fs::read(local(&rig.worker_dir(1), f.id)).unwrap();
+        assert_eq!(on_disk, want[..size]);
+        let status = rig.run(1, vec![rig.read(f, 0, size as u64)]).await;
+        assert_eq!(rig.result(&status[0]).await, want[..size]);
+    }
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexed_and_aggregated_writes() {
+    let rig = Rig::new();
+    let w = start(&rig, 1, 64 * MB, config()).await;
+    let f = rig.file("/idx").await;
+    let data = pattern(30, 9);
+    let mut indexed = rig.write(&f, 0, &data).await;
+    indexed.index = vec![
+        Segment {
+            file_offset: 1000,
+            buf_offset: 0,
+            len: 10,
+        },
+        Segment {
+            file_offset: 0,
+            buf_offset: 10,
+            len: 20,
+        },
+    ];
+    let a = rig.write(&f, 2000, b"abc").await;
+    let b = rig.write(&f, 2003, b"defg").await;
+    let ids = vec![indexed.id, a.id, b.id];
+    rig.push(1, vec![Task::single(indexed)]).await;
+    rig.push(
+        1,
+        vec![Task {
+            labels: vec![a, b],
+            aggregated: true,
+            supertask: false,
+        }],
+    )
+    .await;
+    complete(&rig.wait(&ids).await);
+    let on_disk = std::fs::read(local(&rig.worker_dir(1), f.id)).unwrap();
+    assert_eq!(on_disk[1000..1010], data[..10]);
+    assert_eq!(on_disk[..20], data[10..]);
+    assert_eq!(&on_disk[2000..2007], b"abcdefg");
+
+    let mut bad = rig.write(&f, 0, &data).await;
+    bad.index = vec![Segment {
+        file_offset: 0,
+        buf_offset: 25,
+        len: 10,
+    }];
+    let status = rig.run(1, vec![bad]).await;
+    assert_eq!(status[0].state, LabelState::Failed);
+    assert!(
+        status[0].error.as_ref().unwrap().contains("outside"),
+        "{status:?}"
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_length_write_completes_and_sets_size() {
+    let rig = Rig::new();
+    let w = start(&rig, 1, MB, config()).await;
+    let f = rig.file("/z").await;
+    complete(&rig.run(1, vec![rig.write(&f, 5000, b"").await]).await);
+    let meta = rig.stores.inventory.file(f.id).await.unwrap().unwrap();
+    assert_eq!(meta.size, 5000);
+    // Reading the hole gives zeros.
+    let s = rig.run(1, vec![rig.read(&f, 0, 5000)]).await;
+    assert_eq!(rig.result(&s[0]).await, vec![0u8; 5000]);
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_flush_and_rename() {
+    let rig = Rig::new();
+    let w1 = start(&rig, 1, 64 * MB, config()).await;
+    let w2 = start(&rig, 2, 64 * MB, config()).await;
+    let a = rig.file("/r/a").await;
+    let b = rig.file("/r/b").await;
+    let mut sync_write = rig.write(&a, 0, &pattern(10_000, 1)).await;
+    sync_write.sync = true;
+    complete(&rig.run(1, vec![sync_write]).await);
+    // /r/b lives on both workers.
+    complete(
+        &rig.run(1, vec![rig.write(&b, 0, &pattern(100, 2)).await])
+            .await,
+    );
+    complete(
+        &rig.run(2, vec![rig.write(&b, 100, &pattern(100, 3)).await])
+            .await,
+    );
+    assert!(local(&rig.worker_dir(2), b.id).exists());
+
+    let s = rig
+        .run(
+            1,
+            vec![
+                rig.on_file(LabelKind::Flush, &a),
+                rig.on_file(LabelKind::Flush, &b),
+            ],
+        )
+        .await;
+    complete(&s);
+
+    // Renaming /r/a over /r/b reclaims b's bytes on both workers.
+    complete(&rig.run(1, vec![rig.rename(&a, "/r/b")]).await);
+    let moved = rig.stores.inventory.lookup("/r/b").await.unwrap().unwrap();
+    assert_eq!(moved.id, a.id);
+    assert!(rig.stores.inventory.lookup("/r/a").await.unwrap().is_none());
+    assert!(!local(&rig.worker_dir(1), b.id).exists());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while local(&rig.worker_dir(2), b.id).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "worker 2 never reclaimed the replaced file"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let used = w1.refresh().await.used;
+    assert!(used >= 10_000, "used {used}");
+    complete(
+        &rig.run(1, vec![rig.on_file(LabelKind::Delete, &moved)])
+            .await,
+    );
+    assert!(!local(&rig.worker_dir(1), a.id).exists());
+    assert_eq!(w1.status().used, 0);
+    // Deleting what is not there is fine.
+    complete(
+        &rig.run(1, vec![rig.on_file(LabelKind::Delete, &moved)])
+            .await,
+    );
+    w1.shutdown().await;
+    w2.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_reported_and_the_worker_keeps_serving() {
+    let rig = Rig::new();
+    let w = start(&rig, 1, 8192, config()).await;
+    let other = start(&rig, 2, MB, config()).await;
+    let f = rig.file("/bad").await;
+
+    let mut missing = rig.write(&f, 0, b"hello").await;
+    let key = match &missing.source {
+        labios_label::Pointer::Warehouse { key, .. } => key.clone(),
+        _ => unreachable!(),
+    };
+    rig.stores.warehouse.delete(&key).await.unwrap();
+    let mut short = rig.write(&f, 0, b"hello").await;
+    if let labios_label::Pointer::Warehouse { len, .. } = &mut short.source {
+        *len = 7;
+    }
+    let too_big = rig.write(&f, 0, &vec![1u8; 64 * 1024]).await;
+    let mut pipeline = rig.write(&f, 0, b"x").await;
+    pipeline.operations.push(labios_label::Operation {
+        function: "gzip".into(),
+        args: vec![],
+    });
+    let mut no_file = rig.read(&f, 0, 1);
+    no_file.source = labios_label::Pointer::None;
+    let ids: Vec<_> = [&missing, &short, &too_big, &pipeline, &no_file]
+        .iter()
+        .map(|l| l.id)
+        .collect();
+    // Supertask: one failing label does not stop the next.
+    let good = rig.write(&f, 0, b"fine").await;
+    missing.priority = 1;
+    rig.push(
+        1,
+        vec![Task {
+            labels: vec![missing, short, too_big, pipeline, no_file, good.clone()],
+            aggregated: false,
+            supertask: true,
+        }],
+    )
+    .await;
+    let s = rig.wait(&ids).await;
+    let errors: Vec<String> = s
+        .iter()
+        .map(|s| s.error.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        s.iter()
+            .all(|s| s.state == LabelState::Failed && s.worker == Some(1)),
+        "{s:?}"
+    );
+    assert!(
+        errors[0].contains("missing from the warehouse"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[1].contains('7') && errors[1].contains('5'),
+        "{}",
+        errors[1]
+    );
+    assert!(errors[2].contains("worker 1 is full"), "{}", errors[2]);
+    assert!(
+        errors[3].contains("pipelines are not supported"),
+        "{}",
+        errors[3]
+    );
+    assert!(errors[4].contains("file range"), "{}", errors[4]);
+    complete(&rig.wait(&[good.id]).await);
+
+    // Bytes that moved to another worker are refused with "moved:".
+    complete(&rig.run(2, vec![rig.write(&f, 2, b"ZZ").await]).await);
+    let s = rig.run(1, vec![rig.read(&f, 0, 4)]).await;
+    assert_eq!(s[0].state, LabelState::Failed);
+    assert!(s[0].error.as_ref().unwrap().starts_with("moved:"), "{s:?}");
+    // The local file lost its bytes behind the inventory's back: an error,
+    // not a short read.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(local(&rig.worker_dir(1), f.id))
+        .unwrap()
+        .set_len(1)
+        .unwrap();
+    let s = rig.run(1, vec![rig.read(&f, 0, 2)]).await;
+    assert_eq!(s[0].state, LabelState::Failed);
+    assert!(s[0].error.as_ref().unwrap().contains("shorter"), "{s:?}");
+    // Still serving.
+    complete(&rig.run(1, vec![rig.write(&f, 0, b"ok").await]).await);
+    w.shutdown().await;
+    other.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_written_outside_the_worker_dir() {
+    let rig = Rig::new();
+    let w = start(&rig, 7, 64 * MB, config()).await;
+    let evil = rig.file("/etc/passwd").await;
+    let f = rig.file("/x/ü ..y/z").await;
+    complete(
+        &rig.run(
+            7,
+            vec![
+                rig.write(&evil, 0, b"evil").await,
+                rig.write(&f, 1 << 30, b"far").await,
+            ],
+        )
+        .await,
+    );
+    w.shutdown().await;
+    let files = tree(rig.dir.path());
+    let worker_files = rig.worker_dir(7).join("files");
+    assert_eq!(files.len(), 2, "{files:?}");
+    for path in &files {
+        assert!(
+            path.starts_with(&worker_files),
+            "{path:?} is outside {worker_files:?}"
+        );
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert!(
+            name.len() == 16 && name.chars().all(|c| c.is_ascii_hexdigit()),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspends_when_idle_and_wakes_on_task_arrival_or_wake() {
+    let rig = Rig::new();
+    let w = start(
+        &rig,
+        1,
+        64 * MB,
+        WorkerConfig {
+            idle_suspend_ms: 100,
+            ..config()
+        },
+    )
+    .await;
+    assert!(
+        w.wait_for(WorkerState::Suspended, Duration::from_secs(5))
+            .await
+    );
+    let published = rig.stores.inventory.workers().await.unwrap();
+    assert_eq!(published[0].state, WorkerState::Suspended);
+    assert_eq!(
+        published[0].score,
+        Weights::LOW_LATENCY.score(&published[0])
+    );
+
+    // A task arriving wakes it.
+    let f = rig.file("/wake").await;
+    complete(&rig.run(1, vec![rig.write(&f, 0, b"wake up").await]).await);
+    assert!(w.wait_woken(0, Duration::from_secs(5)).await);
+    let stats = w.stats();
+    assert_eq!(stats.wakes, 1);
+    let on_task = stats.last_wake_latency.unwrap();
+    assert_eq!(w.status().state, WorkerState::Active);
+
+    // Idle again, then an activation message.
+    assert!(
+        w.wait_for(WorkerState::Suspended, Duration::from_secs(5))
+            .await
+    );
+    assert!(w.wake());
+    assert!(w.wait_woken(1, Duration::from_secs(5)).await);
+    assert_eq!(w.status().state, WorkerState::Active);
+    assert!(!w.wake(), "an active worker has nothing to wake");
+    let stats = w.stats();
+    assert_eq!(stats.wakes, 2);
+    let on_wake = stats.last_wake_latency.unwrap();
+    println!("wake-up latency: on task arrival {on_task:?}, on wake() {on_wake:?}");
+    assert!(on_task < Duration::from_secs(1) && on_wake < Duration::from_secs(1));
+
+    // Manager-initiated suspend; a task still wakes it.
+    w.suspend();
+    assert!(
+        w.wait_for(WorkerState::Suspended, Duration::from_secs(5))
+            .await
+    );
+    complete(&rig.run(1, vec![rig.read(&f, 0, 7)]).await);
+    assert!(w.wait_woken(2, Duration::from_secs(5)).await);
+    assert_eq!(w.stats().wakes, 3);
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_score_and_restarts_with_its_data() {
+    let rig = Rig::new();
+    let w = start(&rig, 3, 4 * MB, config()).await;
+    let f = rig.file("/s").await;
+    complete(
+        &rig.run(3, vec![rig.write(&f, 0, &vec![5u8; 2 * MB as usize]).await])
+            .await,
+    );
+    // The interval publication catches up with the write.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let published = loop {
+        let p = rig.stores.inventory.workers().await.unwrap().pop().unwrap();
+        if p.used >= 2 * MB && p.queued == 0 {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "status never published: {p:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(published.score, Weights::LOW_LATENCY.score(&published));
+    assert_eq!(published.labels_done, 1);
+    assert_eq!(published.bytes_done, 2 * MB);
+    w.shutdown().await;
+    let final_status = rig.stores.inventory.workers().await.unwrap().pop().unwrap();
+    assert_eq!(final_status.state, WorkerState::Suspended);
+
+    let again = start(&rig, 3, 4 * MB, config()).await;
+    assert_eq!(again.status().used, published.used);
+    let s = rig.run(3, vec![rig.read(&f, MB - 1, 2)]).await;
+    assert_eq!(rig.result(&s[0]).await, vec![5u8; 2]);
+    again.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_tasks_already_taken() {
+    let rig = Rig::new();
+    let w = start(
+        &rig,
+        1,
+        64 * MB,
+        WorkerConfig {
+            threads: 1,
+            ..config()
+        },
+    )
+    .await;
+    let f = rig.file("/many").await;
+    let mut labels = Vec::new();
+    for i in 0..200u64 {
+        labels.push(rig.write(&f, i * 10, &pattern(10, i as u8)).await);
+    }
+    let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
+    rig.push(1, labels.into_iter().map(Task::single).collect())
+        .await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    w.shutdown().await;
+    let depth = rig.stores.tasks.depth("worker.1").await.unwrap();
+    let statuses = rig
+        .stores
+        .inventory
+        .wait(&ids, Duration::from_millis(1))
+        .await
+        .unwrap();
+    let done = statuses
+        .iter()
+        .filter(|s| s.state == LabelState::Complete)
+        .count();
+    // Every task was either executed or is still queued: none was lost.
+    assert_eq!(done + depth, 200, "done {done}, queued {depth}");
+}

@@ -1,0 +1,473 @@
+//! Contract tests for the three traits. Every implementation (embedded,
+//! remote, distributed engines) runs the same suites, so they are written
+//! against the traits only and use fresh names so that they can share an
+//! instance with other users.
+
+use crate::{AppRecord, Extent, FileKind, Inventory, LabelQueue, Warehouse};
+use bytes::Bytes;
+use labios_label::id::now_nanos;
+use labios_label::{
+    Error, Label, LabelId, LabelIdGen, LabelKind, LabelState, LabelStatus, WorkerSpec, WorkerStatus,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn unique(what: &str) -> String {
+    format!("conf{what}{}", now_nanos())
+}
+
+fn labels(n: usize) -> Vec<Label> {
+    let g = LabelIdGen::new(now_nanos());
+    (0..n)
+        .map(|_| Label::new(g.next(), LabelKind::Write, 1))
+        .collect()
+}
+
+/// FIFO order, batching, tokens, prompt wake-up of a waiting puller.
+pub async fn queue_suite(q: Arc<dyn LabelQueue<Label>>) {
+    let name = unique("q.");
+    assert_eq!(
+        q.depth(&name).await.unwrap(),
+        0,
+        "unknown queue has depth 0"
+    );
+
+    let items = labels(5);
+    q.push(&name, items[..3].to_vec()).await.unwrap();
+    q.push(&name, items[3..].to_vec()).await.unwrap();
+    q.push(&name, Vec::new()).await.unwrap();
+    assert_eq!(q.depth(&name).await.unwrap(), 5);
+    let first = q.pull(&name, 2, Duration::ZERO).await.unwrap();
+    let rest = q.pull(&name, 10, Duration::from_secs(5)).await.unwrap();
+    let got: Vec<Label> = first.iter().chain(&rest).map(|d| d.item.clone()).collect();
+    assert_eq!(got, items, "items come out in push order");
+    let tokens: Vec<u64> = first.iter().chain(&rest).map(|d| d.token).collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens increase");
+    q.ack(&name, &tokens).await.unwrap();
+    assert_eq!(q.depth(&name).await.unwrap(), 0);
+    assert!(q.pull(&name, 0, Duration::ZERO).await.unwrap().is_empty());
+
+    // An empty queue waits for the timeout, then returns nothing.
+    let t = Instant::now();
+    assert!(q
+        .pull(&name, 4, Duration::from_millis(50))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(t.elapsed() >= Duration::from_millis(40), "pull waited");
+
+    // A waiting puller is woken by the push, long before its timeout.
+    let pusher = {
+        let (q, name) = (q.clone(), name.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            q.push(&name, labels(1)).await.unwrap();
+        })
+    };
+    let t = Instant::now();
+    let got = q.pull(&name, 8, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(t.elapsed() < Duration::from_secs(5), "puller woken by push");
+    pusher.await.unwrap();
+
+    // Many batches keep their order while a concurrent puller drains them
+    // (so any bound of at least 10 items works).
+    let many = labels(1000);
+    let pusher = {
+        let (q, name, many) = (q.clone(), name.clone(), many.clone());
+        tokio::spawn(async move {
+            for chunk in many.chunks(10) {
+                q.push(&name, chunk.to_vec()).await.unwrap();
+            }
+        })
+    };
+    let mut out = Vec::new();
+    while out.len() < many.len() {
+        let got = q.pull(&name, 300, Duration::from_secs(5)).await.unwrap();
+        assert!(!got.is_empty(), "items went missing");
+        out.extend(got.into_iter().map(|d| d.item));
+    }
+    assert_eq!(out, many);
+    pusher.await.unwrap();
+
+    let other = format!("{name}.b");
+    q.push(&other, labels(1)).await.unwrap();
+    assert_eq!(q.queues(&name).await.unwrap(), vec![name.clone(), other]);
+}
+
+/// Backpressure of a queue created with `bound` items and a push timeout
+/// of `push_timeout` (which must be at least 100 ms for the test to observe
+/// a waiting push).
+pub async fn queue_backpressure_suite(
+    q: Arc<dyn LabelQueue<Label>>,
+    bound: usize,
+    push_timeout: Duration,
+) {
+    let name = unique("bp.");
+    q.push(&name, labels(bound)).await.unwrap();
+    let waiting = {
+        let (q, name) = (q.clone(), name.clone());
+        tokio::spawn(async move { q.push(&name, labels(1)).await })
+    };
+    tokio::time::sleep(push_timeout / 4).await;
+    assert!(!waiting.is_finished(), "push into a full queue waits");
+    assert_eq!(q.depth(&name).await.unwrap(), bound, "bound holds");
+    assert_eq!(q.pull(&name, 1, Duration::ZERO).await.unwrap().len(), 1);
+    waiting.await.unwrap().expect("room made by the pull");
+    assert_eq!(q.depth(&name).await.unwrap(), bound);
+
+    let t = Instant::now();
+    let err = q.push(&name, labels(1)).await.unwrap_err();
+    assert!(matches!(err, Error::Full(_)), "{err}");
+    assert!(err.to_string().contains(&name), "{err}");
+    assert!(t.elapsed() >= push_timeout.mul_f32(0.8));
+    assert_eq!(
+        q.depth(&name).await.unwrap(),
+        bound,
+        "failed push added nothing"
+    );
+}
+
+/// Values, replacement accounting, keys, take/delete.
+pub async fn warehouse_suite(w: Arc<dyn Warehouse>) {
+    let p = unique("w/");
+    let base = w.usage().await.unwrap();
+    w.put(&format!("{p}/b"), Bytes::from_static(b"0123456789"))
+        .await
+        .unwrap();
+    assert_eq!(w.usage().await.unwrap(), base + 10);
+    w.put(&format!("{p}/b"), Bytes::from_static(b"abcd"))
+        .await
+        .unwrap();
+    assert_eq!(
+        w.usage().await.unwrap(),
+        base + 4,
+        "replacement re-accounted"
+    );
+    let big: Bytes = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    w.put(&format!("{p}/a"), big.clone()).await.unwrap();
+    assert_eq!(w.get(&format!("{p}/a")).await.unwrap(), Some(big.clone()));
+    assert_eq!(
+        w.keys(&p).await.unwrap(),
+        vec![format!("{p}/a"), format!("{p}/b")]
+    );
+    assert_eq!(w.take(&format!("{p}/a")).await.unwrap(), Some(big));
+    assert_eq!(w.take(&format!("{p}/a")).await.unwrap(), None);
+    assert_eq!(
+        w.get(&format!("{p}/b")).await.unwrap().as_deref(),
+        Some(&b"abcd"[..])
+    );
+    assert!(w.delete(&format!("{p}/b")).await.unwrap());
+    assert!(!w.delete(&format!("{p}/b")).await.unwrap());
+    assert_eq!(w.get(&format!("{p}/b")).await.unwrap(), None);
+    assert!(w.keys(&p).await.unwrap().is_empty());
+    assert_eq!(w.usage().await.unwrap(), base);
+}
+
+/// Backpressure of an otherwise empty warehouse bounded at `max_bytes`
+/// (at least 2) with a put timeout of at least 100 ms.
+pub async fn warehouse_backpressure_suite(
+    w: Arc<dyn Warehouse>,
+    max_bytes: u64,
+    put_timeout: Duration,
+) {
+    let p = unique("wbp/");
+    let too_big = Bytes::from(vec![0u8; max_bytes as usize + 1]);
+    let err = w.put(&format!("{p}/x"), too_big).await.unwrap_err();
+    assert!(matches!(err, Error::Full(_)), "{err}");
+
+    let fill = Bytes::from(vec![1u8; max_bytes as usize - 1]);
+    w.put(&format!("{p}/fill"), fill).await.unwrap();
+    let waiting = {
+        let (w, key) = (w.clone(), format!("{p}/late"));
+        tokio::spawn(async move { w.put(&key, Bytes::from_static(b"xy")).await })
+    };
+    tokio::time::sleep(put_timeout / 4).await;
+    assert!(!waiting.is_finished(), "put into a full warehouse waits");
+    assert!(w.delete(&format!("{p}/fill")).await.unwrap());
+    waiting.await.unwrap().expect("room made by the delete");
+    assert_eq!(w.usage().await.unwrap(), 2);
+
+    w.put(
+        &format!("{p}/fill"),
+        Bytes::from(vec![1u8; max_bytes as usize - 2]),
+    )
+    .await
+    .unwrap();
+    let err = w
+        .put(&format!("{p}/more"), Bytes::from_static(b"z"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Full(_)), "{err}");
+    w.delete(&format!("{p}/fill")).await.unwrap();
+    w.delete(&format!("{p}/late")).await.unwrap();
+}
+
+fn ext(offset: u64, len: u64, worker: u32, label: LabelId) -> Extent {
+    Extent {
+        offset,
+        len,
+        worker,
+        label,
+    }
+}
+
+/// Namespace, newest-label-wins extents, label statuses, workers, apps.
+pub async fn inventory_suite(i: Arc<dyn Inventory>) {
+    let root = format!("/{}", unique("inv"));
+    let f = i
+        .create(&format!("{root}/a/b/f"), FileKind::File, 0o644, 7)
+        .await
+        .unwrap();
+    assert_eq!(
+        (f.kind, f.size, f.mode, f.owner),
+        (FileKind::File, 0, 0o644, 7)
+    );
+    let parent = i.lookup(&format!("{root}/a/b")).await.unwrap().unwrap();
+    assert_eq!((parent.kind, parent.mode), (FileKind::Dir, 0o755));
+    let again = i
+        .create(&format!("{root}/a/b/f"), FileKind::File, 0o600, 7)
+        .await
+        .unwrap();
+    assert_eq!(again.id, f.id, "create returns the existing entry");
+    let err = i
+        .create(&format!("{root}/a/b/f"), FileKind::Dir, 0o755, 7)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
+    let err = i
+        .create(&format!("{root}/a/b/f/x"), FileKind::File, 0o644, 7)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidPath { .. }), "{err}");
+    let listed: Vec<String> = i
+        .list(&root)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.path)
+        .collect();
+    let expect: Vec<String> = ["", "/a", "/a/b", "/a/b/f"]
+        .iter()
+        .map(|s| format!("{root}{s}"))
+        .collect();
+    assert_eq!(listed, expect);
+
+    // Newest label wins, whatever order the commits arrive in.
+    let g = LabelIdGen::new(i.next_id("origin").await.unwrap());
+    let l: Vec<LabelId> = (0..6).map(|_| g.next()).collect();
+    i.commit_extent(f.id, ext(100, 100, 3, l[2])).await.unwrap();
+    i.commit_extent(f.id, ext(0, 300, 1, l[0])).await.unwrap();
+    let all = i.extents(f.id, 0, u64::MAX).await.unwrap();
+    assert_eq!(
+        all,
+        vec![
+            ext(0, 100, 1, l[0]),
+            ext(100, 100, 3, l[2]),
+            ext(200, 100, 1, l[0])
+        ]
+    );
+    i.commit_extent(f.id, ext(50, 100, 2, l[1])).await.unwrap();
+    i.commit_extent(f.id, ext(120, 10, 4, l[3])).await.unwrap();
+    let all = i.extents(f.id, 0, 300).await.unwrap();
+    assert_eq!(
+        all,
+        vec![
+            ext(0, 50, 1, l[0]),
+            ext(50, 50, 2, l[1]),
+            ext(100, 20, 3, l[2]),
+            ext(120, 10, 4, l[3]),
+            ext(130, 70, 3, l[2]),
+            ext(200, 100, 1, l[0]),
+        ]
+    );
+    assert_eq!(
+        i.extents(f.id, 60, 50).await.unwrap(),
+        vec![ext(60, 40, 2, l[1]), ext(100, 10, 3, l[2])],
+        "clipped to the range"
+    );
+    assert_eq!(i.file(f.id).await.unwrap().unwrap().size, 300);
+
+    // Odd offsets, holes, zero-length commits.
+    i.commit_extent(f.id, ext(1001, 7, 5, l[4])).await.unwrap();
+    assert_eq!(i.file(f.id).await.unwrap().unwrap().size, 1008);
+    assert_eq!(
+        i.extents(f.id, 300, 703).await.unwrap(),
+        vec![ext(1001, 2, 5, l[4])],
+        "holes are absent"
+    );
+    assert!(i.extents(f.id, 300, 500).await.unwrap().is_empty());
+    let before = i.extents(f.id, 0, u64::MAX).await.unwrap();
+    i.commit_extent(f.id, ext(5, 0, 6, l[5])).await.unwrap();
+    assert_eq!(i.extents(f.id, 0, u64::MAX).await.unwrap(), before);
+    assert_eq!(i.file(f.id).await.unwrap().unwrap().size, 1008);
+    let err = i
+        .commit_extent(u64::MAX - 3, ext(0, 1, 1, l[5]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+
+    // Truncation cuts extents.
+    i.set_size(f.id, 150).await.unwrap();
+    assert_eq!(i.file(f.id).await.unwrap().unwrap().size, 150);
+    assert_eq!(
+        i.extents(f.id, 0, u64::MAX).await.unwrap(),
+        vec![
+            ext(0, 50, 1, l[0]),
+            ext(50, 50, 2, l[1]),
+            ext(100, 20, 3, l[2]),
+            ext(120, 10, 4, l[3]),
+            ext(130, 20, 3, l[2]),
+        ]
+    );
+
+    // Rename: moves, creates parents, replaces a file.
+    let g_path = format!("{root}/c/g");
+    assert!(i
+        .rename(&format!("{root}/a/b/f"), &g_path)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(i.lookup(&format!("{root}/a/b/f")).await.unwrap().is_none());
+    assert_eq!(i.lookup(&g_path).await.unwrap().unwrap().id, f.id);
+    assert_eq!(
+        i.lookup(&format!("{root}/c")).await.unwrap().unwrap().kind,
+        FileKind::Dir
+    );
+    let h = i
+        .create(&format!("{root}/h"), FileKind::File, 0o644, 7)
+        .await
+        .unwrap();
+    i.commit_extent(h.id, ext(0, 10, 9, l[5])).await.unwrap();
+    let (old, old_extents) = i
+        .rename(&format!("{root}/h"), &g_path)
+        .await
+        .unwrap()
+        .expect("destination replaced");
+    assert_eq!(old.id, f.id);
+    assert_eq!(old_extents.len(), 5);
+    assert_eq!(i.lookup(&g_path).await.unwrap().unwrap().id, h.id);
+    assert!(i.file(f.id).await.unwrap().is_none());
+
+    // Renaming a directory moves its children.
+    i.create(&format!("{root}/a/b/k"), FileKind::File, 0o644, 7)
+        .await
+        .unwrap();
+    i.rename(&format!("{root}/a"), &format!("{root}/z"))
+        .await
+        .unwrap();
+    assert!(i.lookup(&format!("{root}/a/b/k")).await.unwrap().is_none());
+    assert!(i.lookup(&format!("{root}/z/b/k")).await.unwrap().is_some());
+    let err = i
+        .rename(&format!("{root}/z"), &format!("{root}/z/b/in"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+
+    // Remove: files with their extents, only empty directories.
+    let err = i.remove(&format!("{root}/z")).await.unwrap_err();
+    assert!(err.to_string().contains(&format!("{root}/z")), "{err}");
+    i.remove(&format!("{root}/z/b/k")).await.unwrap();
+    i.remove(&format!("{root}/z/b")).await.unwrap();
+    let (gone, extents) = i.remove(&g_path).await.unwrap();
+    assert_eq!((gone.id, extents), (h.id, vec![ext(0, 10, 9, l[5])]));
+    let err = i.remove(&g_path).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+
+    // Label statuses: wait times out on unfinished labels, returns early on
+    // completion and reclaims what it returned.
+    let count = i.label_count().await.unwrap();
+    i.set_status(LabelStatus::new(l[0], LabelState::Scheduled))
+        .await
+        .unwrap();
+    assert_eq!(
+        i.status(l[0]).await.unwrap().unwrap().state,
+        LabelState::Scheduled
+    );
+    let t = Instant::now();
+    let st = i.wait(&l[..2], Duration::from_millis(50)).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(40));
+    assert_eq!(
+        st.iter().map(|s| s.state).collect::<Vec<_>>(),
+        vec![LabelState::Scheduled, LabelState::Queued]
+    );
+    let finisher = {
+        let (i, l) = (i.clone(), l.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            i.set_status(LabelStatus::new(l[0], LabelState::Complete))
+                .await
+                .unwrap();
+            let mut failed = LabelStatus::new(l[1], LabelState::Failed);
+            failed.error = Some("disk on fire".into());
+            i.set_status(failed).await.unwrap();
+        })
+    };
+    let t = Instant::now();
+    let st = i.wait(&l[..2], Duration::from_secs(20)).await.unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10), "wait returns early");
+    assert_eq!(st[0].state, LabelState::Complete);
+    assert_eq!(st[1].state, LabelState::Failed);
+    assert_eq!(st[1].error.as_deref(), Some("disk on fire"));
+    finisher.await.unwrap();
+    assert!(i.status(l[0]).await.unwrap().is_none(), "reclaimed");
+    assert_eq!(i.label_count().await.unwrap(), count);
+    assert!(i
+        .wait(&[], Duration::from_secs(5))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Workers, applications, counters.
+    let wid = (now_nanos() % 1_000_000) as u32 + 1_000_000;
+    let w = WorkerStatus::new(WorkerSpec {
+        id: wid,
+        tier: "ram".into(),
+        speed: 5,
+        energy: 1,
+        capacity: 1 << 30,
+        max_queue: 64,
+    });
+    i.put_worker(w.clone()).await.unwrap();
+    assert!(i.workers().await.unwrap().contains(&w));
+    i.remove_worker(wid).await.unwrap();
+    assert!(!i.workers().await.unwrap().contains(&w));
+    let app = AppRecord {
+        id: wid,
+        name: "conformance".into(),
+        key: "k".into(),
+        secret: "s".into(),
+        settings: vec![("sync".into(), "true".into())],
+    };
+    i.put_app(app.clone()).await.unwrap();
+    assert_eq!(i.app(wid).await.unwrap(), Some(app.clone()));
+    assert!(i.apps().await.unwrap().contains(&app));
+    let counter = unique("ctr");
+    let a = i.next_id(&counter).await.unwrap();
+    let b = i.next_id(&counter).await.unwrap();
+    assert!(b > a);
+    i.sync().await.unwrap();
+}
+
+/// Final statuses nobody waits for disappear some time after
+/// `reclaim_after`, while the inventory keeps being updated.
+pub async fn inventory_reclaim_suite(i: Arc<dyn Inventory>, reclaim_after: Duration) {
+    let g = LabelIdGen::new(i.next_id("origin").await.unwrap());
+    let base = i.label_count().await.unwrap();
+    for _ in 0..3000 {
+        i.set_status(LabelStatus::new(g.next(), LabelState::Complete))
+            .await
+            .unwrap();
+    }
+    assert!(i.label_count().await.unwrap() >= base + 3000);
+    tokio::time::sleep(reclaim_after + Duration::from_millis(50)).await;
+    let fresh: Vec<LabelId> = (0..3000).map(|_| g.next()).collect();
+    for id in &fresh {
+        i.set_status(LabelStatus::new(*id, LabelState::Complete))
+            .await
+            .unwrap();
+    }
+    let count = i.label_count().await.unwrap();
+    assert!(count < base + 6000, "expired statuses reclaimed ({count})");
+    i.wait(&fresh, Duration::from_secs(5)).await.unwrap();
+}

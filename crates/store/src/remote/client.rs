@@ -1,0 +1,402 @@
+//! The client side: four trait proxies over one multiplexed connection.
+
+use super::proto::{
+    decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
+    ResponseFrame, Session,
+};
+use super::Endpoint;
+use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory};
+use crate::label_queue::{Delivery, LabelQueue};
+use crate::warehouse::Warehouse;
+use crate::Stores;
+use async_trait::async_trait;
+use bytes::Bytes;
+use labios_label::{
+    AppId, Error, FileId, Label, LabelId, LabelStatus, Result, Task, WorkerId, WorkerStatus,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+/// Frames queued for the writer task; callers wait when it is full.
+const OUTBOX: usize = 1024;
+
+type Pending = HashMap<u64, oneshot::Sender<Result<Reply>>>;
+
+struct Conn {
+    endpoint: String,
+    outbox: mpsc::Sender<Vec<u8>>,
+    /// `None` once the connection is gone: later calls fail at once.
+    pending: Mutex<Option<Pending>>,
+    next_id: AtomicU64,
+}
+
+impl Conn {
+    fn gone(&self) -> Error {
+        Error::Unavailable(format!(
+            "connection to LABIOS at {} was lost",
+            self.endpoint
+        ))
+    }
+
+    async fn call(&self, request: Request) -> Result<Reply> {
+        let hint = match &request {
+            Request::Put { data, .. } => data.len(),
+            _ => 0,
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let bytes = frame(&RequestFrame { id, request }, hint)?;
+        let (tx, rx) = oneshot::channel();
+        match self.pending.lock().as_mut() {
+            Some(p) => p.insert(id, tx),
+            None => return Err(self.gone()),
+        };
+        if self.outbox.send(bytes).await.is_err() {
+            if let Some(p) = self.pending.lock().as_mut() {
+                p.remove(&id);
+            }
+            return Err(self.gone());
+        }
+        rx.await.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Fails every pending call with `err` and refuses new ones.
+    fn close(&self, err: Error) {
+        if let Some(p) = self.pending.lock().take() {
+            for (_, tx) in p {
+                let _ = tx.send(Err(err.clone()));
+            }
+        }
+    }
+}
+
+fn unexpected(reply: Reply) -> Error {
+    Error::Protocol(format!("unexpected reply {reply:?}"))
+}
+
+macro_rules! expect {
+    ($reply:expr, $pat:pat => $v:expr) => {
+        match $reply {
+            $pat => Ok($v),
+            other => Err(unexpected(other)),
+        }
+    };
+}
+
+/// Opens one connection to `labios serve` at `endpoint`, authenticates and
+/// returns the four stores, all sharing it.
+pub async fn connect(
+    endpoint: &Endpoint,
+    key: Option<String>,
+    secret: Option<String>,
+) -> Result<(Stores, Session)> {
+    let unreachable = |e: std::io::Error| {
+        Error::Unavailable(format!(
+            "cannot reach LABIOS at {endpoint}: {e}; is `labios serve` running?"
+        ))
+    };
+    let conn = match endpoint {
+        Endpoint::Unix(path) => {
+            let s = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(unreachable)?;
+            let (r, w) = s.into_split();
+            start(endpoint, r, w)
+        }
+        Endpoint::Tcp(addr) => {
+            let s = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(unreachable)?;
+            s.set_nodelay(true).map_err(unreachable)?;
+            let (r, w) = s.into_split();
+            start(endpoint, r, w)
+        }
+    };
+    let session =
+        expect!(conn.call(Request::Hello { key, secret }).await?, Reply::Session(s) => s)?;
+    let stores = Stores {
+        labels: Arc::new(RemoteQueue::<Label>::new(conn.clone())),
+        tasks: Arc::new(RemoteQueue::<Task>::new(conn.clone())),
+        warehouse: Arc::new(RemoteWarehouse(conn.clone())),
+        inventory: Arc::new(RemoteInventory(conn)),
+    };
+    Ok((stores, session))
+}
+
+fn start<R, W>(endpoint: &Endpoint, r: R, w: W) -> Arc<Conn>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (outbox, rx) = mpsc::channel::<Vec<u8>>(OUTBOX);
+    let conn = Arc::new(Conn {
+        endpoint: endpoint.to_string(),
+        outbox,
+        pending: Mutex::new(Some(HashMap::new())),
+        next_id: AtomicU64::new(1),
+    });
+    tokio::spawn(write_frames(w, rx));
+    let reader_conn = conn.clone();
+    tokio::spawn(async move {
+        let conn = reader_conn;
+        let mut r = BufReader::with_capacity(64 << 10, r);
+        let err = loop {
+            let body = match read_frame(&mut r).await {
+                Ok(Some(b)) => b,
+                Ok(None) => break conn.gone(),
+                Err(e) => break e,
+            };
+            let resp: ResponseFrame = match decode_frame(&body) {
+                Ok(r) => r,
+                Err(e) => break e,
+            };
+            if resp.id == 0 {
+                break resp.result.err().unwrap_or_else(|| conn.gone());
+            }
+            let tx = conn
+                .pending
+                .lock()
+                .as_mut()
+                .and_then(|p| p.remove(&resp.id));
+            if let Some(tx) = tx {
+                let _ = tx.send(resp.result);
+            }
+        };
+        conn.close(err);
+    });
+    conn
+}
+
+/// A queue item type that has its own family of requests.
+pub(crate) trait Wire: Send + Sized + 'static {
+    fn request(op: QueueOp<Self>) -> Request;
+    fn deliveries(reply: Reply) -> Result<Vec<(Self, u64)>>;
+}
+
+impl Wire for Label {
+    fn request(op: QueueOp<Self>) -> Request {
+        Request::Labels(op)
+    }
+    fn deliveries(reply: Reply) -> Result<Vec<(Self, u64)>> {
+        expect!(reply, Reply::Labels(v) => v)
+    }
+}
+
+impl Wire for Task {
+    fn request(op: QueueOp<Self>) -> Request {
+        Request::Tasks(op)
+    }
+    fn deliveries(reply: Reply) -> Result<Vec<(Self, u64)>> {
+        expect!(reply, Reply::Tasks(v) => v)
+    }
+}
+
+struct RemoteQueue<T> {
+    conn: Arc<Conn>,
+    _items: PhantomData<fn() -> T>,
+}
+
+impl<T> RemoteQueue<T> {
+    fn new(conn: Arc<Conn>) -> Self {
+        RemoteQueue {
+            conn,
+            _items: PhantomData,
+        }
+    }
+}
+
+#[async_trait]
+impl<T: Wire + serde::Serialize> LabelQueue<T> for RemoteQueue<T> {
+    async fn push(&self, queue: &str, items: Vec<T>) -> Result<()> {
+        let op = QueueOp::Push {
+            queue: queue.into(),
+            items,
+        };
+        expect!(self.conn.call(T::request(op)).await?, Reply::Unit => ())
+    }
+
+    async fn pull(&self, queue: &str, max: usize, wait: Duration) -> Result<Vec<Delivery<T>>> {
+        let op = QueueOp::Pull {
+            queue: queue.into(),
+            max: max as u64,
+            wait,
+        };
+        let got = T::deliveries(self.conn.call(T::request(op)).await?)?;
+        Ok(got
+            .into_iter()
+            .map(|(item, token)| Delivery { item, token })
+            .collect())
+    }
+
+    async fn ack(&self, queue: &str, tokens: &[u64]) -> Result<()> {
+        let op = QueueOp::Ack {
+            queue: queue.into(),
+            tokens: tokens.to_vec(),
+        };
+        expect!(self.conn.call(T::request(op)).await?, Reply::Unit => ())
+    }
+
+    async fn depth(&self, queue: &str) -> Result<usize> {
+        let op = QueueOp::Depth {
+            queue: queue.into(),
+        };
+        expect!(self.conn.call(T::request(op)).await?, Reply::Count(n) => n as usize)
+    }
+
+    async fn queues(&self, prefix: &str) -> Result<Vec<String>> {
+        let op = QueueOp::Queues {
+            prefix: prefix.into(),
+        };
+        expect!(self.conn.call(T::request(op)).await?, Reply::Names(v) => v)
+    }
+}
+
+struct RemoteWarehouse(Arc<Conn>);
+
+#[async_trait]
+impl Warehouse for RemoteWarehouse {
+    async fn put(&self, key: &str, data: Bytes) -> Result<()> {
+        let r = self
+            .0
+            .call(Request::Put {
+                key: key.into(),
+                data,
+            })
+            .await?;
+        expect!(r, Reply::Unit => ())
+    }
+    async fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        expect!(self.0.call(Request::Get { key: key.into() }).await?, Reply::Data(d) => d)
+    }
+    async fn take(&self, key: &str) -> Result<Option<Bytes>> {
+        expect!(self.0.call(Request::Take { key: key.into() }).await?, Reply::Data(d) => d)
+    }
+    async fn delete(&self, key: &str) -> Result<bool> {
+        expect!(self.0.call(Request::Delete { key: key.into() }).await?, Reply::Bool(b) => b)
+    }
+    async fn keys(&self, prefix: &str) -> Result<Vec<String>> {
+        let r = self
+            .0
+            .call(Request::Keys {
+                prefix: prefix.into(),
+            })
+            .await?;
+        expect!(r, Reply::Names(v) => v)
+    }
+    async fn usage(&self) -> Result<u64> {
+        expect!(self.0.call(Request::Usage).await?, Reply::Count(n) => n)
+    }
+}
+
+struct RemoteInventory(Arc<Conn>);
+
+#[async_trait]
+impl Inventory for RemoteInventory {
+    async fn create(
+        &self,
+        path: &str,
+        kind: FileKind,
+        mode: u32,
+        owner: AppId,
+    ) -> Result<FileMeta> {
+        let r = self
+            .0
+            .call(Request::Create {
+                path: path.into(),
+                kind,
+                mode,
+                owner,
+            })
+            .await?;
+        expect!(r, Reply::Meta(m) => m)
+    }
+    async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
+        let r = self.0.call(Request::Lookup { path: path.into() }).await?;
+        expect!(r, Reply::MaybeMeta(m) => m)
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
+        let r = self
+            .0
+            .call(Request::List {
+                prefix: prefix.into(),
+            })
+            .await?;
+        expect!(r, Reply::Metas(v) => v)
+    }
+    async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)> {
+        let r = self.0.call(Request::Remove { path: path.into() }).await?;
+        expect!(r, Reply::Removed(m, e) => (m, e))
+    }
+    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
+        let r = self
+            .0
+            .call(Request::Rename {
+                from: from.into(),
+                to: to.into(),
+            })
+            .await?;
+        expect!(r, Reply::Renamed(v) => v)
+    }
+    async fn set_size(&self, file: FileId, size: u64) -> Result<()> {
+        expect!(self.0.call(Request::SetSize { file, size }).await?, Reply::Unit => ())
+    }
+    async fn commit_extent(&self, file: FileId, extent: Extent) -> Result<()> {
+        let r = self.0.call(Request::CommitExtent { file, extent }).await?;
+        expect!(r, Reply::Unit => ())
+    }
+    async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        let r = self.0.call(Request::Extents { file, offset, len }).await?;
+        expect!(r, Reply::Extents(v) => v)
+    }
+    async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {
+        expect!(self.0.call(Request::File { file }).await?, Reply::MaybeMeta(m) => m)
+    }
+    async fn set_status(&self, status: LabelStatus) -> Result<()> {
+        expect!(self.0.call(Request::SetStatus(status)).await?, Reply::Unit => ())
+    }
+    async fn status(&self, id: LabelId) -> Result<Option<LabelStatus>> {
+        expect!(self.0.call(Request::Status(id)).await?, Reply::Status(s) => s)
+    }
+    async fn wait(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>> {
+        let r = self
+            .0
+            .call(Request::Wait {
+                ids: ids.to_vec(),
+                timeout,
+            })
+            .await?;
+        expect!(r, Reply::Statuses(v) => v)
+    }
+    async fn label_count(&self) -> Result<usize> {
+        expect!(self.0.call(Request::LabelCount).await?, Reply::Count(n) => n as usize)
+    }
+    async fn put_worker(&self, status: WorkerStatus) -> Result<()> {
+        expect!(self.0.call(Request::PutWorker(status)).await?, Reply::Unit => ())
+    }
+    async fn workers(&self) -> Result<Vec<WorkerStatus>> {
+        expect!(self.0.call(Request::Workers).await?, Reply::Workers(v) => v)
+    }
+    async fn remove_worker(&self, id: WorkerId) -> Result<()> {
+        expect!(self.0.call(Request::RemoveWorker(id)).await?, Reply::Unit => ())
+    }
+    async fn put_app(&self, app: AppRecord) -> Result<()> {
+        expect!(self.0.call(Request::PutApp(app)).await?, Reply::Unit => ())
+    }
+    async fn app(&self, id: AppId) -> Result<Option<AppRecord>> {
+        expect!(self.0.call(Request::App(id)).await?, Reply::App(a) => a)
+    }
+    async fn apps(&self) -> Result<Vec<AppRecord>> {
+        expect!(self.0.call(Request::Apps).await?, Reply::Apps(v) => v)
+    }
+    async fn next_id(&self, counter: &str) -> Result<u64> {
+        expect!(self.0.call(Request::NextId(counter.into())).await?, Reply::Count(n) => n)
+    }
+    async fn sync(&self) -> Result<()> {
+        expect!(self.0.call(Request::Sync).await?, Reply::Unit => ())
+    }
+}

@@ -1,0 +1,239 @@
+//! The wire protocol: frames of `u32 little-endian length | body`, the body
+//! being a `labios_label::codec` encoding of a [`Request`] or [`Response`].
+
+use crate::inventory::{AppRecord, Extent, FileKind, FileMeta};
+use bytes::Bytes;
+use labios_label::codec::{MAGIC, VERSION};
+use labios_label::{
+    decode, AppId, Error, FileId, Label, LabelId, LabelStatus, Result, Task, WorkerId, WorkerStatus,
+};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Largest frame accepted either way: a label's data travels in one frame,
+/// and anything larger is refused before it is allocated.
+pub const MAX_FRAME: usize = 80 << 20;
+
+/// What a client learns when the server accepts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub app: AppId,
+    /// A label-id origin no other client has.
+    pub origin: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum QueueOp<T> {
+    Push {
+        queue: String,
+        items: Vec<T>,
+    },
+    Pull {
+        queue: String,
+        max: u64,
+        wait: Duration,
+    },
+    Ack {
+        queue: String,
+        tokens: Vec<u64>,
+    },
+    Depth {
+        queue: String,
+    },
+    Queues {
+        prefix: String,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    Hello {
+        key: Option<String>,
+        secret: Option<String>,
+    },
+    Labels(QueueOp<Label>),
+    Tasks(QueueOp<Task>),
+    Put {
+        key: String,
+        data: Bytes,
+    },
+    Get {
+        key: String,
+    },
+    Take {
+        key: String,
+    },
+    Delete {
+        key: String,
+    },
+    Keys {
+        prefix: String,
+    },
+    Usage,
+    Create {
+        path: String,
+        kind: FileKind,
+        mode: u32,
+        owner: AppId,
+    },
+    Lookup {
+        path: String,
+    },
+    List {
+        prefix: String,
+    },
+    Remove {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    SetSize {
+        file: FileId,
+        size: u64,
+    },
+    CommitExtent {
+        file: FileId,
+        extent: Extent,
+    },
+    Extents {
+        file: FileId,
+        offset: u64,
+        len: u64,
+    },
+    File {
+        file: FileId,
+    },
+    SetStatus(LabelStatus),
+    Status(LabelId),
+    Wait {
+        ids: Vec<LabelId>,
+        timeout: Duration,
+    },
+    LabelCount,
+    PutWorker(WorkerStatus),
+    Workers,
+    RemoveWorker(WorkerId),
+    PutApp(AppRecord),
+    App(AppId),
+    Apps,
+    NextId(String),
+    Sync,
+}
+
+/// One variant per result shape of the trait methods.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Unit,
+    Session(Session),
+    Bool(bool),
+    Count(u64),
+    Data(Option<Bytes>),
+    Names(Vec<String>),
+    Labels(Vec<(Label, u64)>),
+    Tasks(Vec<(Task, u64)>),
+    Meta(FileMeta),
+    MaybeMeta(Option<FileMeta>),
+    Metas(Vec<FileMeta>),
+    Removed(FileMeta, Vec<Extent>),
+    Renamed(Option<(FileMeta, Vec<Extent>)>),
+    Extents(Vec<Extent>),
+    Status(Option<LabelStatus>),
+    Statuses(Vec<LabelStatus>),
+    Workers(Vec<WorkerStatus>),
+    App(Option<AppRecord>),
+    Apps(Vec<AppRecord>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RequestFrame {
+    pub id: u64,
+    pub request: Request,
+}
+
+/// Id 0 answers a frame that could not be read: it concerns the whole
+/// connection, which the server closes after sending it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ResponseFrame {
+    pub id: u64,
+    pub result: Result<Reply>,
+}
+
+/// Encodes a whole frame (length prefix included) in one buffer sized for
+/// `payload_hint` bytes of data, so a large put is copied once.
+pub fn frame<T: Serialize>(value: &T, payload_hint: usize) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(payload_hint + 256);
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    postcard::to_io(value, &mut out).map_err(|e| Error::Protocol(e.to_string()))?;
+    let body = out.len() - 4;
+    if body > MAX_FRAME {
+        return Err(Error::Protocol(format!(
+            "a {body}-byte message exceeds the {MAX_FRAME}-byte frame limit"
+        )));
+    }
+    out[..4].copy_from_slice(&(body as u32).to_le_bytes());
+    Ok(out)
+}
+
+/// Reads one frame body; `Ok(None)` on a clean end of stream. The buffer
+/// grows with the bytes that actually arrive, so a lying length prefix
+/// cannot make us allocate what was never sent.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(Error::Unavailable(e.to_string())),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(Error::Protocol(format!(
+            "a {len}-byte frame exceeds the {MAX_FRAME}-byte limit"
+        )));
+    }
+    let mut body = Vec::with_capacity(len.min(16 << 20));
+    let got = r
+        .take(len as u64)
+        .read_to_end(&mut body)
+        .await
+        .map_err(|e| Error::Unavailable(e.to_string()))?;
+    if got < len {
+        return Err(Error::Unavailable(format!(
+            "connection closed inside a frame ({got} of {len} bytes)"
+        )));
+    }
+    Ok(Some(body))
+}
+
+pub fn decode_frame<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
+    decode(body).map_err(|e| Error::Protocol(e.to_string()))
+}
+
+/// Writes queued frames, flushing only when none is waiting: batches under
+/// load, no added delay when idle. Ends when every sender is gone or the
+/// peer stops reading.
+pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
+    w: W,
+    mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let mut w = tokio::io::BufWriter::with_capacity(64 << 10, w);
+    while let Some(f) = rx.recv().await {
+        if w.write_all(&f).await.is_err() {
+            return;
+        }
+        while let Ok(f) = rx.try_recv() {
+            if w.write_all(&f).await.is_err() {
+                return;
+            }
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}

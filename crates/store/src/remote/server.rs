@@ -1,0 +1,262 @@
+//! The server side: answers remote proxies from a set of [`Stores`].
+
+use super::proto::{
+    decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
+    ResponseFrame, Session,
+};
+use super::Endpoint;
+use crate::label_queue::LabelQueue;
+use crate::Stores;
+use labios_label::{AppId, Error, Result};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
+
+/// Checks a client's key and secret and names its application. Async because
+/// the administrator looks credentials up in the inventory.
+pub type AuthFn = Arc<
+    dyn Fn(Option<String>, Option<String>) -> futures::future::BoxFuture<'static, Result<AppId>> + Send + Sync,
+>;
+
+/// Requests of one connection running at once; further frames wait, which
+/// pushes back on the client through the socket.
+const IN_FLIGHT: usize = 1024;
+const OUTBOX: usize = 1024;
+
+pub enum Listener {
+    Unix(UnixListener, PathBuf),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    /// Binds `endpoint`. A leftover Unix socket file is replaced, unless a
+    /// server still answers on it.
+    pub async fn bind(endpoint: &Endpoint) -> Result<Self> {
+        let failed =
+            |e: std::io::Error| Error::Unavailable(format!("cannot listen on {endpoint}: {e}"));
+        match endpoint {
+            Endpoint::Unix(path) => {
+                if path.exists() {
+                    if tokio::net::UnixStream::connect(path).await.is_ok() {
+                        return Err(Error::AlreadyExists(format!(
+                            "a server is already listening on {}",
+                            path.display()
+                        )));
+                    }
+                    std::fs::remove_file(path).map_err(failed)?;
+                }
+                Ok(Listener::Unix(
+                    UnixListener::bind(path).map_err(failed)?,
+                    path.clone(),
+                ))
+            }
+            Endpoint::Tcp(addr) => Ok(Listener::Tcp(
+                TcpListener::bind(addr).await.map_err(failed)?,
+            )),
+        }
+    }
+
+    /// Where clients reach this listener (the real port when bound to 0).
+    pub fn endpoint(&self) -> Result<Endpoint> {
+        match self {
+            Listener::Unix(_, path) => Ok(Endpoint::Unix(path.clone())),
+            Listener::Tcp(l) => Ok(Endpoint::Tcp(l.local_addr()?.to_string())),
+        }
+    }
+}
+
+/// Serves connections until `shutdown` turns true (or its sender is
+/// dropped); open connections are closed then too.
+pub async fn serve(
+    listener: Listener,
+    stores: Stores,
+    auth: AuthFn,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<()> {
+    let mut conns = JoinSet::new();
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        tokio::select! {
+            changed = shutdown.changed() => if changed.is_err() { break },
+            accepted = accept(&listener) => match accepted {
+                Ok((r, w)) => {
+                    conns.spawn(connection(r, w, stores.clone(), auth.clone(), shutdown.clone()));
+                }
+                Err(e) => tracing::warn!("accept on {:?}: {e}", listener.endpoint()),
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+    if let Listener::Unix(_, path) = &listener {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+type Halves = (
+    Box<dyn AsyncRead + Unpin + Send>,
+    Box<dyn AsyncWrite + Unpin + Send>,
+);
+
+async fn accept(listener: &Listener) -> std::io::Result<Halves> {
+    Ok(match listener {
+        Listener::Unix(l, _) => {
+            let (s, _) = l.accept().await?;
+            let (r, w) = s.into_split();
+            (Box::new(r), Box::new(w))
+        }
+        Listener::Tcp(l) => {
+            let (s, _) = l.accept().await?;
+            s.set_nodelay(true)?;
+            let (r, w) = s.into_split();
+            (Box::new(r), Box::new(w))
+        }
+    })
+}
+
+fn respond(id: u64, result: Result<Reply>) -> Vec<u8> {
+    let hint = match &result {
+        Ok(Reply::Data(Some(d))) => d.len(),
+        _ => 0,
+    };
+    frame(&ResponseFrame { id, result }, hint)
+        .unwrap_or_else(|e| frame(&ResponseFrame { id, result: Err(e) }, 0).unwrap_or_default())
+}
+
+async fn connection(
+    r: Box<dyn AsyncRead + Unpin + Send>,
+    w: Box<dyn AsyncWrite + Unpin + Send>,
+    stores: Stores,
+    auth: AuthFn,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (outbox, rx) = mpsc::channel::<Vec<u8>>(OUTBOX);
+    let writer = tokio::spawn(write_frames(w, rx));
+    let mut r = BufReader::with_capacity(64 << 10, r);
+    let mut tasks = JoinSet::new();
+    let limit = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut hello = true;
+    loop {
+        let body = tokio::select! {
+            _ = shutdown.changed() => break,
+            body = read_frame(&mut r) => body,
+        };
+        let frame: RequestFrame = match body.and_then(|b| match b {
+            Some(b) => decode_frame(&b).map(Some),
+            None => Ok(None),
+        }) {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                let _ = outbox.send(respond(0, Err(e))).await;
+                break;
+            }
+        };
+        if hello {
+            hello = false;
+            let reply = match frame.request {
+                Request::Hello { key, secret } => match auth(key, secret).await {
+                    Ok(app) => stores
+                        .inventory
+                        .next_id("origin")
+                        .await
+                        .map(|origin| Reply::Session(Session { app, origin })),
+                    Err(e) => Err(e),
+                },
+                _ => Err(Error::Protocol("the first request must be Hello".into())),
+            };
+            let accepted = reply.is_ok();
+            let _ = outbox.send(respond(frame.id, reply)).await;
+            if !accepted {
+                break;
+            }
+            continue;
+        }
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            break;
+        };
+        let (stores, outbox) = (stores.clone(), outbox.clone());
+        tasks.spawn(async move {
+            let result = handle(&stores, frame.request).await;
+            let _ = outbox.send(respond(frame.id, result)).await;
+            drop(permit);
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    // The client is gone or misbehaved: drop what it still waits for.
+    tasks.shutdown().await;
+    drop(outbox);
+    let _ = writer.await;
+}
+
+async fn queue_op<T: Send + 'static>(
+    q: &dyn LabelQueue<T>,
+    op: QueueOp<T>,
+    wrap: fn(Vec<(T, u64)>) -> Reply,
+) -> Result<Reply> {
+    Ok(match op {
+        QueueOp::Push { queue, items } => q.push(&queue, items).await.map(|_| Reply::Unit)?,
+        QueueOp::Pull { queue, max, wait } => {
+            let max = usize::try_from(max).unwrap_or(usize::MAX);
+            let got = q.pull(&queue, max, wait).await?;
+            wrap(got.into_iter().map(|d| (d.item, d.token)).collect())
+        }
+        QueueOp::Ack { queue, tokens } => q.ack(&queue, &tokens).await.map(|_| Reply::Unit)?,
+        QueueOp::Depth { queue } => Reply::Count(q.depth(&queue).await? as u64),
+        QueueOp::Queues { prefix } => Reply::Names(q.queues(&prefix).await?),
+    })
+}
+
+async fn handle(s: &Stores, request: Request) -> Result<Reply> {
+    let (w, i) = (&s.warehouse, &s.inventory);
+    Ok(match request {
+        Request::Hello { .. } => return Err(Error::Protocol("Hello sent twice".into())),
+        Request::Labels(op) => return queue_op(s.labels.as_ref(), op, Reply::Labels).await,
+        Request::Tasks(op) => return queue_op(s.tasks.as_ref(), op, Reply::Tasks).await,
+        Request::Put { key, data } => w.put(&key, data).await.map(|_| Reply::Unit)?,
+        Request::Get { key } => Reply::Data(w.get(&key).await?),
+        Request::Take { key } => Reply::Data(w.take(&key).await?),
+        Request::Delete { key } => Reply::Bool(w.delete(&key).await?),
+        Request::Keys { prefix } => Reply::Names(w.keys(&prefix).await?),
+        Request::Usage => Reply::Count(w.usage().await?),
+        Request::Create {
+            path,
+            kind,
+            mode,
+            owner,
+        } => Reply::Meta(i.create(&path, kind, mode, owner).await?),
+        Request::Lookup { path } => Reply::MaybeMeta(i.lookup(&path).await?),
+        Request::List { prefix } => Reply::Metas(i.list(&prefix).await?),
+        Request::Remove { path } => {
+            let (m, e) = i.remove(&path).await?;
+            Reply::Removed(m, e)
+        }
+        Request::Rename { from, to } => Reply::Renamed(i.rename(&from, &to).await?),
+        Request::SetSize { file, size } => i.set_size(file, size).await.map(|_| Reply::Unit)?,
+        Request::CommitExtent { file, extent } => {
+            i.commit_extent(file, extent).await.map(|_| Reply::Unit)?
+        }
+        Request::Extents { file, offset, len } => {
+            Reply::Extents(i.extents(file, offset, len).await?)
+        }
+        Request::File { file } => Reply::MaybeMeta(i.file(file).await?),
+        Request::SetStatus(st) => i.set_status(st).await.map(|_| Reply::Unit)?,
+        Request::Status(id) => Reply::Status(i.status(id).await?),
+        Request::Wait { ids, timeout } => Reply::Statuses(i.wait(&ids, timeout).await?),
+        Request::LabelCount => Reply::Count(i.label_count().await? as u64),
+        Request::PutWorker(st) => i.put_worker(st).await.map(|_| Reply::Unit)?,
+        Request::Workers => Reply::Workers(i.workers().await?),
+        Request::RemoveWorker(id) => i.remove_worker(id).await.map(|_| Reply::Unit)?,
+        Request::PutApp(app) => i.put_app(app).await.map(|_| Reply::Unit)?,
+        Request::App(id) => Reply::App(i.app(id).await?),
+        Request::Apps => Reply::Apps(i.apps().await?),
+        Request::NextId(name) => Reply::Count(i.next_id(&name).await?),
+        Request::Sync => i.sync().await.map(|_| Reply::Unit)?,
+    })
+}

@@ -1,0 +1,184 @@
+use bytes::Bytes;
+use labios_label::Error;
+use labios_store::conformance::*;
+use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
+use labios_store::remote::{connect, serve, AuthFn, Endpoint, Listener};
+use labios_store::Stores;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BOUND: usize = 64;
+const TIMEOUT: Duration = Duration::from_millis(200);
+const WAREHOUSE: u64 = 64 << 20;
+
+fn stores() -> Stores {
+    Stores {
+        labels: Arc::new(MemoryQueue::new(BOUND, TIMEOUT)),
+        tasks: Arc::new(MemoryQueue::new(BOUND, TIMEOUT)),
+        warehouse: Arc::new(MemoryWarehouse::new(WAREHOUSE, TIMEOUT)),
+        inventory: Arc::new(RedbInventory::in_memory().unwrap()),
+    }
+}
+
+fn auth() -> AuthFn {
+    Arc::new(|key, secret| {
+        Box::pin(async move {
+            match (key.as_deref(), secret.as_deref()) {
+                (Some("k"), Some("s")) => Ok(7),
+                _ => Err(Error::PermissionDenied("bad key or secret".into())),
+            }
+        })
+    })
+}
+
+async fn start(endpoint: Endpoint) -> (Endpoint, tokio::sync::watch::Sender<bool>) {
+    let listener = Listener::bind(&endpoint).await.unwrap();
+    let endpoint = listener.endpoint().unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve(listener, stores(), auth(), rx));
+    (endpoint, tx)
+}
+
+async fn suites(endpoint: &Endpoint) {
+    let (s, session) = connect(endpoint, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+    assert_eq!(session.app, 7);
+    let (_, other) = connect(endpoint, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+    assert_ne!(session.origin, other.origin, "unique origins");
+    queue_suite(s.labels.clone()).await;
+    queue_backpressure_suite(s.labels.clone(), BOUND, TIMEOUT).await;
+    warehouse_suite(s.warehouse.clone()).await;
+    inventory_suite(s.inventory.clone()).await;
+}
+
+#[tokio::test]
+async fn conformance_over_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ep, _stop) = start(Endpoint::Unix(dir.path().join("labios.sock"))).await;
+    suites(&ep).await;
+    let err = Listener::bind(&ep).await.err().unwrap();
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
+}
+
+#[tokio::test]
+async fn conformance_over_tcp() {
+    let (ep, _stop) = start(Endpoint::Tcp("127.0.0.1:0".into())).await;
+    suites(&ep).await;
+}
+
+#[tokio::test]
+async fn endpoints_parse() {
+    assert_eq!(
+        Endpoint::parse("/run/labios.sock").unwrap(),
+        Endpoint::Unix("/run/labios.sock".into())
+    );
+    assert_eq!(
+        Endpoint::parse("l.sock").unwrap(),
+        Endpoint::Unix("l.sock".into())
+    );
+    assert_eq!(Endpoint::parse("h:7000").unwrap().to_string(), "h:7000");
+    for bad in ["", "host", ":80", "h:99999", "h:x"] {
+        let e = Endpoint::parse(bad).unwrap_err();
+        assert!(e.to_string().contains("HOST:PORT"), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn unreachable_and_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ep = Endpoint::Unix(dir.path().join("none.sock"));
+    let err = connect(&ep, None, None).await.err().unwrap();
+    assert!(matches!(err, Error::Unavailable(_)));
+    assert!(
+        err.to_string().contains("is `labios serve` running?"),
+        "{err}"
+    );
+
+    let (ep, stop) = start(Endpoint::Unix(dir.path().join("s.sock"))).await;
+    let err = connect(&ep, Some("k".into()), Some("wrong".into()))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+
+    // A dropped server fails pending and later calls instead of hanging.
+    let (s, _) = connect(&ep, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+    let pending = {
+        let q = s.labels.clone();
+        tokio::spawn(async move { q.pull("idle", 1, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    stop.send(true).unwrap();
+    let err = pending.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    let err = s.warehouse.usage().await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+}
+
+#[tokio::test]
+async fn bad_frames_close_only_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+    let (ep, _stop) = start(Endpoint::Unix(path.clone())).await;
+    let (good, _) = connect(&ep, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+
+    for frame in [
+        (200u32 << 20).to_le_bytes().to_vec(),
+        [&5u32.to_le_bytes()[..], b"junk!"].concat(),
+    ] {
+        let mut raw = tokio::net::UnixStream::connect(&path).await.unwrap();
+        raw.write_all(&frame).await.unwrap();
+        let mut reply = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut reply))
+            .await
+            .expect("server closes the bad connection")
+            .unwrap();
+        let text = String::from_utf8_lossy(&reply).to_string();
+        assert!(text.contains("limit") || text.contains("magic"), "{text}");
+    }
+    assert_eq!(
+        good.warehouse.usage().await.unwrap(),
+        0,
+        "others unaffected"
+    );
+}
+
+/// Round-trip and bandwidth printouts (run with --nocapture).
+#[tokio::test]
+async fn measure_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ep, _stop) = start(Endpoint::Unix(dir.path().join("m.sock"))).await;
+    let (s, _) = connect(&ep, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        s.warehouse.usage().await.unwrap();
+    }
+    let n = 5000;
+    let t = Instant::now();
+    for _ in 0..n {
+        s.warehouse.usage().await.unwrap();
+    }
+    println!(
+        "remote unix round trip: {:.1} us",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+    let data = Bytes::from(vec![7u8; 1 << 20]);
+    let n = 200;
+    let t = Instant::now();
+    for _ in 0..n {
+        s.warehouse.put("big", data.clone()).await.unwrap();
+    }
+    println!(
+        "remote unix 1 MiB put: {:.0} MiB/s",
+        n as f64 / t.elapsed().as_secs_f64()
+    );
+}
