@@ -25,19 +25,29 @@ impl CatalogManager {
     pub async fn open_or_create(&self, path: &str) -> Result<FileMeta> {
         let path = normalize_path(path)?;
         if path == "/" {
-            return Err(Error::InvalidPath { path, reason: "the root is a directory".into() });
+            return Err(Error::InvalidPath {
+                path,
+                reason: "the root is a directory".into(),
+            });
         }
-        self.inventory.create(&path, FileKind::File, 0o644, self.app).await
+        self.inventory
+            .create(&path, FileKind::File, 0o644, self.app)
+            .await
     }
 
     pub async fn mkdir(&self, path: &str) -> Result<FileMeta> {
         let path = normalize_path(path)?;
-        self.inventory.create(&path, FileKind::Dir, 0o755, self.app).await
+        self.inventory
+            .create(&path, FileKind::Dir, 0o755, self.app)
+            .await
     }
 
     pub async fn stat(&self, path: &str) -> Result<FileMeta> {
         let norm = normalize_path(path)?;
-        self.inventory.lookup(&norm).await?.ok_or_else(|| Error::NotFound(norm))
+        self.inventory
+            .lookup(&norm)
+            .await?
+            .ok_or_else(|| Error::NotFound(norm))
     }
 
     /// Entries under `prefix`: a directory's descendants, or paths that start
@@ -48,7 +58,11 @@ impl CatalogManager {
             if meta.kind == FileKind::File {
                 return Ok(vec![meta]);
             }
-            let dir = if norm == "/" { norm } else { format!("{norm}/") };
+            let dir = if norm == "/" {
+                norm
+            } else {
+                format!("{norm}/")
+            };
             return self.inventory.list(&dir).await;
         }
         let all = self.inventory.list(&norm).await?;
@@ -59,7 +73,10 @@ impl CatalogManager {
     }
 
     pub async fn file(&self, id: FileId) -> Result<FileMeta> {
-        self.inventory.file(id).await?.ok_or_else(|| Error::NotFound(format!("file id {id}")))
+        self.inventory
+            .file(id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("file id {id}")))
     }
 
     pub async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
@@ -69,7 +86,10 @@ impl CatalogManager {
     pub async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)> {
         let norm = normalize_path(path)?;
         if norm == "/" {
-            return Err(Error::InvalidPath { path: norm, reason: "the root cannot be removed".into() });
+            return Err(Error::InvalidPath {
+                path: norm,
+                reason: "the root cannot be removed".into(),
+            });
         }
         self.inventory.remove(&norm).await
     }

@@ -10,6 +10,7 @@ use crate::content_manager::ContentManager;
 use crate::label_manager::{first_failure, LabelManager};
 use bytes::{Bytes, BytesMut};
 use futures::future::try_join_all;
+use labios_label::anatomy::{self, Phase};
 use labios_label::{
     normalize_path, AppId, Error, FileId, LabelId, LabelKind, LabelState, Result, Segment, WorkerId,
 };
@@ -39,6 +40,7 @@ pub struct Client {
 }
 
 struct Inner {
+    stores: Stores,
     labels: LabelManager,
     content: ContentManager,
     catalog: CatalogManager,
@@ -75,9 +77,16 @@ impl Client {
         config.validate()?;
         Ok(Client {
             inner: Arc::new(Inner {
-                labels: LabelManager::new(stores.labels, stores.inventory.clone(), app, origin, config),
-                content: ContentManager::new(stores.warehouse, app),
-                catalog: CatalogManager::new(stores.inventory, app),
+                labels: LabelManager::new(
+                    stores.labels.clone(),
+                    stores.inventory.clone(),
+                    app,
+                    origin,
+                    config,
+                ),
+                content: ContentManager::new(stores.warehouse.clone(), app),
+                catalog: CatalogManager::new(stores.inventory.clone(), app),
+                stores,
                 app,
                 files: Mutex::new(HashMap::new()),
                 small: Mutex::new(HashMap::new()),
@@ -88,6 +97,11 @@ impl Client {
 
     pub fn app(&self) -> AppId {
         self.inner.app
+    }
+
+    /// The queue, warehouse and inventory this client talks to.
+    pub fn stores(&self) -> &Stores {
+        &self.inner.stores
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -122,7 +136,13 @@ impl Client {
         self.submit_write(path, offset, data, true).await
     }
 
-    async fn submit_write(&self, path: &str, offset: u64, data: Bytes, may_cache: bool) -> Result<Handle> {
+    async fn submit_write(
+        &self,
+        path: &str,
+        offset: u64,
+        data: Bytes,
+        may_cache: bool,
+    ) -> Result<Handle> {
         let meta = self.file_for_write(path).await?;
         if data.is_empty() {
             return Ok(Handle::default());
@@ -135,33 +155,51 @@ impl Client {
             return self.cache_small(&meta, offset, &data).await;
         }
         self.flush_small(meta.id).await?;
-        let pieces = self.inner.labels.write_pieces(&meta.path, meta.id, offset, data.len(), false);
+        let pieces = self
+            .inner
+            .labels
+            .write_pieces(&meta.path, meta.id, offset, data.len(), false);
         let content = &self.inner.content;
+        let t = anatomy::start();
         try_join_all(pieces.iter().map(|p| {
             let chunk = data.slice(p.data_offset..p.data_offset + p.len);
             async move { content.put(&p.key, chunk).await }
         }))
         .await?;
+        anatomy::record(Phase::WarehousePut, t);
         let labels: Vec<_> = pieces.into_iter().map(|p| p.label).collect();
         let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
         self.publish_tracked(meta.id, labels).await?;
-        Ok(Handle { labels: ids, cached: None })
+        Ok(Handle {
+            labels: ids,
+            cached: None,
+        })
     }
 
     async fn cache_small(&self, meta: &FileMeta, offset: u64, data: &[u8]) -> Result<Handle> {
         let full = {
             let mut small = self.inner.small.lock();
-            let entry = small.entry(meta.id).or_insert_with(|| SmallWrites { path: meta.path.clone(), ..Default::default() });
+            let entry = small.entry(meta.id).or_insert_with(|| SmallWrites {
+                path: meta.path.clone(),
+                ..Default::default()
+            });
             let buf_offset = entry.data.len() as u64;
             entry.data.extend_from_slice(data);
             let len = data.len() as u64;
             match entry.segments.last_mut() {
                 Some(last) if last.file_offset + last.len == offset => last.len += len,
-                _ => entry.segments.push(Segment { file_offset: offset, buf_offset, len }),
+                _ => entry.segments.push(Segment {
+                    file_offset: offset,
+                    buf_offset,
+                    len,
+                }),
             }
             entry.data.len() as u64 >= self.config().min_label_size
         };
-        let mut handle = Handle { labels: Vec::new(), cached: Some(meta.id) };
+        let mut handle = Handle {
+            labels: Vec::new(),
+            cached: Some(meta.id),
+        };
         if full {
             if let Some(id) = self.flush_small(meta.id).await? {
                 handle.labels.push(id);
@@ -176,10 +214,17 @@ impl Client {
         let Some(pending) = self.inner.small.lock().remove(&file) else {
             return Ok(None);
         };
-        let label =
-            self.inner.labels.indexed_write(&pending.path, file, pending.data.len() as u64, pending.segments);
+        let label = self.inner.labels.indexed_write(
+            &pending.path,
+            file,
+            pending.data.len() as u64,
+            pending.segments,
+        );
         let key = crate::content_manager::write_key(label.id);
-        self.inner.content.put(&key, Bytes::from(pending.data)).await?;
+        self.inner
+            .content
+            .put(&key, Bytes::from(pending.data))
+            .await?;
         let id = label.id;
         self.publish_tracked(file, vec![label]).await?;
         Ok(Some(id))
@@ -193,7 +238,9 @@ impl Client {
             if let Err(Error::LabelFailed { label, reason }) = self.drain_in_flight().await {
                 let mut flight = self.inner.flight.lock();
                 if flight.failures.len() < FAILURES_KEPT {
-                    flight.failures.push((LabelId::default(), format!("label {label}: {reason}")));
+                    flight
+                        .failures
+                        .push((LabelId::default(), format!("label {label}: {reason}")));
                 }
             }
         }
@@ -201,9 +248,16 @@ impl Client {
         {
             let mut flight = self.inner.flight.lock();
             flight.count += ids.len();
-            flight.by_file.entry(file).or_default().extend(ids.iter().copied());
+            flight
+                .by_file
+                .entry(file)
+                .or_default()
+                .extend(ids.iter().copied());
         }
-        if let Err(e) = self.inner.labels.publish(labels).await {
+        let t = anatomy::start();
+        let published = self.inner.labels.publish(labels).await;
+        anatomy::record(Phase::QueuePublish, t);
+        if let Err(e) = published {
             let mut guard = self.inner.flight.lock();
             let flight = &mut *guard;
             if let Some(set) = flight.by_file.get_mut(&file) {
@@ -251,15 +305,24 @@ impl Client {
         self.drain_in_flight().await?;
         let failures = std::mem::take(&mut self.inner.flight.lock().failures);
         match failures.into_iter().next() {
-            Some((id, reason)) => Err(Error::LabelFailed { label: id.to_string(), reason }),
+            Some((id, reason)) => Err(Error::LabelFailed {
+                label: id.to_string(),
+                reason,
+            }),
             None => Ok(()),
         }
     }
 
     /// Waits for every published label (bounding what is in flight).
     async fn drain_in_flight(&self) -> Result<()> {
-        let ids: Vec<LabelId> =
-            self.inner.flight.lock().by_file.values().flat_map(|s| s.iter().copied()).collect();
+        let ids: Vec<LabelId> = self
+            .inner
+            .flight
+            .lock()
+            .by_file
+            .values()
+            .flat_map(|s| s.iter().copied())
+            .collect();
         self.wait_ids(&ids).await
     }
 
@@ -271,7 +334,13 @@ impl Client {
     }
 
     fn in_flight_of(&self, file: FileId) -> Vec<LabelId> {
-        self.inner.flight.lock().by_file.get(&file).map(|s| s.iter().copied().collect()).unwrap_or_default()
+        self.inner
+            .flight
+            .lock()
+            .by_file
+            .get(&file)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Waits for `ids`; those already settled by an earlier wait are skipped
@@ -279,10 +348,21 @@ impl Client {
     async fn wait_ids(&self, ids: &[LabelId]) -> Result<()> {
         let (pending, seen_failure) = {
             let mut flight = self.inner.flight.lock();
-            let tracked: HashSet<LabelId> = flight.by_file.values().flat_map(|s| s.iter().copied()).collect();
-            let pending: Vec<LabelId> = ids.iter().copied().filter(|id| tracked.contains(id)).collect();
+            let tracked: HashSet<LabelId> = flight
+                .by_file
+                .values()
+                .flat_map(|s| s.iter().copied())
+                .collect();
+            let pending: Vec<LabelId> = ids
+                .iter()
+                .copied()
+                .filter(|id| tracked.contains(id))
+                .collect();
             let wanted: HashSet<&LabelId> = ids.iter().collect();
-            let pos = flight.failures.iter().position(|(id, _)| wanted.contains(id));
+            let pos = flight
+                .failures
+                .iter()
+                .position(|(id, _)| wanted.contains(id));
             (pending, pos.map(|p| flight.failures.remove(p)))
         };
         let result = self.inner.labels.wait(&pending).await;
@@ -303,13 +383,21 @@ impl Client {
             flight.count = flight.by_file.values().map(|s| s.len()).sum();
             let wanted: HashSet<&LabelId> = ids.iter().collect();
             for s in &statuses {
-                if s.state == LabelState::Failed && !wanted.contains(&s.id) && flight.failures.len() < FAILURES_KEPT {
-                    flight.failures.push((s.id, s.error.clone().unwrap_or_default()));
+                if s.state == LabelState::Failed
+                    && !wanted.contains(&s.id)
+                    && flight.failures.len() < FAILURES_KEPT
+                {
+                    flight
+                        .failures
+                        .push((s.id, s.error.clone().unwrap_or_default()));
                 }
             }
         }
         if let Some((id, reason)) = seen_failure {
-            return Err(Error::LabelFailed { label: id.to_string(), reason });
+            return Err(Error::LabelFailed {
+                label: id.to_string(),
+                reason,
+            });
         }
         first_failure(&statuses)
     }
@@ -318,7 +406,10 @@ impl Client {
     pub async fn read_at(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
         let meta = self.inner.catalog.stat(path).await?;
         if meta.kind == FileKind::Dir {
-            return Err(Error::InvalidArgument(format!("{} is a directory", meta.path)));
+            return Err(Error::InvalidArgument(format!(
+                "{} is a directory",
+                meta.path
+            )));
         }
         self.settle(meta.id).await?;
         let meta = self.inner.catalog.file(meta.id).await?;
@@ -352,13 +443,19 @@ impl Client {
         let mut labels = Vec::new();
         let mut wanted: Vec<(LabelId, u64, u64)> = Vec::new();
         for (_, start, end) in &runs {
-            for (label, at, n) in self.inner.labels.read_labels(&meta.path, meta.id, *start, end - start) {
+            for (label, at, n) in
+                self.inner
+                    .labels
+                    .read_labels(&meta.path, meta.id, *start, end - start)
+            {
                 wanted.push((label.id, at, n));
                 labels.push(label);
             }
         }
         let ids: Vec<LabelId> = wanted.iter().map(|w| w.0).collect();
+        let t = anatomy::start();
         self.inner.labels.publish(labels).await?;
+        anatomy::record(Phase::QueuePublish, t);
         let statuses = self.inner.labels.wait(&ids).await?;
         let mut buf = BytesMut::zeroed(len as usize);
         let mut failure = None;
@@ -366,14 +463,25 @@ impl Client {
             if status.state != LabelState::Complete {
                 failure.get_or_insert(Error::LabelFailed {
                     label: status.id.to_string(),
-                    reason: status.error.clone().unwrap_or_else(|| "unknown error".into()),
+                    reason: status
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| "unknown error".into()),
                 });
                 continue;
             }
-            let key = status.result_key.clone().unwrap_or_else(|| crate::content_manager::read_key(status.id));
+            let key = status
+                .result_key
+                .clone()
+                .unwrap_or_else(|| crate::content_manager::read_key(status.id));
+            let t = anatomy::start();
             let data = self.inner.content.take(&key).await?.ok_or_else(|| {
-                Error::Storage(format!("result of read label {} is missing from the warehouse", status.id))
+                Error::Storage(format!(
+                    "result of read label {} is missing from the warehouse",
+                    status.id
+                ))
             })?;
+            anatomy::record(Phase::ResultFetch, t);
             if data.len() as u64 != *n {
                 return Err(Error::Storage(format!(
                     "short read from worker {:?}: expected {n} bytes at offset {at}, got {}",
@@ -405,7 +513,8 @@ impl Client {
     }
 
     fn has_pending(&self, file: FileId) -> bool {
-        self.inner.small.lock().contains_key(&file) || self.inner.flight.lock().by_file.contains_key(&file)
+        self.inner.small.lock().contains_key(&file)
+            || self.inner.flight.lock().by_file.contains_key(&file)
     }
 
     pub async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
@@ -442,8 +551,14 @@ impl Client {
     /// of the file (overwritten ranges), so deletes and flushes go to all.
     async fn to_every_worker(&self, kind: LabelKind, meta: &FileMeta) -> Result<()> {
         let workers = self.inner.catalog.inventory().workers().await?;
-        let labels: Vec<_> =
-            workers.iter().map(|w| self.inner.labels.pinned(kind, &meta.path, meta.id, w.spec.id)).collect();
+        let labels: Vec<_> = workers
+            .iter()
+            .map(|w| {
+                self.inner
+                    .labels
+                    .pinned(kind, &meta.path, meta.id, w.spec.id)
+            })
+            .collect();
         let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
         self.inner.labels.publish(labels).await?;
         first_failure(&self.inner.labels.wait(&ids).await?)

@@ -65,7 +65,14 @@ impl LabelManager {
     }
 
     /// Write labels for `len` bytes at `offset`, one per max-size chunk.
-    pub fn write_pieces(&self, path: &str, file: FileId, offset: u64, len: usize, sync: bool) -> Vec<Piece> {
+    pub fn write_pieces(
+        &self,
+        path: &str,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        sync: bool,
+    ) -> Vec<Piece> {
         let max = self.config.max_label_size as usize;
         let mut pieces = Vec::with_capacity(len.div_ceil(max).max(1));
         let mut done = 0usize;
@@ -73,39 +80,83 @@ impl LabelManager {
             let n = (len - done).min(max);
             let mut label = self.label(LabelKind::Write);
             let key = write_key(label.id);
-            label.source = Pointer::Warehouse { key: key.clone(), len: n as u64 };
-            label.destination =
-                Pointer::File { path: path.to_string(), file, offset: offset + done as u64, len: n as u64 };
+            label.source = Pointer::Warehouse {
+                key: key.clone(),
+                len: n as u64,
+            };
+            label.destination = Pointer::File {
+                path: path.to_string(),
+                file,
+                offset: offset + done as u64,
+                len: n as u64,
+            };
             label.sync = sync;
-            pieces.push(Piece { label, key, data_offset: done, len: n });
+            pieces.push(Piece {
+                label,
+                key,
+                data_offset: done,
+                len: n,
+            });
             done += n;
         }
         pieces
     }
 
     /// One indexed label carrying several small writes (N requests -> 1 label).
-    pub fn indexed_write(&self, path: &str, file: FileId, buffered: u64, segments: Vec<Segment>) -> Label {
+    pub fn indexed_write(
+        &self,
+        path: &str,
+        file: FileId,
+        buffered: u64,
+        segments: Vec<Segment>,
+    ) -> Label {
         let start = segments.iter().map(|s| s.file_offset).min().unwrap_or(0);
-        let end = segments.iter().map(|s| s.file_offset + s.len).max().unwrap_or(0);
+        let end = segments
+            .iter()
+            .map(|s| s.file_offset + s.len)
+            .max()
+            .unwrap_or(0);
         let mut label = self.label(LabelKind::Write);
         label.flags = label.flags.with(StateFlags::CACHED);
-        label.source = Pointer::Warehouse { key: write_key(label.id), len: buffered };
-        label.destination = Pointer::File { path: path.to_string(), file, offset: start, len: end - start };
+        label.source = Pointer::Warehouse {
+            key: write_key(label.id),
+            len: buffered,
+        };
+        label.destination = Pointer::File {
+            path: path.to_string(),
+            file,
+            offset: start,
+            len: end - start,
+        };
         label.index = segments;
         label
     }
 
     /// Read labels for one worker's run of the file, split at the max size,
     /// each with the file range it reads.
-    pub fn read_labels(&self, path: &str, file: FileId, offset: u64, len: u64) -> Vec<(Label, u64, u64)> {
+    pub fn read_labels(
+        &self,
+        path: &str,
+        file: FileId,
+        offset: u64,
+        len: u64,
+    ) -> Vec<(Label, u64, u64)> {
         let max = self.config.max_label_size;
         let mut out = Vec::new();
         let mut done = 0;
         while done < len {
             let n = (len - done).min(max);
             let mut label = self.label(LabelKind::Read);
-            label.source = Pointer::File { path: path.to_string(), file, offset: offset + done, len: n };
-            label.destination = Pointer::Warehouse { key: read_key(label.id), len: n };
+            label.source = Pointer::File {
+                path: path.to_string(),
+                file,
+                offset: offset + done,
+                len: n,
+            };
+            label.destination = Pointer::Warehouse {
+                key: read_key(label.id),
+                len: n,
+            };
             out.push((label, offset + done, n));
             done += n;
         }
@@ -115,15 +166,30 @@ impl LabelManager {
     /// A label addressed to one worker (delete, flush of its local copy).
     pub fn pinned(&self, kind: LabelKind, path: &str, file: FileId, worker: WorkerId) -> Label {
         let mut label = self.label(kind);
-        label.source = Pointer::File { path: path.to_string(), file, offset: 0, len: 0 };
+        label.source = Pointer::File {
+            path: path.to_string(),
+            file,
+            offset: 0,
+            len: 0,
+        };
         label.destination = Pointer::Worker(worker);
         label
     }
 
     pub fn rename(&self, from: &str, file: FileId, to: &str) -> Label {
         let mut label = self.label(LabelKind::Rename);
-        label.source = Pointer::File { path: from.to_string(), file, offset: 0, len: 0 };
-        label.destination = Pointer::File { path: to.to_string(), file: 0, offset: 0, len: 0 };
+        label.source = Pointer::File {
+            path: from.to_string(),
+            file,
+            offset: 0,
+            len: 0,
+        };
+        label.destination = Pointer::File {
+            path: to.to_string(),
+            file: 0,
+            offset: 0,
+            len: 0,
+        };
         label
     }
 

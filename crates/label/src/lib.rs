@@ -4,6 +4,7 @@
 //! for whom. Everything that travels between client, core and server is
 //! defined here so that each side agrees on one vocabulary and one encoding.
 
+pub mod anatomy;
 pub mod codec;
 pub mod error;
 pub mod id;

@@ -1,1 +1,12 @@
-//! The LABIOS runtime.
+//! LABIOS runtime and tools: configuration, the embedded runtime, the local
+//! endpoint (`labios serve`), the CLI commands, the demo and the benchmarks.
+
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod runtime;
+pub mod serve;
+
+pub use config::Config;
+pub use runtime::Runtime;

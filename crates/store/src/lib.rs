@@ -27,9 +27,12 @@ pub struct Stores {
     pub inventory: Arc<dyn Inventory>,
 }
 
+/// Client label queues are named `labels.<application id>`.
+pub const CLIENT_QUEUE_PREFIX: &str = "labels.";
+
 /// Name of the queue a client publishes into for application `app`.
 pub fn client_queue(app: labios_label::AppId) -> String {
-    format!("labels.{app}")
+    format!("{CLIENT_QUEUE_PREFIX}{app}")
 }
 
 /// Name of a worker's own queue (article 3.3.3b: the manager hosts them).

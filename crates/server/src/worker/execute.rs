@@ -9,6 +9,7 @@
 
 use super::storage::Storage;
 use bytes::Bytes;
+use labios_label::anatomy::{self, Phase};
 use labios_label::{
     Error, FileId, Label, LabelIdGen, LabelKind, LabelState, LabelStatus, Pointer, Result, Task,
     WorkerId,
@@ -101,6 +102,7 @@ impl Executor {
             return Err(bad_pointer(label, "source", "a warehouse entry"));
         };
         let (file, offset, dest_len) = file_of(label, &label.destination, "destination")?;
+        let t = anatomy::start();
         let data = self
             .stores
             .warehouse
@@ -108,6 +110,7 @@ impl Executor {
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("data for label {} is missing from the warehouse", label.id))?;
+        anatomy::record(Phase::WorkerWarehouse, t);
         if data.len() as u64 != *len {
             return Err(format!(
                 "label {} says {len} bytes but the warehouse holds {} bytes",
@@ -122,6 +125,7 @@ impl Executor {
         }
         let sync = label.sync;
         let pieces = ranges.clone();
+        let t = anatomy::start();
         let written = self
             .blocking(move |storage| {
                 let pieces: Vec<(u64, &[u8])> = pieces
@@ -138,6 +142,8 @@ impl Executor {
             .await;
         self.storage.release(size);
         written?;
+        anatomy::record(Phase::WorkerStorage, t);
+        let t = anatomy::start();
         for r in &ranges {
             let extent = Extent {
                 offset: r.file_offset,
@@ -151,11 +157,14 @@ impl Executor {
                 .await
                 .map_err(|e| e.to_string())?;
         }
+        anatomy::record(Phase::WorkerInventory, t);
+        let t = anatomy::start();
         self.stores
             .warehouse
             .delete(key)
             .await
             .map_err(|e| e.to_string())?;
+        anatomy::record(Phase::WorkerWarehouse, t);
         Ok(Done::bytes(size))
     }
 
@@ -169,12 +178,14 @@ impl Executor {
                 "read of {len} bytes is larger than the {MAX_READ} bytes one label may read"
             ));
         }
+        let t = anatomy::start();
         let extents = self
             .stores
             .inventory
             .extents(file, offset, len)
             .await
             .map_err(|e| e.to_string())?;
+        anatomy::record(Phase::WorkerInventory, t);
         if let Some(e) = extents.iter().find(|e| e.worker != self.id && e.len > 0) {
             return Err(format!(
                 "moved: bytes {}..{} of file {file} are on worker {}, not worker {}",
@@ -184,6 +195,7 @@ impl Executor {
                 self.id
             ));
         }
+        let t = anatomy::start();
         let data = self
             .blocking(move |storage| {
                 // Holes (no extent) read as zeros.
@@ -201,11 +213,14 @@ impl Executor {
                 Ok(buf)
             })
             .await?;
+        anatomy::record(Phase::WorkerStorage, t);
+        let t = anatomy::start();
         self.stores
             .warehouse
             .put(key, Bytes::from(data))
             .await
             .map_err(|e| e.to_string())?;
+        anatomy::record(Phase::WorkerWarehouse, t);
         Ok(Done {
             bytes: len,
             result: Some((key.clone(), len)),

@@ -20,6 +20,7 @@ mod score;
 mod storage;
 
 use execute::Executor;
+use labios_label::anatomy::{self, Phase};
 use labios_label::{
     Error, FileId, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec, WorkerState,
     WorkerStatus,
@@ -543,7 +544,10 @@ async fn lane(
 /// Records a label's final status; a few attempts, since a client waits on it.
 async fn report(shared: &Shared, status: LabelStatus) {
     for attempt in 1..=STATUS_ATTEMPTS {
-        match shared.stores.inventory.set_status(status.clone()).await {
+        let t = anatomy::start();
+        let set = shared.stores.inventory.set_status(status.clone()).await;
+        anatomy::record(Phase::WorkerInventory, t);
+        match set {
             Ok(()) => return,
             Err(e) if attempt == STATUS_ATTEMPTS => {
                 tracing::error!(worker = shared.spec.id, label = %status.id, "cannot record label status: {e}");

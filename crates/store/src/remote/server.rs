@@ -18,7 +18,9 @@ use tokio::task::JoinSet;
 /// Checks a client's key and secret and names its application. Async because
 /// the administrator looks credentials up in the inventory.
 pub type AuthFn = Arc<
-    dyn Fn(Option<String>, Option<String>) -> futures::future::BoxFuture<'static, Result<AppId>> + Send + Sync,
+    dyn Fn(Option<String>, Option<String>) -> futures::future::BoxFuture<'static, Result<AppId>>
+        + Send
+        + Sync,
 >;
 
 /// Requests of one connection running at once; further frames wait, which

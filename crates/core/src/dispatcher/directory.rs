@@ -1,0 +1,71 @@
+//! The worker directory for a dispatcher that runs apart from the worker
+//! manager: workers as the inventory last reported them, refreshed in the
+//! background so scheduling never waits on a network round trip.
+
+use labios_label::{Result, WorkerDirectory, WorkerId, WorkerStatus};
+use labios_store::Inventory;
+use parking_lot::RwLock;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+pub struct InventoryDirectory {
+    cache: Arc<RwLock<Vec<WorkerStatus>>>,
+    refresher: JoinHandle<()>,
+}
+
+impl InventoryDirectory {
+    /// Loads the workers once (so the first batch sees them), then refreshes
+    /// every `refresh` until dropped. Must be called inside a tokio runtime.
+    pub async fn start(inventory: Arc<dyn Inventory>, refresh: Duration) -> Result<Self> {
+        let cache = Arc::new(RwLock::new(ranked(inventory.workers().await?)));
+        let weak = Arc::downgrade(&cache);
+        let refresher = tokio::spawn(refresh_loop(inventory, weak, refresh));
+        Ok(InventoryDirectory { cache, refresher })
+    }
+}
+
+async fn refresh_loop(
+    inventory: Arc<dyn Inventory>,
+    cache: Weak<RwLock<Vec<WorkerStatus>>>,
+    refresh: Duration,
+) {
+    let mut tick = tokio::time::interval(refresh.max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let fresh = inventory.workers().await;
+        let Some(cache) = cache.upgrade() else { return };
+        match fresh {
+            Ok(workers) => *cache.write() = ranked(workers),
+            Err(e) => tracing::warn!("worker directory refresh failed: {e}"),
+        }
+    }
+}
+
+/// Best score first, as [`WorkerDirectory::workers`] promises.
+fn ranked(mut workers: Vec<WorkerStatus>) -> Vec<WorkerStatus> {
+    workers.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.spec.id.cmp(&b.spec.id)));
+    workers
+}
+
+impl Drop for InventoryDirectory {
+    fn drop(&mut self) {
+        self.refresher.abort();
+    }
+}
+
+impl WorkerDirectory for InventoryDirectory {
+    fn workers(&self) -> Vec<WorkerStatus> {
+        self.cache.read().clone()
+    }
+
+    /// Counts the labels as queued until the next refresh brings the
+    /// workers' own numbers, so back-to-back batches see the load.
+    fn assigned(&self, worker: WorkerId, labels: u32, _bytes: u64) {
+        if let Some(w) = self.cache.write().iter_mut().find(|w| w.spec.id == worker) {
+            w.queued = w.queued.saturating_add(labels);
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The label dispatcher (article 3.3.2c): pulls batches of labels from client
+//! queues, shuffles them into tasks, schedules the tasks onto workers and
+//! publishes each worker's share to its queue, all workers in parallel.
+//!
+//! Batching follows the article's two triggers, tuned so that latency is not
+//! traded away when there is no throughput to gain: an idle queue hands over
+//! a lone label at once; only after a full batch (the queue is under load)
+//! does the dispatcher linger up to the window to fill the next one.
+
+pub mod bench;
+pub mod config;
+pub mod directory;
+mod minmax;
+pub mod scheduler;
+pub mod shuffler;
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod tests;
+
+pub use bench::{bench_dispatch, BenchReport};
+pub use config::DispatcherConfig;
+pub use directory::InventoryDirectory;
+pub use scheduler::{Plan, Policy, Scheduler};
+pub use shuffler::{shuffle, Routed};
+
+use futures::{future::join_all, stream, StreamExt};
+use labios_label::anatomy::{self, Phase};
+use labios_label::{
+    Label, LabelId, LabelKind, LabelState, LabelStatus, Pointer, Result, WorkerDirectory, WorkerId,
+};
+use labios_store::{worker_queue, Delivery, Stores};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How long a pull blocks on an empty queue when serving one queue; bounds
+/// how quickly shutdown is noticed (a pending pull is never cancelled, so no
+/// delivery is lost in flight).
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// The same when serving several queues: short, so that a label arriving on
+/// another queue is not held up behind an empty one.
+const IDLE_WAIT_SHARED: Duration = Duration::from_millis(2);
+/// Pause after a queue error before trying again, so a broken queue is not
+/// hammered in a tight loop.
+const ERROR_BACKOFF: Duration = Duration::from_millis(100);
+/// How often a dispatcher serving a queue prefix looks for new queues (an
+/// application's queue appears with its first label).
+const QUEUE_REFRESH: Duration = Duration::from_millis(200);
+/// Inventory lookups (read locality, failure records) in flight at once.
+const INVENTORY_CONCURRENCY: usize = 32;
+
+/// Running totals, for `labios status` (labels/s = delta of `labels`).
+#[derive(Debug, Default)]
+pub struct DispatcherStats {
+    labels: AtomicU64,
+    failed: AtomicU64,
+    tasks: AtomicU64,
+    batches: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DispatchCounts {
+    /// Labels published to a worker queue.
+    pub labels: u64,
+    /// Labels marked failed (no workers, or their worker queue refused them).
+    pub failed: u64,
+    pub tasks: u64,
+    pub batches: u64,
+}
+
+impl DispatcherStats {
+    pub fn snapshot(&self) -> DispatchCounts {
+        DispatchCounts {
+            labels: self.labels.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            tasks: self.tasks.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+        }
+    }
+
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Which client queues a dispatcher serves: a fixed list, or every queue
+/// whose name starts with a prefix (one queue per application, found as
+/// applications start publishing).
+#[derive(Debug, Clone)]
+pub enum Queues {
+    Named(Vec<String>),
+    Prefix(String),
+}
+
+pub struct Dispatcher {
+    config: DispatcherConfig,
+    stores: Stores,
+    directory: Arc<dyn WorkerDirectory>,
+    scheduler: Scheduler,
+    stats: Arc<DispatcherStats>,
+}
+
+impl Dispatcher {
+    pub fn new(
+        config: DispatcherConfig,
+        stores: Stores,
+        directory: Arc<dyn WorkerDirectory>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let scheduler = Scheduler::new(config.policy()?);
+        Ok(Dispatcher {
+            config,
+            stores,
+            directory,
+            scheduler,
+            stats: Arc::default(),
+        })
+    }
+
+    pub fn stats(&self) -> Arc<DispatcherStats> {
+        self.stats.clone()
+    }
+
+    /// Serves `queues` in turn until `shutdown` holds `true`. Every label
+    /// pulled ends up either in a worker queue or marked failed in the
+    /// inventory before it is acknowledged.
+    pub async fn run(mut self, queues: Queues, shutdown: watch::Receiver<bool>) {
+        let mut names: Vec<String> = Vec::new();
+        let mut under_load: HashMap<String, bool> = HashMap::new();
+        let mut listed: Option<Instant> = None;
+        let mut turn = 0usize;
+        while !*shutdown.borrow() {
+            match &queues {
+                Queues::Named(fixed) => names.clone_from(fixed),
+                Queues::Prefix(prefix) => {
+                    if listed.is_none_or(|t| t.elapsed() >= QUEUE_REFRESH) {
+                        match self.stores.labels.queues(prefix).await {
+                            Ok(found) => names = found,
+                            Err(e) => tracing::warn!("dispatcher: listing queues {prefix}*: {e}"),
+                        }
+                        listed = Some(Instant::now());
+                    }
+                }
+            }
+            if names.is_empty() {
+                tokio::time::sleep(IDLE_WAIT).await;
+                listed = None;
+                continue;
+            }
+            turn = (turn + 1) % names.len();
+            let queue = names[turn].clone();
+            let idle_wait = if names.len() == 1 {
+                IDLE_WAIT
+            } else {
+                IDLE_WAIT_SHARED
+            };
+            let linger = under_load.get(&queue).copied().unwrap_or(false);
+            let batch = match self.collect(&queue, linger, idle_wait).await {
+                Ok(batch) => batch,
+                Err(e) => {
+                    tracing::warn!("dispatcher: pulling from {queue} failed: {e}");
+                    tokio::time::sleep(ERROR_BACKOFF).await;
+                    continue;
+                }
+            };
+            under_load.insert(queue.clone(), batch.len() >= self.config.batch_size);
+            if !batch.is_empty() {
+                self.dispatch(&queue, batch).await;
+            }
+        }
+    }
+
+    /// One batch from `queue`. Returns as soon as anything is available,
+    /// except after a full batch, when it keeps pulling until the batch is
+    /// full or the window closes.
+    async fn collect(
+        &self,
+        queue: &str,
+        linger: bool,
+        idle_wait: Duration,
+    ) -> Result<Vec<Delivery<Label>>> {
+        let max = self.config.batch_size;
+        let labels = &self.stores.labels;
+        let mut batch = labels.pull(queue, max, idle_wait).await?;
+        if !linger || batch.is_empty() {
+            return Ok(batch);
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.config.batch_window_ms);
+        while batch.len() < max {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match labels.pull(queue, max - batch.len(), left).await {
+                Ok(more) if more.is_empty() => break,
+                Ok(more) => batch.extend(more),
+                // What was already pulled must still be dispatched.
+                Err(e) => {
+                    tracing::warn!("dispatcher: pulling from {queue} failed: {e}");
+                    break;
+                }
+            }
+        }
+        Ok(batch)
+    }
+
+    async fn dispatch(&mut self, queue: &str, batch: Vec<Delivery<Label>>) {
+        let mut tokens = Vec::with_capacity(batch.len());
+        let mut labels = Vec::with_capacity(batch.len());
+        for d in batch {
+            tokens.push(d.token);
+            labels.push(d.item);
+        }
+        let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+        let t = anatomy::start();
+        let located = self.locate_reads(&labels).await;
+        let tasks = shuffle(labels, self.config.aggregation, &located);
+        anatomy::record(Phase::Shuffle, t);
+        let t = anatomy::start();
+        let workers = self.directory.workers();
+        let plan = self.scheduler.schedule(tasks, &workers);
+        anatomy::record(Phase::Schedule, t);
+        let unrecorded = match plan {
+            Ok(plan) => {
+                let t = anatomy::start();
+                let unrecorded = self.publish(plan).await;
+                anatomy::record(Phase::DispatchPublish, t);
+                unrecorded
+            }
+            Err(e) => self.fail(ids.clone(), e.to_string()).await,
+        };
+        // A label whose failure could not be recorded stays unacknowledged, so
+        // a queue that redelivers gives it another chance.
+        if !unrecorded.is_empty() {
+            let skip: HashSet<LabelId> = unrecorded.into_iter().collect();
+            tokens = tokens
+                .into_iter()
+                .zip(&ids)
+                .filter(|(_, id)| !skip.contains(id))
+                .map(|(t, _)| t)
+                .collect();
+        }
+        if let Err(e) = self.stores.labels.ack(queue, &tokens).await {
+            tracing::warn!("dispatcher: acknowledging on {queue} failed: {e}");
+        }
+        DispatcherStats::add(&self.stats.batches, 1);
+    }
+
+    /// Reads whose bytes all live on one worker, found in the inventory, so
+    /// the shuffler can send them there (article 3.3.2c: read locality).
+    /// Lookup failures only cost locality, never the label.
+    async fn locate_reads(&self, labels: &[Label]) -> HashMap<LabelId, WorkerId> {
+        let wanted: Vec<(LabelId, (u64, u64, u64))> = labels
+            .iter()
+            .filter(|l| l.kind == LabelKind::Read && !matches!(l.destination, Pointer::Worker(_)))
+            .filter_map(|l| l.source.file().filter(|r| r.2 > 0).map(|r| (l.id, r)))
+            .collect();
+        let inventory = self.stores.inventory.clone();
+        stream::iter(wanted)
+            .map(move |(id, (file, offset, len))| {
+                let inventory = inventory.clone();
+                async move { (id, inventory.extents(file, offset, len).await) }
+            })
+            .buffer_unordered(INVENTORY_CONCURRENCY)
+            .filter_map(|(id, extents)| async move {
+                let extents = extents.ok()?;
+                let first = extents.first()?.worker;
+                extents
+                    .iter()
+                    .all(|e| e.worker == first)
+                    .then_some((id, first))
+            })
+            .collect()
+            .await
+    }
+
+    /// Publishes every worker's tasks at once; returns the labels whose
+    /// failure could not be recorded.
+    async fn publish(&self, plan: Plan) -> Vec<LabelId> {
+        let pushes = plan.into_iter().map(|(worker, tasks)| {
+            let ids: Vec<LabelId> = tasks.iter().flat_map(|t| &t.labels).map(|l| l.id).collect();
+            let bytes = tasks.iter().map(|t| t.size()).fold(0, u64::saturating_add);
+            self.directory
+                .assigned(worker, u32::try_from(ids.len()).unwrap_or(u32::MAX), bytes);
+            let count = tasks.len();
+            let queue = worker_queue(worker);
+            let store = self.stores.tasks.clone();
+            async move { (worker, ids, count, store.push(&queue, tasks).await) }
+        });
+        let mut unrecorded = Vec::new();
+        for (worker, ids, count, pushed) in join_all(pushes).await {
+            match pushed {
+                Ok(()) => {
+                    DispatcherStats::add(&self.stats.labels, ids.len());
+                    DispatcherStats::add(&self.stats.tasks, count);
+                }
+                Err(e) => {
+                    let reason = format!("could not queue on worker {worker}: {e}");
+                    unrecorded.extend(self.fail(ids, reason).await);
+                }
+            }
+        }
+        unrecorded
+    }
+
+    /// Marks labels failed in the inventory so their owners learn why;
+    /// returns those that could not be marked.
+    async fn fail(&self, ids: Vec<LabelId>, reason: String) -> Vec<LabelId> {
+        tracing::warn!("dispatcher: failing {} labels: {reason}", ids.len());
+        let total = ids.len();
+        let inventory = self.stores.inventory.clone();
+        let reason: Arc<str> = reason.into();
+        let unrecorded: Vec<LabelId> = stream::iter(ids)
+            .map(move |id| {
+                let inventory = inventory.clone();
+                let status = LabelStatus {
+                    error: Some(reason.to_string()),
+                    ..LabelStatus::new(id, LabelState::Failed)
+                };
+                async move {
+                    let e = inventory.set_status(status).await.err()?;
+                    tracing::error!("dispatcher: cannot record failure of label {id}: {e}");
+                    Some(id)
+                }
+            })
+            .buffer_unordered(INVENTORY_CONCURRENCY)
+            .filter_map(|x| async move { x })
+            .collect()
+            .await;
+        DispatcherStats::add(&self.stats.failed, total - unrecorded.len());
+        unrecorded
+    }
+}

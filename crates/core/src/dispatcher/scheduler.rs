@@ -1,0 +1,288 @@
+//! Label scheduling (article 3.3.2c phase b, policies of 3.5.2): answers how
+//! many workers a batch needs, which ones, and which tasks go where.
+
+use super::minmax;
+use super::shuffler::Routed;
+use labios_label::{Error, Result, Task, Weights, WorkerId, WorkerState, WorkerStatus};
+
+/// Tasks per worker; only workers that received work appear.
+pub type Plan = Vec<(WorkerId, Vec<Task>)>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Policy {
+    /// Cycle over active workers (like a PFS stripes): cheapest, even counts.
+    RoundRobin,
+    /// Uniform over every worker, suspended ones included.
+    Random,
+    /// The best-scored workers, as many as the batch's size calls for.
+    Constraint {
+        weights: Weights,
+        bytes_per_worker: u64,
+    },
+    /// Approximate multidimensional knapsack: most performance for the least
+    /// energy within each worker's remaining capacity and queue room.
+    MinMax { weights: Weights },
+}
+
+/// A policy plus the state it keeps between batches.
+pub struct Scheduler {
+    policy: Policy,
+    /// Round robin resumes where the previous batch stopped, so lone labels
+    /// still spread over all workers.
+    cursor: usize,
+    rng: fastrand::Rng,
+}
+
+impl Scheduler {
+    pub fn new(policy: Policy) -> Self {
+        Scheduler {
+            policy,
+            cursor: 0,
+            rng: fastrand::Rng::new(),
+        }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Builds the plan for one batch. Pinned tasks go to their worker unless
+    /// it is unknown or decommissioned; the rest follow the policy.
+    pub fn schedule(&mut self, tasks: Vec<Routed>, workers: &[WorkerStatus]) -> Result<Plan> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        if workers.is_empty() {
+            return Err(no_workers());
+        }
+        let mut out: Vec<Vec<Task>> = workers.iter().map(|_| Vec::new()).collect();
+        let mut free = Vec::with_capacity(tasks.len());
+        for Routed { task, pinned } in tasks {
+            let target = pinned.and_then(|id| {
+                workers
+                    .iter()
+                    .position(|w| w.spec.id == id && w.state != WorkerState::Decommissioned)
+            });
+            match target {
+                Some(i) => out[i].push(task),
+                None => free.push(task),
+            }
+        }
+        if !free.is_empty() {
+            let eligible: Vec<usize> = (0..workers.len())
+                .filter(|&i| workers[i].state != WorkerState::Decommissioned)
+                .collect();
+            if eligible.is_empty() {
+                return Err(no_workers());
+            }
+            match &self.policy {
+                Policy::RoundRobin => self.round_robin(free, workers, &eligible, &mut out),
+                Policy::Random => {
+                    for task in free {
+                        out[eligible[self.rng.usize(..eligible.len())]].push(task);
+                    }
+                }
+                Policy::Constraint {
+                    weights,
+                    bytes_per_worker,
+                } => constraint(
+                    free,
+                    workers,
+                    &eligible,
+                    weights,
+                    *bytes_per_worker,
+                    &mut out,
+                ),
+                Policy::MinMax { weights } => {
+                    minmax::assign(free, workers, &eligible, weights, &mut out)?
+                }
+            }
+        }
+        Ok(workers
+            .iter()
+            .zip(out)
+            .filter(|(_, tasks)| !tasks.is_empty())
+            .map(|(w, tasks)| (w.spec.id, tasks))
+            .collect())
+    }
+
+    /// Active workers in id order (stable across batches whatever order the
+    /// directory lists them in); if none is active, the suspended ones, which
+    /// the work will wake.
+    fn round_robin(
+        &mut self,
+        tasks: Vec<Task>,
+        workers: &[WorkerStatus],
+        eligible: &[usize],
+        out: &mut [Vec<Task>],
+    ) {
+        let mut ring: Vec<usize> = eligible
+            .iter()
+            .copied()
+            .filter(|&i| workers[i].state == WorkerState::Active)
+            .collect();
+        if ring.is_empty() {
+            ring = eligible.to_vec();
+        }
+        ring.sort_unstable_by_key(|&i| workers[i].spec.id);
+        for task in tasks {
+            self.cursor %= ring.len();
+            out[ring[self.cursor]].push(task);
+            self.cursor += 1;
+        }
+    }
+}
+
+fn no_workers() -> Error {
+    Error::Unavailable("no workers".into())
+}
+
+/// Ranks workers by score, takes as many of the best as the batch's bytes
+/// call for (one per `bytes_per_worker`), and spreads the tasks evenly over
+/// them by bytes, then by count.
+fn constraint(
+    tasks: Vec<Task>,
+    workers: &[WorkerStatus],
+    eligible: &[usize],
+    weights: &Weights,
+    bytes_per_worker: u64,
+    out: &mut [Vec<Task>],
+) {
+    let mut ranked: Vec<(f64, usize)> = eligible
+        .iter()
+        .map(|&i| (weights.score(&workers[i]), i))
+        .collect();
+    ranked.sort_unstable_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(workers[a.1].spec.id.cmp(&workers[b.1].spec.id))
+    });
+    let total: u64 = tasks.iter().map(Task::size).fold(0, u64::saturating_add);
+    let wanted = total.div_ceil(bytes_per_worker.max(1));
+    let k = usize::try_from(wanted)
+        .unwrap_or(usize::MAX)
+        .clamp(1, ranked.len());
+    let mut load: Vec<(u64, usize)> = vec![(0, 0); k];
+    for task in tasks {
+        let j = (0..k).min_by_key(|&j| load[j]).unwrap_or(0);
+        load[j].0 = load[j].0.saturating_add(task.size());
+        load[j].1 += 1;
+        out[ranked[j].1].push(task);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatcher::testing::{routed, worker, write};
+
+    fn counts(plan: &Plan) -> Vec<(WorkerId, usize)> {
+        plan.iter().map(|(w, t)| (*w, t.len())).collect()
+    }
+
+    #[test]
+    fn no_workers_is_an_error() {
+        let mut s = Scheduler::new(Policy::RoundRobin);
+        let e = s
+            .schedule(routed(vec![write(1, 1, 0, 10)]), &[])
+            .unwrap_err();
+        assert_eq!(e, Error::Unavailable("no workers".into()));
+        let mut gone = worker(1, 3, 3);
+        gone.state = WorkerState::Decommissioned;
+        let e = s
+            .schedule(routed(vec![write(1, 1, 0, 10)]), &[gone])
+            .unwrap_err();
+        assert!(matches!(e, Error::Unavailable(_)));
+        assert!(s.schedule(Vec::new(), &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn round_robin_is_even_and_spreads_across_batches() {
+        let mut ws: Vec<WorkerStatus> = (1..=4).map(|i| worker(i, 3, 3)).collect();
+        ws.push(WorkerStatus {
+            state: WorkerState::Suspended,
+            ..worker(9, 5, 1)
+        });
+        let mut s = Scheduler::new(Policy::RoundRobin);
+        for n in [1usize, 3, 7, 10, 13] {
+            let tasks = routed((0..n as u64).map(|i| write(i, 1, i * 10, 10)).collect());
+            let plan = s.schedule(tasks, &ws).unwrap();
+            let c: Vec<usize> = counts(&plan).iter().map(|c| c.1).collect();
+            let (lo, hi) = (c.iter().min().unwrap(), c.iter().max().unwrap());
+            assert!(c.len() == n.min(4) && hi - lo <= 1, "{n}: {c:?}");
+            assert!(plan.iter().all(|(w, _)| *w != 9), "suspended used");
+        }
+        // Lone labels, batch after batch, visit every active worker in turn.
+        let seen: Vec<WorkerId> = (0..8)
+            .map(|i| s.schedule(routed(vec![write(i, 1, 0, 1)]), &ws).unwrap()[0].0)
+            .collect();
+        let mut distinct = seen.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct, vec![1, 2, 3, 4], "{seen:?}");
+    }
+
+    #[test]
+    fn round_robin_wakes_suspended_workers_when_none_is_active() {
+        let ws: Vec<WorkerStatus> = (1..=2)
+            .map(|i| WorkerStatus {
+                state: WorkerState::Suspended,
+                ..worker(i, 3, 3)
+            })
+            .collect();
+        let plan = Scheduler::new(Policy::RoundRobin)
+            .schedule(routed((0..4).map(|i| write(i, 1, 0, 1)).collect()), &ws)
+            .unwrap();
+        assert_eq!(counts(&plan), vec![(1, 2), (2, 2)]);
+    }
+
+    #[test]
+    fn random_covers_every_worker_including_suspended() {
+        let mut ws: Vec<WorkerStatus> = (1..=5).map(|i| worker(i, 3, 3)).collect();
+        ws[1].state = WorkerState::Suspended;
+        ws[2].state = WorkerState::Decommissioned;
+        let tasks = routed((0..2000).map(|i| write(i, 1, i * 10, 10)).collect());
+        let plan = Scheduler::new(Policy::Random).schedule(tasks, &ws).unwrap();
+        let c = counts(&plan);
+        let ids: Vec<WorkerId> = c.iter().map(|x| x.0).collect();
+        assert_eq!(ids, vec![1, 2, 4, 5]);
+        assert!(c.iter().all(|x| x.1 > 350), "not uniform: {c:?}");
+    }
+
+    #[test]
+    fn pinned_tasks_go_to_their_worker_unless_it_is_gone() {
+        let mut ws: Vec<WorkerStatus> = (1..=3).map(|i| worker(i, 3, 3)).collect();
+        ws[2].state = WorkerState::Decommissioned;
+        let pin = |w| Routed {
+            task: Task::single(write(1, 1, 0, 10)),
+            pinned: Some(w),
+        };
+        let mut s = Scheduler::new(Policy::RoundRobin);
+        let plan = s.schedule(vec![pin(2), pin(2), pin(2)], &ws).unwrap();
+        assert_eq!(counts(&plan), vec![(2, 3)]);
+        for gone in [3, 77] {
+            let plan = s.schedule(vec![pin(gone)], &ws).unwrap();
+            assert!(plan[0].0 == 1 || plan[0].0 == 2);
+        }
+    }
+
+    #[test]
+    fn constraint_uses_the_best_workers_and_more_of_them_for_more_bytes() {
+        // Speed decides under high-bandwidth weights: workers 4 and 5 are fastest.
+        let ws: Vec<WorkerStatus> = (1..=5).map(|i| worker(i, i as u8, 3)).collect();
+        let policy = Policy::Constraint {
+            weights: Weights::HIGH_BANDWIDTH,
+            bytes_per_worker: 1000,
+        };
+        let mut s = Scheduler::new(policy);
+        let small = routed((0..10).map(|i| write(i, 1, i * 10, 10)).collect());
+        assert_eq!(counts(&s.schedule(small, &ws).unwrap()), vec![(5, 10)]);
+        let big = routed((0..20).map(|i| write(i, 1, i * 100, 100)).collect());
+        let plan = s.schedule(big, &ws).unwrap();
+        assert_eq!(counts(&plan), vec![(4, 10), (5, 10)]);
+        let huge = routed((0..50).map(|i| write(i, 1, i * 1000, 1000)).collect());
+        let plan = s.schedule(huge, &ws).unwrap();
+        assert_eq!(plan.len(), 5);
+        let c: Vec<usize> = counts(&plan).iter().map(|c| c.1).collect();
+        assert!(c.iter().all(|&n| n == 10), "{c:?}");
+    }
+}

@@ -1,0 +1,195 @@
+//! The dispatch loop against the embedded stores.
+
+use super::testing::{read, worker, write};
+use super::*;
+use labios_label::{Task, WorkerStatus};
+use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
+use labios_store::{client_queue, Extent, FileKind, Inventory};
+
+struct Fixed(Vec<WorkerStatus>);
+
+impl WorkerDirectory for Fixed {
+    fn workers(&self) -> Vec<WorkerStatus> {
+        self.0.clone()
+    }
+}
+
+fn stores() -> Stores {
+    Stores {
+        labels: Arc::new(MemoryQueue::new(100_000, Duration::from_secs(5))),
+        tasks: Arc::new(MemoryQueue::new(100_000, Duration::from_secs(5))),
+        warehouse: Arc::new(MemoryWarehouse::new(1 << 20, Duration::from_secs(1))),
+        inventory: Arc::new(RedbInventory::in_memory().unwrap()),
+    }
+}
+
+fn start(
+    stores: &Stores,
+    workers: Vec<WorkerStatus>,
+    queues: Vec<String>,
+) -> (
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+    Arc<DispatcherStats>,
+) {
+    let config = DispatcherConfig {
+        batch_window_ms: 500,
+        ..Default::default()
+    };
+    let d = Dispatcher::new(config, stores.clone(), Arc::new(Fixed(workers))).unwrap();
+    let stats = d.stats();
+    let (tx, rx) = watch::channel(false);
+    (tx, tokio::spawn(d.run(Queues::Named(queues), rx)), stats)
+}
+
+/// Everything in the worker queues, by label number.
+async fn drain(stores: &Stores, workers: &[u32]) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    for &w in workers {
+        let tasks = stores
+            .tasks
+            .pull(&worker_queue(w), usize::MAX, Duration::ZERO)
+            .await
+            .unwrap();
+        for d in tasks {
+            out.extend(d.item.labels.iter().map(|l| (w, l.id.nanos)));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_lone_label_is_dispatched_at_once() {
+    let stores = stores();
+    let (stop, handle, _) = start(&stores, vec![worker(1, 3, 3)], vec![client_queue(1)]);
+    // Let the dispatcher reach its idle wait first.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for n in 1..=3 {
+        let sent = Instant::now();
+        stores
+            .labels
+            .push(&client_queue(1), vec![write(n, 1, 0, 10)])
+            .await
+            .unwrap();
+        let got: Vec<Delivery<Task>> = stores
+            .tasks
+            .pull(&worker_queue(1), 10, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let took = sent.elapsed();
+        assert_eq!(got.len(), 1);
+        assert!(took < Duration::from_millis(50), "lone label took {took:?}");
+    }
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+}
+
+#[tokio::test]
+async fn every_label_reaches_exactly_one_worker_queue() {
+    let stores = stores();
+    let ids = [1, 2, 3];
+    let ws = ids.iter().map(|&i| worker(i, 3, 3)).collect();
+    let queues = vec![client_queue(1), client_queue(2)];
+    let (stop, handle, stats) = start(&stores, ws, queues.clone());
+    let n = 5000u64;
+    for (q, chunk) in (1..=n).collect::<Vec<_>>().chunks(250).enumerate() {
+        let labels = chunk
+            .iter()
+            .map(|&i| match i % 3 {
+                0 => read(i, i % 7, (i / 7) * 100, 50),
+                _ => write(i, i % 7, (i / 7) * 100, 100),
+            })
+            .collect();
+        stores.labels.push(&queues[q % 2], labels).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats.snapshot().labels < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+    let mut seen: Vec<u64> = drain(&stores, &ids)
+        .await
+        .into_iter()
+        .map(|x| x.1)
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=n).collect::<Vec<_>>());
+    let counts = stats.snapshot();
+    assert_eq!((counts.labels, counts.failed), (n, 0));
+    assert!(counts.batches >= 5 && counts.tasks <= n, "{counts:?}");
+}
+
+#[tokio::test]
+async fn reads_go_to_the_worker_holding_their_data() {
+    let stores = stores();
+    let file = stores
+        .inventory
+        .create("/data", FileKind::File, 0o644, 1)
+        .await
+        .unwrap()
+        .id;
+    let extent = Extent {
+        offset: 0,
+        len: 1000,
+        worker: 2,
+        label: LabelId::default(),
+    };
+    stores.inventory.commit_extent(file, extent).await.unwrap();
+    let ws = vec![worker(1, 3, 3), worker(2, 3, 3), worker(3, 3, 3)];
+    let (stop, handle, stats) = start(&stores, ws, vec![client_queue(1)]);
+    let labels = (1..=6).map(|i| read(i, file, i * 100, 50)).collect();
+    stores.labels.push(&client_queue(1), labels).await.unwrap();
+    while stats.snapshot().labels < 6 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+    let placed = drain(&stores, &[1, 2, 3]).await;
+    assert_eq!(placed.len(), 6);
+    assert!(placed.iter().all(|&(w, _)| w == 2), "{placed:?}");
+}
+
+#[tokio::test]
+async fn labels_fail_visibly_when_there_are_no_workers() {
+    let stores = stores();
+    let (stop, handle, stats) = start(&stores, Vec::new(), vec![client_queue(1)]);
+    let labels: Vec<Label> = (1..=4).map(|i| write(i, 1, i * 10, 10)).collect();
+    let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+    stores.labels.push(&client_queue(1), labels).await.unwrap();
+    while stats.snapshot().failed < 4 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+    for id in ids {
+        let s = stores.inventory.status(id).await.unwrap().unwrap();
+        assert_eq!(s.state, LabelState::Failed);
+        assert_eq!(s.error.as_deref(), Some("unavailable: no workers"));
+    }
+    assert_eq!(stores.labels.depth(&client_queue(1)).await.unwrap(), 0);
+    // One batch, not a retry loop.
+    assert_eq!(stats.snapshot().batches, 1);
+}
+
+#[tokio::test]
+async fn inventory_directory_follows_the_inventory() {
+    let inventory: Arc<dyn Inventory> = Arc::new(RedbInventory::in_memory().unwrap());
+    inventory.put_worker(worker(1, 3, 3)).await.unwrap();
+    let dir = InventoryDirectory::start(inventory.clone(), Duration::from_millis(10))
+        .await
+        .unwrap();
+    assert_eq!(dir.workers().len(), 1);
+    dir.assigned(1, 5, 500);
+    assert_eq!(dir.workers()[0].queued, 5);
+    let mut best = worker(2, 5, 1);
+    best.score = 0.9;
+    inventory.put_worker(best).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while dir.workers().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let ids: Vec<u32> = dir.workers().iter().map(|w| w.spec.id).collect();
+    assert_eq!(ids, vec![2, 1], "best score first");
+}

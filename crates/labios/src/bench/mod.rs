@@ -1,0 +1,340 @@
+//! `labios bench SCENARIO --json`: the measurements behind BENCHMARKS.md.
+//! Each scenario starts its own runtime in a temporary directory (or uses
+//! `--endpoint`) and, where one applies, measures a raw baseline in the same
+//! run: the same bytes written or read straight to or from the same
+//! filesystem with the same sync semantics.
+
+mod anatomy;
+mod elastic;
+
+use crate::cli::connect_client;
+use crate::config::Config;
+use anyhow::Context;
+use bytes::Bytes;
+use labios_client::Client;
+use serde_json::json;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub(crate) const MIB: u64 = 1 << 20;
+
+pub async fn run(
+    config: Config,
+    external: bool,
+    scenario: &str,
+    json: bool,
+    bytes: Option<u64>,
+) -> anyhow::Result<()> {
+    let emit = |v: serde_json::Value| {
+        if json {
+            println!("{v}");
+        } else {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+    };
+    match scenario {
+        "dispatch" => {
+            for v in dispatch()? {
+                emit(v);
+            }
+            Ok(())
+        }
+        "write" | "read" | "small" | "latency" => {
+            let server = if external { None } else { Some(LocalServer::start(&config)?) };
+            let cfg = server.as_ref().map(|s| s.config.clone()).unwrap_or(config);
+            let client = connect_client(&cfg, None, None).await?;
+            let raw_dir = server.as_ref().map(|s| s.dir.path().to_path_buf()).unwrap_or_else(std::env::temp_dir);
+            let result = match scenario {
+                "write" => write_read(&client, &raw_dir, bytes.unwrap_or(512 * MIB), false).await,
+                "read" => write_read(&client, &raw_dir, bytes.unwrap_or(512 * MIB), true).await,
+                "small" => small(&client, &raw_dir, bytes.unwrap_or(400 * MIB)).await,
+                _ => latency(&client, &raw_dir).await,
+            };
+            drop(server);
+            emit(result?);
+            Ok(())
+        }
+        "anatomy" => {
+            for v in anatomy::anatomy(config).await? {
+                emit(v);
+            }
+            Ok(())
+        }
+        "elastic" => {
+            for v in elastic::elastic(config, bytes.unwrap_or(4096 * MIB)).await? {
+                emit(v);
+            }
+            Ok(())
+        }
+        other => anyhow::bail!(
+            "unknown benchmark scenario {other:?}; choose one of dispatch, write, read, small, latency, anatomy, elastic"
+        ),
+    }
+}
+
+pub(crate) fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    json!({ "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1), "cpu": cpu })
+}
+
+fn dispatch() -> anyhow::Result<Vec<serde_json::Value>> {
+    use labios_core::dispatcher::{bench_dispatch, Policy};
+    use labios_label::Weights;
+    let policies = [
+        ("round-robin", Policy::RoundRobin),
+        ("random", Policy::Random),
+        (
+            "constraint",
+            Policy::Constraint {
+                weights: Weights::LOW_LATENCY,
+                bytes_per_worker: 16 * MIB,
+            },
+        ),
+        (
+            "minmax",
+            Policy::MinMax {
+                weights: Weights::ENERGY_SAVINGS,
+            },
+        ),
+    ];
+    // One untimed pass first: page faults and allocator warm-up otherwise
+    // land on whichever policy runs first.
+    bench_dispatch(100_000, 8, 1024, Policy::RoundRobin)?;
+    policies
+        .into_iter()
+        .map(|(name, policy)| {
+            let r = bench_dispatch(100_000, 8, 1024, policy)?;
+            Ok(
+                json!({ "scenario": "dispatch", "policy": name, "labels": r.labels, "workers": 8,
+                    "batch_size": 1024, "labels_per_s": r.labels_per_sec, "tasks": r.tasks,
+                    "supertasks": r.supertasks, "aggregated": r.aggregated, "machine": machine() }),
+            )
+        })
+        .collect()
+}
+
+/// A `labios serve` child process on a temporary data directory.
+struct LocalServer {
+    child: Child,
+    dir: tempfile::TempDir,
+    config: Config,
+}
+
+impl LocalServer {
+    fn start(config: &Config) -> anyhow::Result<LocalServer> {
+        let dir = tempfile::tempdir()?;
+        let mut config = config.clone();
+        config.data_dir = dir.path().join("data");
+        let sock = dir.path().join("labios.sock");
+        config.endpoint = Some(sock.to_string_lossy().into_owned());
+        let exe = std::env::current_exe()?;
+        let child = Command::new(exe)
+            .args(["serve", "--data-dir"])
+            .arg(&config.data_dir)
+            .arg("--endpoint")
+            .arg(&sock)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start labios serve")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !sock.exists() {
+            if Instant::now() > deadline {
+                anyhow::bail!("labios serve did not create {} within 30 s", sock.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(LocalServer { child, dir, config })
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        // SIGTERM lets the server stop cleanly; then reap it.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+pub(crate) fn block(seed: u64, len: usize) -> Bytes {
+    let mut v = vec![0u8; len];
+    fastrand::Rng::with_seed(seed).fill(&mut v);
+    Bytes::from(v)
+}
+
+/// 1 MiB labels written (and optionally read back) through the client,
+/// pipelined, then flushed to the devices; raw = the same 1 MiB pwrites to one
+/// file in the same filesystem, then fdatasync.
+async fn write_read(
+    client: &Client,
+    raw_dir: &Path,
+    total: u64,
+    read: bool,
+) -> anyhow::Result<serde_json::Value> {
+    let n = (total / MIB).max(1);
+    let blocks: Vec<Bytes> = (0..16).map(|i| block(i, MIB as usize)).collect();
+    let path = "/bench/write.bin";
+    const WINDOW: usize = 32;
+
+    let t = Instant::now();
+    let mut handles = Vec::new();
+    for i in 0..n {
+        handles.push(
+            client
+                .write_at_async(path, i * MIB, blocks[(i % 16) as usize].clone())
+                .await?,
+        );
+        if handles.len() >= WINDOW {
+            client.wait_many(&handles).await?;
+            handles.clear();
+        }
+    }
+    client.wait_many(&handles).await?;
+    client.flush(path).await?;
+    let labios_write = t.elapsed().as_secs_f64();
+
+    let raw_path = raw_dir.join("raw-write.bin");
+    let t = Instant::now();
+    {
+        let f = std::fs::File::create(&raw_path)?;
+        for i in 0..n {
+            f.write_all_at(&blocks[(i % 16) as usize], i * MIB)?;
+        }
+        f.sync_data()?;
+    }
+    let raw_write = t.elapsed().as_secs_f64();
+    let mib = n as f64;
+    if !read {
+        let _ = std::fs::remove_file(&raw_path);
+        client.remove(path).await?;
+        return Ok(
+            json!({ "scenario": "write", "label_bytes": MIB, "labels": n, "sync": "flush at end (fdatasync)",
+            "labios_mib_s": mib / labios_write, "raw_mib_s": mib / raw_write, "ratio": raw_write / labios_write,
+            "machine": machine() }),
+        );
+    }
+
+    let t = Instant::now();
+    let mut ok = true;
+    let mut start = 0;
+    while start < n {
+        let end = (start + WINDOW as u64).min(n);
+        let got =
+            futures::future::try_join_all((start..end).map(|i| client.read_at(path, i * MIB, MIB)))
+                .await?;
+        for (i, data) in (start..end).zip(got) {
+            ok &= data == blocks[(i % 16) as usize];
+        }
+        start = end;
+    }
+    let labios_read = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    {
+        let f = std::fs::File::open(&raw_path)?;
+        let mut buf = vec![0u8; MIB as usize];
+        for i in 0..n {
+            f.read_exact_at(&mut buf, i * MIB)?;
+        }
+    }
+    let raw_read = t.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&raw_path);
+    client.remove(path).await?;
+    anyhow::ensure!(ok, "read-back mismatch");
+    Ok(
+        json!({ "scenario": "read", "label_bytes": MIB, "labels": n, "verified": ok,
+        "labios_mib_s": mib / labios_read, "raw_mib_s": mib / raw_read, "ratio": raw_read / labios_read,
+        "machine": machine() }),
+    )
+}
+
+/// 4 KiB asynchronous writes, then wait for all.
+async fn small(client: &Client, raw_dir: &Path, total: u64) -> anyhow::Result<serde_json::Value> {
+    let n = (total / 4096).max(1);
+    let data = block(7, 4096);
+    let path = "/bench/small.bin";
+    let before = labels_done(client).await?;
+    let t = Instant::now();
+    for i in 0..n {
+        client.write_at_async(path, i * 4096, data.clone()).await?;
+    }
+    client.wait_all().await?;
+    let secs = t.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let labels = labels_done(client).await? - before;
+    let raw_path = raw_dir.join("raw-small.bin");
+    let t = Instant::now();
+    {
+        let f = std::fs::File::create(&raw_path)?;
+        for i in 0..n {
+            f.write_all_at(&data, i * 4096)?;
+        }
+    }
+    let raw = t.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(raw_path);
+    client.remove(path).await?;
+    Ok(
+        json!({ "scenario": "small", "requests": n, "request_bytes": 4096,
+        "labels_per_s": n as f64 / secs, "worker_labels": labels,
+        "raw_pwrite_per_s": n as f64 / raw, "machine": machine() }),
+    )
+}
+
+async fn labels_done(client: &Client) -> anyhow::Result<u64> {
+    Ok(client
+        .catalog()
+        .inventory()
+        .workers()
+        .await?
+        .iter()
+        .map(|w| w.labels_done)
+        .sum())
+}
+
+/// Synchronous 4 KiB writes: each call returns when a worker has written it.
+async fn latency(client: &Client, raw_dir: &Path) -> anyhow::Result<serde_json::Value> {
+    const N: usize = 5000;
+    let data = block(9, 4096);
+    let path = "/bench/latency.bin";
+    let mut lat = Vec::with_capacity(N);
+    for i in 0..N {
+        let t = Instant::now();
+        client
+            .write_at_sync(path, (i as u64 % 256) * 4096, data.clone())
+            .await?;
+        lat.push(t.elapsed());
+    }
+    let raw_path: PathBuf = raw_dir.join("raw-latency.bin");
+    let f = std::fs::File::create(&raw_path)?;
+    let mut raw = Vec::with_capacity(N);
+    for i in 0..N {
+        let t = Instant::now();
+        f.write_all_at(&data, (i as u64 % 256) * 4096)?;
+        raw.push(t.elapsed());
+    }
+    drop(f);
+    let _ = std::fs::remove_file(raw_path);
+    client.remove(path).await?;
+    let (p50, p99) = percentiles(&mut lat);
+    let (r50, r99) = percentiles(&mut raw);
+    Ok(
+        json!({ "scenario": "latency", "writes": N, "bytes": 4096, "p50_us": p50, "p99_us": p99,
+        "raw_pwrite_p50_us": r50, "raw_pwrite_p99_us": r99, "machine": machine() }),
+    )
+}
+
+pub fn percentiles(v: &mut [Duration]) -> (f64, f64) {
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6;
+    (at(0.50), at(0.99))
+}

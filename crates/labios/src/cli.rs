@@ -1,0 +1,333 @@
+//! The `labios` command line. Every client command reaches a running
+//! `labios serve` through `--endpoint` / `LABIOS_ENDPOINT` (default: the
+//! socket inside the configured data directory).
+
+use crate::config::Config;
+use anyhow::Context;
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use labios_client::Client;
+use labios_store::remote::{connect, Endpoint};
+use labios_store::FileKind;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "labios",
+    version,
+    about = "LABIOS: label-based distributed I/O"
+)]
+pub struct Cli {
+    /// TOML configuration file.
+    #[arg(long, global = true, env = "LABIOS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Unix socket path or HOST:PORT of `labios serve`.
+    #[arg(long, global = true, env = "LABIOS_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// Application access key (default: the local default application).
+    #[arg(long, global = true, env = "LABIOS_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+    /// Application secret.
+    #[arg(long, global = true, env = "LABIOS_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the embedded runtime and serve local clients.
+    Serve {
+        /// Data directory (workers, inventory, default socket).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Copy a local file into LABIOS.
+    Put { local: PathBuf, path: String },
+    /// Copy a LABIOS file to a local file ("-" for standard output).
+    Get { path: String, local: PathBuf },
+    /// List files under a prefix.
+    Ls { prefix: Option<String> },
+    /// Show a file's metadata.
+    Stat { path: String },
+    /// Remove a file or an empty directory.
+    Rm { path: String },
+    /// Workers (state, tier, score), queue depths and labels per second.
+    Status,
+    /// Run the CM1-like demo workload on an embedded runtime and verify it.
+    Demo {
+        /// Keep data here instead of a temporary directory.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Run a benchmark scenario (dispatch, write, read, small, latency, anatomy, elastic).
+    Bench {
+        scenario: String,
+        /// Print one JSON object per run.
+        #[arg(long)]
+        json: bool,
+        /// Total bytes for write/read scenarios.
+        #[arg(long)]
+        bytes: Option<u64>,
+    },
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut config = Config::load(cli.config.as_deref())?;
+    if let Some(ep) = &cli.endpoint {
+        config.endpoint = Some(ep.clone());
+    }
+    match cli.command {
+        Command::Serve { data_dir } => {
+            if let Some(d) = data_dir {
+                config.data_dir = d;
+            }
+            crate::serve::serve(config).await
+        }
+        Command::Demo { data_dir } => crate::demo::run(config, data_dir).await,
+        Command::Bench {
+            scenario,
+            json,
+            bytes,
+        } => crate::bench::run(config, cli.endpoint.is_some(), &scenario, json, bytes).await,
+        Command::Put { local, path } => {
+            put(
+                &connect_client(&config, cli.key, cli.secret).await?,
+                &local,
+                &path,
+            )
+            .await
+        }
+        Command::Get { path, local } => {
+            get(
+                &connect_client(&config, cli.key, cli.secret).await?,
+                &path,
+                &local,
+            )
+            .await
+        }
+        Command::Ls { prefix } => {
+            ls(&connect_client(&config, cli.key, cli.secret).await?, prefix).await
+        }
+        Command::Stat { path } => {
+            stat(&connect_client(&config, cli.key, cli.secret).await?, &path).await
+        }
+        Command::Rm { path } => Ok(connect_client(&config, cli.key, cli.secret)
+            .await?
+            .remove(&path)
+            .await?),
+        Command::Status => status(&connect_client(&config, cli.key, cli.secret).await?).await,
+    }
+}
+
+/// A client of the `labios serve` at the configured endpoint.
+pub async fn connect_client(
+    config: &Config,
+    key: Option<String>,
+    secret: Option<String>,
+) -> anyhow::Result<Client> {
+    let endpoint = Endpoint::parse(&config.endpoint())?;
+    let (stores, session) = connect(&endpoint, key, secret).await?;
+    Ok(Client::new(
+        stores,
+        session.app,
+        session.origin,
+        config.client.clone(),
+    )?)
+}
+
+const CHUNK: usize = 4 << 20;
+
+async fn ls(client: &Client, prefix: Option<String>) -> anyhow::Result<()> {
+    for m in client.list(prefix.as_deref().unwrap_or("/")).await? {
+        let kind = if m.kind == FileKind::Dir { 'd' } else { '-' };
+        println!(
+            "{kind}{:o} {:>12} {} {}",
+            m.mode,
+            m.size,
+            fmt_time(m.mtime),
+            m.path
+        );
+    }
+    Ok(())
+}
+
+async fn stat(client: &Client, path: &str) -> anyhow::Result<()> {
+    let m = client.stat(path).await?;
+    println!("path:  {}", m.path);
+    println!(
+        "kind:  {}",
+        if m.kind == FileKind::Dir {
+            "directory"
+        } else {
+            "file"
+        }
+    );
+    println!("size:  {}", m.size);
+    println!("mode:  {:o}", m.mode);
+    println!("owner: {}", m.owner);
+    println!("ctime: {}", fmt_time(m.ctime));
+    println!("mtime: {}", fmt_time(m.mtime));
+    if m.kind == FileKind::File {
+        let extents = client.catalog().extents(m.id, 0, m.size).await?;
+        let mut workers: Vec<u32> = extents.iter().map(|e| e.worker).collect();
+        workers.sort_unstable();
+        workers.dedup();
+        println!("extents: {} on workers {:?}", extents.len(), workers);
+    }
+    Ok(())
+}
+
+async fn put(client: &Client, local: &Path, path: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut file = std::fs::File::open(local)
+        .with_context(|| format!("{}: not found or unreadable", local.display()))?;
+    if file.metadata()?.is_dir() {
+        anyhow::bail!("{} is a directory", local.display());
+    }
+    client.catalog().open_or_create(path).await?;
+    let mut offset = 0u64;
+    let mut handles = Vec::new();
+    loop {
+        let mut buf = vec![0u8; CHUNK];
+        let n = read_full(&mut file, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        buf.truncate(n);
+        handles.push(
+            client
+                .write_at_async(path, offset, Bytes::from(buf))
+                .await?,
+        );
+        offset += n as u64;
+        if handles.len() >= 16 {
+            client.wait_many(&handles).await?;
+            handles.clear();
+        }
+    }
+    client.wait_many(&handles).await?;
+    client.flush(path).await?;
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "{} -> {path}: {offset} bytes in {secs:.3} s",
+        local.display()
+    );
+    Ok(())
+}
+
+fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+async fn get(client: &Client, path: &str, local: &Path) -> anyhow::Result<()> {
+    let meta = client.stat(path).await?;
+    if meta.kind == FileKind::Dir {
+        anyhow::bail!("{} is a directory", meta.path);
+    }
+    let mut out: Box<dyn Write> = if local == Path::new("-") {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(
+            std::fs::File::create(local)
+                .with_context(|| format!("cannot create {}", local.display()))?,
+        )
+    };
+    let mut offset = 0;
+    while offset < meta.size {
+        let data = client.read_at(path, offset, CHUNK as u64).await?;
+        if data.is_empty() {
+            anyhow::bail!(
+                "{path}: file shrank to {offset} bytes while reading (expected {})",
+                meta.size
+            );
+        }
+        out.write_all(&data)?;
+        offset += data.len() as u64;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+async fn status(client: &Client) -> anyhow::Result<()> {
+    let inventory = client.catalog().inventory();
+    let before: u64 = inventory
+        .workers()
+        .await?
+        .iter()
+        .map(|w| w.labels_done)
+        .sum();
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut workers = inventory.workers().await?;
+    workers.sort_by_key(|w| w.spec.id);
+    let after: u64 = workers.iter().map(|w| w.labels_done).sum();
+    println!(
+        "{:>3} {:<8} {:<14} {:>5} {:>6} {:>6} {:>7} {:>12} {:>12}",
+        "id", "tier", "state", "speed", "energy", "score", "queued", "used", "labels"
+    );
+    for w in &workers {
+        println!(
+            "{:>3} {:<8} {:<14} {:>5} {:>6} {:>6.3} {:>7} {:>12} {:>12}",
+            w.spec.id,
+            w.spec.tier,
+            format!("{:?}", w.state),
+            w.spec.speed,
+            w.spec.energy,
+            w.score,
+            w.queued,
+            w.used,
+            w.labels_done
+        );
+    }
+    let stores = client.stores();
+    for queue in stores.labels.queues("labels.").await? {
+        println!(
+            "queue {queue}: {} labels waiting",
+            stores.labels.depth(&queue).await?
+        );
+    }
+    for queue in stores.tasks.queues("worker.").await? {
+        println!(
+            "queue {queue}: {} tasks waiting",
+            stores.tasks.depth(&queue).await?
+        );
+    }
+    let rate = (after.saturating_sub(before)) as f64 / t0.elapsed().as_secs_f64();
+    println!("labels/s: {rate:.0}");
+    Ok(())
+}
+
+fn fmt_time(nanos: u64) -> String {
+    let secs = nanos / 1_000_000_000;
+    let (d, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, day) = civil_from_days(d as i64);
+    format!(
+        "{y:04}-{m:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a (year, month, day) date (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}

@@ -1,0 +1,221 @@
+//! All settings of a LABIOS deployment in one TOML file (see
+//! `labios.example.toml`), overridable from the environment:
+//! `LABIOS_<SECTION>__<FIELD>` (e.g. `LABIOS_DISPATCHER__POLICY=random`).
+//! Unknown or mistyped fields are errors that name the field.
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use labios_client::ClientConfig;
+use labios_core::dispatcher::DispatcherConfig;
+use labios_server::{ManagerConfig, WorkerConfig};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where workers, the inventory database and the default socket live.
+    pub data_dir: PathBuf,
+    /// Unix socket path or HOST:PORT clients use; default `DATA_DIR/labios.sock`.
+    pub endpoint: Option<String>,
+    pub client: ClientConfig,
+    pub dispatcher: DispatcherConfig,
+    /// Number of dispatcher tasks serving the client queues.
+    pub dispatchers: usize,
+    pub manager: ManagerConfig,
+    pub worker: WorkerConfig,
+    pub workers: Vec<WorkerDecl>,
+    pub queue: QueueConfig,
+    pub warehouse: WarehouseConfig,
+    pub inventory: InventorySettings,
+}
+
+/// One worker of the pool: its tier and what it declares about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerDecl {
+    pub tier: String,
+    /// 1 (<= 200 MB/s) .. 5 (>= 3500 MB/s).
+    pub speed: u8,
+    /// 1 (frugal) .. 5 (power hungry).
+    pub energy: u8,
+    /// Bytes the worker may store.
+    pub capacity: u64,
+    /// Storage directory; default `DATA_DIR/workers/<index>-<tier>`. Point a
+    /// RAM tier at a tmpfs mount to make it RAM-backed.
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Labels a queue holds before producers wait (backpressure).
+    pub bound: usize,
+    pub push_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WarehouseConfig {
+    /// Bytes of data in transit the warehouse holds before puts wait.
+    pub max_bytes: u64,
+    pub put_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InventorySettings {
+    /// How often metadata is made crash-safe (fsync of the database).
+    pub sync_interval_ms: u64,
+    /// Completed label statuses nobody waited for are dropped after this.
+    pub reclaim_after_ms: u64,
+}
+
+const GIB: u64 = 1 << 30;
+
+impl Default for Config {
+    fn default() -> Self {
+        let decl = |tier: &str, speed, energy| WorkerDecl {
+            tier: tier.into(),
+            speed,
+            energy,
+            capacity: 64 * GIB,
+            dir: None,
+        };
+        Config {
+            data_dir: PathBuf::from("labios-data"),
+            endpoint: None,
+            client: ClientConfig::default(),
+            dispatcher: DispatcherConfig::default(),
+            dispatchers: 1,
+            manager: ManagerConfig::default(),
+            worker: WorkerConfig::default(),
+            workers: vec![
+                decl("ram", 5, 2),
+                decl("nvme", 4, 2),
+                decl("ssd", 3, 3),
+                decl("hdd", 1, 4),
+            ],
+            queue: QueueConfig::default(),
+            warehouse: WarehouseConfig::default(),
+            inventory: InventorySettings::default(),
+        }
+    }
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            bound: 65_536,
+            push_timeout_ms: 60_000,
+        }
+    }
+}
+
+impl Default for WarehouseConfig {
+    fn default() -> Self {
+        WarehouseConfig {
+            max_bytes: GIB,
+            put_timeout_ms: 60_000,
+        }
+    }
+}
+
+impl Default for InventorySettings {
+    fn default() -> Self {
+        InventorySettings {
+            sync_interval_ms: 1000,
+            reclaim_after_ms: 60_000,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults, then the TOML file (if any), then `LABIOS_*` variables.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                anyhow::bail!("config file {} not found", path.display());
+            }
+            fig = fig.merge(Toml::file(path));
+        }
+        let fig = fig.merge(
+            Env::prefixed("LABIOS_")
+                .ignore(&["ENDPOINT", "KEY", "SECRET", "CONFIG", "LOG"])
+                .split("__"),
+        );
+        let config: Config = fig.extract().map_err(|e| {
+            let mut msg = String::from("invalid configuration");
+            for err in e {
+                msg.push_str(&format!("\n  {err}"));
+                if !err.path.is_empty() {
+                    msg.push_str(&format!(" (field `{}`)", err.path.join(".")));
+                }
+            }
+            anyhow::anyhow!(msg)
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.client.validate()?;
+        self.dispatcher.validate().map_err(anyhow::Error::msg)?;
+        if self.workers.is_empty() {
+            anyhow::bail!(
+                "invalid configuration: field `workers` must declare at least one worker"
+            );
+        }
+        for (i, w) in self.workers.iter().enumerate() {
+            if !(1..=5).contains(&w.speed) {
+                anyhow::bail!(
+                    "invalid configuration: field `workers[{i}].speed` must be 1-5, got {}",
+                    w.speed
+                );
+            }
+            if !(1..=5).contains(&w.energy) {
+                anyhow::bail!(
+                    "invalid configuration: field `workers[{i}].energy` must be 1-5, got {}",
+                    w.energy
+                );
+            }
+            if w.capacity == 0 {
+                anyhow::bail!("invalid configuration: field `workers[{i}].capacity` must be > 0");
+            }
+        }
+        if self.dispatchers == 0 {
+            anyhow::bail!("invalid configuration: field `dispatchers` must be at least 1");
+        }
+        if self.queue.bound == 0 {
+            anyhow::bail!("invalid configuration: field `queue.bound` must be at least 1");
+        }
+        if self.warehouse.max_bytes < self.client.max_label_size {
+            anyhow::bail!(
+                "invalid configuration: field `warehouse.max_bytes` ({}) is smaller than client.max_label_size ({})",
+                self.warehouse.max_bytes,
+                self.client.max_label_size
+            );
+        }
+        Ok(())
+    }
+
+    pub fn endpoint(&self) -> String {
+        self.endpoint.clone().unwrap_or_else(|| {
+            self.data_dir
+                .join("labios.sock")
+                .to_string_lossy()
+                .into_owned()
+        })
+    }
+
+    pub fn worker_dir(&self, index: usize) -> PathBuf {
+        let w = &self.workers[index];
+        w.dir.clone().unwrap_or_else(|| {
+            self.data_dir
+                .join("workers")
+                .join(format!("{index}-{}", w.tier))
+        })
+    }
+}

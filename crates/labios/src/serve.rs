@@ -1,0 +1,45 @@
+//! `labios serve`: the embedded runtime plus the local endpoint through which
+//! programs on this machine (or over TCP) reach it.
+
+use crate::config::Config;
+use crate::runtime::Runtime;
+use labios_store::remote::{self, Endpoint, Listener};
+use std::sync::Arc;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let endpoint = Endpoint::parse(&config.endpoint())?;
+    let data_dir = config.data_dir.clone();
+    let runtime = Runtime::start(config).await?;
+    let listener = Listener::bind(&endpoint).await?;
+    let (stop, stopped) = watch::channel(false);
+    let admin = runtime.admin.clone();
+    let auth: remote::AuthFn = Arc::new(move |key: Option<String>, secret: Option<String>| {
+        let admin = admin.clone();
+        Box::pin(async move { admin.authenticate(key.as_deref(), secret.as_deref()).await })
+    });
+    let server = tokio::spawn(remote::serve(
+        listener,
+        runtime.stores.clone(),
+        auth,
+        stopped,
+    ));
+    println!(
+        "labios serve: listening on {endpoint} (data in {}, {} workers)",
+        data_dir.display(),
+        runtime.config.workers.len()
+    );
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    eprintln!("labios serve: stopping");
+    let _ = stop.send(true);
+    let _ = server.await;
+    runtime.shutdown().await?;
+    eprintln!("labios serve: stopped cleanly");
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! The `labios` binary as a user runs it: `labios serve` in one process, the
+//! client commands in others, talking over the local endpoint.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_labios");
+
+struct Server {
+    child: Child,
+    endpoint: PathBuf,
+}
+
+impl Server {
+    fn start(data: &Path) -> Server {
+        let endpoint = data.join("labios.sock");
+        let child = Command::new(BIN)
+            .args(["serve", "--data-dir"])
+            .arg(data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !endpoint.exists() {
+            assert!(Instant::now() < deadline, "serve did not create its socket");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { child, endpoint }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("LABIOS_ENDPOINT", &self.endpoint)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "labios {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn err(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(!out.status.success(), "labios {args:?} should fail");
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    fn stop(mut self) {
+        let status = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = self.child.wait().unwrap();
+        assert!(exit.success(), "serve exited with {exit:?}");
+    }
+}
+
+#[test]
+fn put_get_ls_stat_rm_status_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data);
+    let local = dir.path().join("input.bin");
+    let bytes = common::data(42, (5 << 20) + 3);
+    std::fs::write(&local, &bytes).unwrap();
+    server.ok(&["put", local.to_str().unwrap(), "/sim/out.bin"]);
+    server.ok(&["put", local.to_str().unwrap(), "/sim/copy.bin"]);
+    let back = dir.path().join("back.bin");
+    server.ok(&["get", "/sim/out.bin", back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap() == bytes.to_vec());
+    let ls = server.ok(&["ls", "/sim"]);
+    assert!(
+        ls.contains("/sim/out.bin") && ls.contains("/sim/copy.bin"),
+        "{ls}"
+    );
+    let stat = server.ok(&["stat", "/sim/out.bin"]);
+    assert!(stat.contains(&format!("size:  {}", bytes.len())), "{stat}");
+    server.ok(&["rm", "/sim/copy.bin"]);
+    assert!(!server.ok(&["ls", "/sim"]).contains("copy.bin"));
+    let status = server.ok(&["status"]);
+    for tier in ["ram", "nvme", "ssd", "hdd"] {
+        assert!(status.contains(tier), "status lacks tier {tier}: {status}");
+    }
+    assert!(status.contains("labels/s"), "{status}");
+    server.stop();
+
+    // Same data directory, new process: the file is still there, byte-exact.
+    let server = Server::start(&data);
+    let again = dir.path().join("again.bin");
+    server.ok(&["get", "/sim/out.bin", again.to_str().unwrap()]);
+    assert!(std::fs::read(&again).unwrap() == bytes.to_vec());
+    server.stop();
+}
+
+#[test]
+fn clear_errors_for_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let e = server.err(&[
+        "get",
+        "/no/such/file",
+        dir.path().join("x").to_str().unwrap(),
+    ]);
+    assert!(e.contains("not found"), "{e}");
+    let e = server.err(&["put", "/definitely/not/here.bin", "/x"]);
+    assert!(e.contains("not found"), "{e}");
+    let local = dir.path().join("in");
+    std::fs::write(&local, b"hi").unwrap();
+    let e = server.err(&["put", local.to_str().unwrap(), "/../../etc/passwd"]);
+    assert!(e.contains("escapes the namespace"), "{e}");
+    let e = server.err(&["stat", "/missing"]);
+    assert!(e.contains("not found"), "{e}");
+    server.stop();
+
+    let e = String::from_utf8(
+        Command::new(BIN)
+            .args(["ls"])
+            .env("LABIOS_ENDPOINT", dir.path().join("nobody.sock"))
+            .output()
+            .unwrap()
+            .stderr,
+    )
+    .unwrap();
+    assert!(e.contains("cannot reach LABIOS"), "{e}");
+    let e = String::from_utf8(
+        Command::new(BIN)
+            .args(["ls", "--endpoint", "127.0.0.1:1"])
+            .output()
+            .unwrap()
+            .stderr,
+    )
+    .unwrap();
+    assert!(e.contains("cannot reach LABIOS"), "{e}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[dispatcher]\nbatch_size = \"lots\"\n").unwrap();
+    let e = String::from_utf8(
+        Command::new(BIN)
+            .args(["--config", bad.to_str().unwrap(), "ls"])
+            .output()
+            .unwrap()
+            .stderr,
+    )
+    .unwrap();
+    assert!(
+        e.contains("batch_size"),
+        "malformed config must name the field: {e}"
+    );
+    std::fs::write(&bad, "[worker]\nthreadz = 3\n").unwrap();
+    let e = String::from_utf8(
+        Command::new(BIN)
+            .args(["--config", bad.to_str().unwrap(), "ls"])
+            .output()
+            .unwrap()
+            .stderr,
+    )
+    .unwrap();
+    assert!(e.contains("threadz"), "unknown field must be named: {e}");
+    let e = String::from_utf8(
+        Command::new(BIN)
+            .args(["ls"])
+            .env("LABIOS_DISPATCHER__POLICY", "fastest")
+            .output()
+            .unwrap()
+            .stderr,
+    )
+    .unwrap();
+    assert!(
+        e.contains("policy"),
+        "bad policy from the environment must be named: {e}"
+    );
+}
+
+#[test]
+fn demo_runs_and_verifies() {
+    let out = Command::new(BIN).arg("demo").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("all checkpoints read back byte-exact"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("sync") && stdout.contains("async"),
+        "{stdout}"
+    );
+}

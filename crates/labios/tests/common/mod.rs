@@ -1,0 +1,44 @@
+//! Shared set-up for the integration tests: an embedded runtime on a
+//! temporary data directory, and deterministic random data.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use labios::{Config, Runtime};
+use std::path::Path;
+
+pub fn config(dir: &Path) -> Config {
+    let mut c = Config::default();
+    c.data_dir = dir.to_path_buf();
+    c.warehouse.max_bytes = 256 << 20;
+    c
+}
+
+pub async fn start(dir: &Path) -> Runtime {
+    Runtime::start(config(dir)).await.expect("runtime starts")
+}
+
+pub fn data(seed: u64, len: usize) -> Bytes {
+    let mut v = vec![0u8; len];
+    fastrand::Rng::with_seed(seed).fill(&mut v);
+    Bytes::from(v)
+}
+
+/// Every regular file under `root`, recursively.
+pub fn files_under(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

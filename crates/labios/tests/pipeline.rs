@@ -1,0 +1,452 @@
+//! End-to-end tests of the whole label pipeline on the embedded runtime:
+//! client -> label queue -> dispatcher -> worker queues -> workers -> inventory.
+
+mod common;
+
+use bytes::Bytes;
+use common::{data, files_under, start};
+use labios_client::{ClientConfig, IoMode};
+use labios_label::WorkerState;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const ODD_SIZES: [usize; 8] = [0, 1, 65_535, 65_536, 65_537, 1_048_575, 1_048_577, 10 << 20];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_clients_odd_sizes_sync_and_async_read_back_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = start(dir.path()).await;
+    let mut tasks = Vec::new();
+    for c in 0..4u64 {
+        let client = rt.client(0).await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            for (i, &size) in ODD_SIZES.iter().enumerate() {
+                let path = format!("/clients/{c}/file{i}");
+                let bytes = data(c * 100 + i as u64, size);
+                if (c + i as u64) % 2 == 0 {
+                    client.write_at_sync(&path, 0, bytes.clone()).await.unwrap();
+                } else {
+                    let h = client
+                        .write_at_async(&path, 0, bytes.clone())
+                        .await
+                        .unwrap();
+                    client.wait(&h).await.unwrap();
+                }
+            }
+            // Read back from another client of the same application.
+            client
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let reader = rt.client(0).await.unwrap();
+    for c in 0..4u64 {
+        for (i, &size) in ODD_SIZES.iter().enumerate() {
+            let path = format!("/clients/{c}/file{i}");
+            let got = reader.read(&path).await.unwrap();
+            assert_eq!(got.len(), size, "{path} length");
+            assert!(
+                got == data(c * 100 + i as u64, size),
+                "{path} content differs"
+            );
+            assert_eq!(reader.stat(&path).await.unwrap().size, size as u64);
+        }
+    }
+    // Labels went to every worker.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let workers = rt.stores.inventory.workers().await.unwrap();
+    assert_eq!(workers.len(), 4);
+    for w in &workers {
+        assert!(
+            w.labels_done > 0,
+            "worker {} executed no label: {workers:?}",
+            w.spec.id
+        );
+    }
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn async_small_writes_aggregate_and_read_after_write_sees_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = start(dir.path()).await;
+    let client = rt.client(0).await.unwrap();
+    let mut expect = vec![0u8; 1000 * 100];
+    for i in 0..1000usize {
+        let chunk = data(i as u64, 100);
+        expect[i * 100..(i + 1) * 100].copy_from_slice(&chunk);
+        client
+            .write_at_async("/small/records", (i * 100) as u64, chunk)
+            .await
+            .unwrap();
+    }
+    // No wait: the read itself must see every byte written before it.
+    let got = client.read("/small/records").await.unwrap();
+    assert!(
+        got == Bytes::from(expect),
+        "read-after-write through the small-I/O cache"
+    );
+    // Another client sees them too once the writer has waited.
+    client.wait_all().await.unwrap();
+    let other = rt.client(0).await.unwrap();
+    assert_eq!(other.stat("/small/records").await.unwrap().size, 100_000);
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overwrite_keeps_bytes_outside_the_range_and_reads_are_never_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = start(dir.path()).await;
+    let client = rt.client(0).await.unwrap();
+    let base = data(1, 3 << 20);
+    client.write_at_sync("/f", 0, base.clone()).await.unwrap();
+    let patch = data(2, 1000);
+    client.write_at_sync("/f", 0, patch.clone()).await.unwrap();
+    let mid = data(3, 70_000);
+    client
+        .write_at_sync("/f", 1_500_000, mid.clone())
+        .await
+        .unwrap();
+    let mut expect = base.to_vec();
+    expect[..1000].copy_from_slice(&patch);
+    expect[1_500_000..1_570_000].copy_from_slice(&mid);
+    let got = client.read("/f").await.unwrap();
+    assert_eq!(got.len(), 3 << 20, "overwrite must not truncate");
+    assert!(got == Bytes::from(expect.clone()));
+    // A range read returns exactly what was asked, or less only at EOF.
+    let r = client.read_at("/f", (3 << 20) - 10, 100).await.unwrap();
+    assert_eq!(&r[..], &expect[(3 << 20) - 10..]);
+    // Writing past the end leaves a hole that reads as zeros.
+    client
+        .write_at_sync("/f", (4 << 20) + 5, Bytes::from_static(b"tail"))
+        .await
+        .unwrap();
+    let hole = client.read_at("/f", 3 << 20, 1 << 20).await.unwrap();
+    assert!(hole.iter().all(|b| *b == 0) && hole.len() == 1 << 20);
+    // A worker file that lost bytes behind LABIOS's back is an error, not a short read.
+    for f in files_under(dir.path()) {
+        if f.to_string_lossy().contains("/files/") {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&f)
+                .unwrap()
+                .set_len(10)
+                .unwrap();
+        }
+    }
+    let err = client.read("/f").await.unwrap_err().to_string();
+    assert!(!err.is_empty(), "truncated storage must fail the read");
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nothing_is_written_outside_the_data_directory() {
+    let outer = tempfile::tempdir().unwrap();
+    let data_dir = outer.path().join("data");
+    let rt = start(&data_dir).await;
+    let client = rt.client(0).await.unwrap();
+    let marker = outer.path().join("escaped");
+    let abs = marker.to_string_lossy().into_owned();
+    // An absolute host path is a name inside the LABIOS namespace, nothing more.
+    client
+        .write_at_sync(&abs, 0, Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    client
+        .write_at_sync("/etc/labios-should-not-exist", 0, Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    for bad in ["/../escaped", "../../escaped", "/a/../../escaped"] {
+        let err = client
+            .write_at_sync(bad, 0, Bytes::from_static(b"x"))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("escapes the namespace"),
+            "{bad}: {err}"
+        );
+    }
+    assert!(!marker.exists());
+    assert!(!std::path::Path::new("/etc/labios-should-not-exist").exists());
+    for f in files_under(outer.path()) {
+        assert!(
+            f.starts_with(&data_dir),
+            "{} is outside the data directory",
+            f.display()
+        );
+    }
+    assert_eq!(client.read(&abs).await.unwrap(), Bytes::from_static(b"x"));
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lone_label_does_not_wait_out_the_batch_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(dir.path());
+    config.dispatcher.batch_window_ms = 500;
+    let rt = labios::Runtime::start(config).await.unwrap();
+    let client = rt.client(0).await.unwrap();
+    client
+        .write_at_sync("/warm", 0, data(1, 4096))
+        .await
+        .unwrap();
+    let mut worst = Duration::ZERO;
+    for i in 0..20 {
+        let t = Instant::now();
+        client
+            .write_at_sync("/lone", i * 4096, data(i, 4096))
+            .await
+            .unwrap();
+        worst = worst.max(t.elapsed());
+    }
+    assert!(
+        worst < Duration::from_millis(100),
+        "a lone synchronous write took {worst:?} with a 500 ms window"
+    );
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_policy_spreads_load_and_suspended_workers_wake() {
+    for policy in ["round-robin", "random", "constraint", "minmax"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = common::config(dir.path());
+        config.dispatcher.policy = policy.into();
+        config.dispatcher.bytes_per_worker = 1 << 20;
+        config.worker.idle_suspend_ms = 200;
+        config.worker.score_interval_ms = 50;
+        let rt = labios::Runtime::start(config).await.unwrap();
+        // Let every worker fall asleep.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ws = rt.stores.inventory.workers().await.unwrap();
+            if ws.iter().all(|w| w.state == WorkerState::Suspended) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{policy}: workers never suspended: {ws:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let client = rt.client(0).await.unwrap();
+        let mut handles = Vec::new();
+        for i in 0..64u64 {
+            handles.push(
+                client
+                    .write_at_async(&format!("/spread/{i}"), 0, data(i, 256 << 10))
+                    .await
+                    .unwrap(),
+            );
+        }
+        client.wait_many(&handles).await.unwrap();
+        let mut used = BTreeSet::new();
+        for i in 0..64u64 {
+            let m = client.stat(&format!("/spread/{i}")).await.unwrap();
+            for e in client.catalog().extents(m.id, 0, m.size).await.unwrap() {
+                used.insert(e.worker);
+            }
+        }
+        assert!(used.len() >= 2, "{policy}: all labels went to {used:?}");
+        if policy == "round-robin" || policy == "random" {
+            assert_eq!(
+                used.len(),
+                4,
+                "{policy} must use every worker, used {used:?}"
+            );
+        }
+        rt.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn completed_label_metadata_is_reclaimed_under_sustained_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = start(dir.path()).await;
+    let client = rt.client(0).await.unwrap();
+    let mut peaks = Vec::new();
+    for round in 0..5u64 {
+        for i in 0..2000u64 {
+            client
+                .write_at_async("/sustained", (round * 2000 + i) * 65_536, data(i, 65_536))
+                .await
+                .unwrap();
+        }
+        client.wait_all().await.unwrap();
+        peaks.push(rt.stores.inventory.label_count().await.unwrap());
+    }
+    assert!(
+        peaks.iter().all(|&n| n < 100),
+        "label statuses pile up: {peaks:?}"
+    );
+    assert_eq!(
+        rt.stores.warehouse.usage().await.unwrap(),
+        0,
+        "warehouse keeps data of completed labels"
+    );
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restart_reads_back_every_completed_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sizes = [1usize, 4096, 1_048_577, 3 << 20];
+    {
+        let rt = start(dir.path()).await;
+        let client = rt.client(0).await.unwrap();
+        for (i, &s) in sizes.iter().enumerate() {
+            client
+                .write_at_sync(&format!("/keep/{i}"), 0, data(i as u64, s))
+                .await
+                .unwrap();
+        }
+        rt.shutdown().await.unwrap();
+    }
+    let rt = start(dir.path()).await;
+    let client = rt.client(0).await.unwrap();
+    for (i, &s) in sizes.iter().enumerate() {
+        assert!(
+            client.read(&format!("/keep/{i}")).await.unwrap() == data(i as u64, s),
+            "/keep/{i}"
+        );
+    }
+    // New files after a restart never reuse ids of old ones.
+    client
+        .write_at_sync("/keep/new", 0, data(99, 10))
+        .await
+        .unwrap();
+    assert!(client.read("/keep/0").await.unwrap() == data(0, 1));
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_queue_pushes_back_instead_of_growing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(dir.path());
+    config.queue.bound = 8;
+    config.queue.push_timeout_ms = 200;
+    config.client.mode = IoMode::Async;
+    let rt = labios::Runtime::start(config).await.unwrap();
+    // Without a dispatcher draining it the client queue fills and the push fails.
+    let client = rt.client(0).await.unwrap();
+    let mut pushed = 0;
+    let mut full = None;
+    for i in 0..1000u64 {
+        let label = labios_label::Label::new(
+            labios_label::LabelId {
+                nanos: i + 1,
+                origin: 1 << 40,
+            },
+            labios_label::LabelKind::Flush,
+            0,
+        );
+        match client
+            .stores()
+            .labels
+            .push("backpressure.test", vec![label])
+            .await
+        {
+            Ok(()) => pushed += 1,
+            Err(e) => {
+                full = Some(e);
+                break;
+            }
+        }
+    }
+    assert_eq!(pushed, 8, "bound is 8 labels");
+    assert!(full.unwrap().to_string().contains("full"));
+    assert!(
+        client
+            .stores()
+            .labels
+            .depth("backpressure.test")
+            .await
+            .unwrap()
+            <= 8
+    );
+    // The real client queue keeps flowing under the same bound.
+    for i in 0..200u64 {
+        client
+            .write_at_async("/bp", i * 65_536, data(i, 65_536))
+            .await
+            .unwrap();
+    }
+    client.wait_all().await.unwrap();
+    assert_eq!(client.stat("/bp").await.unwrap().size, 200 * 65_536);
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn remove_rename_flush_and_rooms() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = start(dir.path()).await;
+    let client = rt.client(0).await.unwrap();
+    client
+        .write_at_sync("/r/a", 0, data(1, 2 << 20))
+        .await
+        .unwrap();
+    client.flush("/r/a").await.unwrap();
+    client.rename("/r/a", "/r/b").await.unwrap();
+    assert!(matches!(
+        client.stat("/r/a").await,
+        Err(labios_label::Error::NotFound(_))
+    ));
+    assert!(client.read("/r/b").await.unwrap() == data(1, 2 << 20));
+    client.remove("/r/b").await.unwrap();
+    assert!(matches!(
+        client.read("/r/b").await,
+        Err(labios_label::Error::NotFound(_))
+    ));
+    let leftovers: Vec<_> = files_under(dir.path())
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/files/"))
+        .collect();
+    assert!(
+        leftovers
+            .iter()
+            .all(|p| std::fs::metadata(p).map(|m| m.len() == 0).unwrap_or(true)),
+        "data of removed file left on workers: {leftovers:?}"
+    );
+    // Ephemeral room: data handed over through the warehouse only.
+    let other = rt.client(0).await.unwrap();
+    client
+        .share(0, "handoff", Bytes::from_static(b"payload"))
+        .await
+        .unwrap();
+    assert_eq!(
+        other
+            .receive("handoff", Duration::from_secs(5))
+            .await
+            .unwrap(),
+        Bytes::from_static(b"payload")
+    );
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sync_mode_config_and_label_size_settings_are_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(dir.path());
+    config.client = ClientConfig {
+        max_label_size: 100_000,
+        min_label_size: 10_000,
+        ..ClientConfig::default()
+    };
+    config.dispatcher.aggregation = false;
+    let rt = labios::Runtime::start(config).await.unwrap();
+    let client = rt.client(0).await.unwrap();
+    client
+        .write_at("/split", 0, data(5, 1_000_000))
+        .await
+        .unwrap();
+    let m = client.stat("/split").await.unwrap();
+    let extents = client.catalog().extents(m.id, 0, m.size).await.unwrap();
+    assert!(
+        extents.len() >= 10,
+        "1 MB at 100 KB max label size gives >= 10 extents, got {}",
+        extents.len()
+    );
+    assert!(client.read("/split").await.unwrap() == data(5, 1_000_000));
+    rt.shutdown().await.unwrap();
+}
