@@ -275,8 +275,25 @@ impl WorkerManager {
 }
 
 impl WorkerDirectory for WorkerManager {
+    /// The available list (article 3.5.2). Static allocation: every worker,
+    /// so an idle-suspended one wakes when work is assigned to it. Elastic:
+    /// only active workers; the reserve joins when this manager wakes it as
+    /// load builds (or, if none is active, all of them).
     fn workers(&self) -> Vec<WorkerStatus> {
-        WorkerManager::workers(self)
+        let all = WorkerManager::workers(self);
+        if self.inner.config.allocation() != Ok(Allocation::Elastic) {
+            return all;
+        }
+        let active: Vec<WorkerStatus> = all
+            .iter()
+            .filter(|w| w.state == WorkerState::Active)
+            .cloned()
+            .collect();
+        if active.is_empty() {
+            all
+        } else {
+            active
+        }
     }
 
     /// Counts freshly assigned labels in the snapshot at once, so the next

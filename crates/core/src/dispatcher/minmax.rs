@@ -3,8 +3,12 @@
 //! capacity and load. That is a multidimensional knapsack (NP-hard); like the
 //! article we solve it approximately with dynamic programming:
 //!
-//! - each worker is a knapsack with two budgets: capacity (bytes it can still
-//!   store; only writes consume it) and queue slots (`max_queue - queued`);
+//! - each worker is a knapsack with three budgets: capacity (bytes it can
+//!   still store), queue slots (`max_queue - queued`) and its share of the
+//!   batch's transfer time: bytes in proportion to its speed class, with
+//!   [`SLACK`], so the fastest, most frugal worker takes more than its share
+//!   but never the whole batch while others stand idle (load is a constraint
+//!   of the problem, not only capacity);
 //! - a task placed on worker `w` is worth `(bytes + overhead) * density(w)`,
 //!   where `density = score(w) * speed / energy`: throughput per unit of
 //!   power, scaled by the configured Table 2 score so load, capacity and
@@ -22,6 +26,8 @@ use labios_label::{Error, LabelKind, Result, Task, Weights, WorkerStatus};
 const UNITS: u64 = 128;
 /// Fixed per-task cost in bytes, so tasks that move no data still count.
 const OVERHEAD: u64 = 4096;
+/// How far past its speed-proportional share of a batch a worker may go.
+const SLACK: f64 = 1.5;
 
 struct Bin {
     worker: usize,
@@ -72,6 +78,15 @@ pub(super) fn assign(
         .iter()
         .map(|t| t.size().saturating_add(OVERHEAD))
         .collect();
+    let batch: u64 = value.iter().fold(0, |a, v| a.saturating_add(*v));
+    let speeds: f64 = bins
+        .iter()
+        .map(|b| workers[b.worker].spec.speed.clamp(1, 5) as f64)
+        .sum();
+    let share = |bin: &Bin| {
+        let speed = workers[bin.worker].spec.speed.clamp(1, 5) as f64;
+        (batch as f64 * speed / speeds * SLACK).ceil() as u64
+    };
     let mut place: Vec<Option<usize>> = vec![None; tasks.len()];
     let mut open: Vec<usize> = (0..tasks.len()).collect();
 
@@ -79,12 +94,15 @@ pub(super) fn assign(
         if open.is_empty() {
             break;
         }
+        // One DP dimension: a task costs its transfer bytes (never less
+        // than what it stores) against the tighter of capacity and share.
+        let budget = bin.capacity.min(share(bin));
         let fitting: Vec<usize> = open
             .iter()
             .copied()
-            .filter(|&t| weight[t] <= bin.capacity)
+            .filter(|&t| weight[t] <= bin.capacity && value[t] <= budget)
             .collect();
-        let mut chosen = knapsack(&fitting, &weight, &value, bin.capacity);
+        let mut chosen = knapsack(&fitting, &value, &value, budget);
         if chosen.len() as u64 > bin.slots {
             chosen.sort_unstable_by(|&x, &y| value[y].cmp(&value[x]).then(x.cmp(&y)));
             chosen.truncate(bin.slots as usize);
@@ -199,9 +217,14 @@ mod tests {
                 &ws,
             )
             .unwrap();
-        assert_eq!(plan.len(), 1);
-        assert_eq!(plan[0].0, 2);
-        assert_eq!(plan[0].1.len(), 10);
+        let got: HashMap<WorkerId, usize> = plan.iter().map(|(w, t)| (*w, t.len())).collect();
+        // The fast frugal worker takes the most, up to its share of the
+        // batch's transfer time; the rest goes to the next best, and the slow
+        // hungry worker gets nothing.
+        assert!(got[&2] > got.get(&3).copied().unwrap_or(0), "{got:?}");
+        assert!(got[&2] < 10, "one worker took the whole batch: {got:?}");
+        assert!(!got.contains_key(&1), "{got:?}");
+        assert_eq!(got.values().sum::<usize>(), 10);
     }
 
     #[test]
