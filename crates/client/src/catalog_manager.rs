@@ -47,7 +47,7 @@ impl CatalogManager {
         self.inventory
             .lookup(&norm)
             .await?
-            .ok_or_else(|| Error::NotFound(norm))
+            .ok_or(Error::NotFound(norm))
     }
 
     /// Entries under `prefix`: a directory's descendants, or paths that start

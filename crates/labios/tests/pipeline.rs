@@ -23,7 +23,7 @@ async fn concurrent_clients_odd_sizes_sync_and_async_read_back_exact() {
             for (i, &size) in ODD_SIZES.iter().enumerate() {
                 let path = format!("/clients/{c}/file{i}");
                 let bytes = data(c * 100 + i as u64, size);
-                if (c + i as u64) % 2 == 0 {
+                if (c + i as u64).is_multiple_of(2) {
                     client.write_at_sync(&path, 0, bytes.clone()).await.unwrap();
                 } else {
                     let h = client
@@ -84,7 +84,7 @@ async fn async_small_writes_aggregate_and_read_after_write_sees_them() {
     // No wait: the read itself must see every byte written before it.
     let got = client.read("/small/records").await.unwrap();
     assert!(
-        got == Bytes::from(expect),
+        got == expect,
         "read-after-write through the small-I/O cache"
     );
     // Another client sees them too once the writer has waited.
@@ -113,7 +113,7 @@ async fn overwrite_keeps_bytes_outside_the_range_and_reads_are_never_short() {
     expect[1_500_000..1_570_000].copy_from_slice(&mid);
     let got = client.read("/f").await.unwrap();
     assert_eq!(got.len(), 3 << 20, "overwrite must not truncate");
-    assert!(got == Bytes::from(expect.clone()));
+    assert!(got == expect);
     // A range read returns exactly what was asked, or less only at EOF.
     let r = client.read_at("/f", (3 << 20) - 10, 100).await.unwrap();
     assert_eq!(&r[..], &expect[(3 << 20) - 10..]);

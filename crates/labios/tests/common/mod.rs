@@ -7,8 +7,10 @@ use labios::{Config, Runtime};
 use std::path::Path;
 
 pub fn config(dir: &Path) -> Config {
-    let mut c = Config::default();
-    c.data_dir = dir.to_path_buf();
+    let mut c = Config {
+        data_dir: dir.to_path_buf(),
+        ..Config::default()
+    };
     c.warehouse.max_bytes = 256 << 20;
     c
 }
