@@ -1,0 +1,1 @@
+//! Label queues on NATS JetStream.

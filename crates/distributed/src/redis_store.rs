@@ -1,0 +1,1 @@
+//! Warehouse and inventory on Redis.
