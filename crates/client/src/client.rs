@@ -411,8 +411,12 @@ impl Client {
                 meta.path
             )));
         }
-        self.settle(meta.id).await?;
-        let meta = self.inner.catalog.file(meta.id).await?;
+        let meta = if self.has_pending(meta.id) {
+            self.settle(meta.id).await?;
+            self.inner.catalog.file(meta.id).await?
+        } else {
+            meta
+        };
         if offset >= meta.size || len == 0 {
             return Ok(Bytes::new());
         }

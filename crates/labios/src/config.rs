@@ -162,7 +162,13 @@ impl Config {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         self.client.validate()?;
-        self.dispatcher.validate().map_err(anyhow::Error::msg)?;
+        self.dispatcher.validate()?;
+        self.manager
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: [manager]: {e}"))?;
+        self.worker
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: [worker]: {e}"))?;
         if self.workers.is_empty() {
             anyhow::bail!(
                 "invalid configuration: field `workers` must declare at least one worker"

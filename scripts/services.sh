@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# External services of the distributed deployment (DESIGN "Deployments" 2):
+# NATS JetStream for label queues, Redis for warehouse and inventory.
+#
+#   bash scripts/services.sh install          install every service binary
+#   bash scripts/services.sh start-nats PORT DIR
+#   bash scripts/services.sh stop-nats DIR
+#   bash scripts/services.sh start-redis PORT DIR [redis-server args]
+#   bash scripts/services.sh stop-redis DIR
+#
+# Each service keeps its parts in its own functions (install_X, start_X,
+# stop_X) so that they can be maintained separately.
+set -euo pipefail
+
+# Runs apt-get update at most once per invocation of this script.
+APT_UPDATED=${APT_UPDATED:-0}
+apt_install() {
+    local sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    if [ "$APT_UPDATED" = 0 ]; then
+        $sudo apt-get update
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y "$@"
+}
+
+# Waits up to 10 s until something listens on 127.0.0.1:PORT.
+wait_port() {
+    local port=$1 i
+    for i in $(seq 1 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "nothing answers on 127.0.0.1:$port after 10 s" >&2
+    return 1
+}
+
+# ---------------------------------------------------------------- NATS ----
+
+# nats-server (Debian 12 ships 2.9, which has JetStream with -js).
+install_nats() {
+    if command -v nats-server >/dev/null 2>&1; then
+        echo "nats-server present: $(nats-server --version)"
+        return 0
+    fi
+    apt_install nats-server
+    nats-server --version
+}
+
+# start_nats PORT DIR: JetStream server on 127.0.0.1:PORT storing in DIR
+# (pid in DIR/nats.pid, log in DIR/nats.log).
+start_nats() {
+    local port=${1:?usage: start_nats PORT DIR} dir=${2:?usage: start_nats PORT DIR}
+    mkdir -p "$dir"
+    if [ -f "$dir/nats.pid" ] && kill -0 "$(cat "$dir/nats.pid")" 2>/dev/null; then
+        echo "nats-server already running (pid $(cat "$dir/nats.pid"))"
+        return 0
+    fi
+    nohup nats-server -js -a 127.0.0.1 -p "$port" -sd "$dir" \
+        >"$dir/nats.log" 2>&1 &
+    echo $! >"$dir/nats.pid"
+    wait_port "$port"
+    echo "nats-server on 127.0.0.1:$port (pid $(cat "$dir/nats.pid"), store $dir)"
+}
+
+# stop_nats DIR: stops the server started by start_nats with that DIR.
+stop_nats() {
+    local dir=${1:?usage: stop_nats DIR} pid i
+    [ -f "$dir/nats.pid" ] || return 0
+    pid=$(cat "$dir/nats.pid")
+    if kill "$pid" 2>/dev/null; then
+        for i in $(seq 1 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    rm -f "$dir/nats.pid"
+}
+
+# --------------------------------------------------------------- Redis ----
+
+# redis-server and redis-cli (Debian 12 ships 7.0).
+install_redis() {
+    if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
+        echo "redis-server present: $(redis-server --version)"
+        return 0
+    fi
+    apt_install redis-server redis-tools
+    # The Debian package starts a system instance on 6379; LABIOS runs its
+    # own servers (start_redis), so leave that one alone but do not rely on it.
+    redis-server --version
+}
+
+# start_redis PORT DIR [extra redis-server args...]: a server on
+# 127.0.0.1:PORT with its append-only file in DIR (pid in DIR/redis.pid,
+# log in DIR/redis.log). Durability: appendonly yes, appendfsync everysec
+# (at most about one second of acknowledged writes lost on a power cut).
+start_redis() {
+    local port=${1:?usage: start_redis PORT DIR [args]} dir=${2:?usage: start_redis PORT DIR [args]} i
+    shift 2
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    if [ -f "$dir/redis.pid" ] && kill -0 "$(cat "$dir/redis.pid")" 2>/dev/null; then
+        echo "redis-server already running (pid $(cat "$dir/redis.pid"))"
+        return 0
+    fi
+    nohup redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" \
+        --appendonly yes --appendfsync everysec --daemonize no "$@" \
+        >"$dir/redis.log" 2>&1 &
+    echo $! >"$dir/redis.pid"
+    wait_port "$port"
+    for i in $(seq 1 100); do
+        # A PING answered with NOAUTH also proves the server is up.
+        if redis-cli -p "$port" PING 2>&1 | grep -qE "PONG|NOAUTH"; then
+            echo "redis-server on 127.0.0.1:$port (pid $(cat "$dir/redis.pid"), dir $dir)"
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "redis-server on 127.0.0.1:$port does not answer PING; see $dir/redis.log" >&2
+    return 1
+}
+
+# stop_redis DIR: stops the server started by start_redis with that DIR
+# (SIGTERM: Redis flushes its append-only file before exiting).
+stop_redis() {
+    local dir=${1:?usage: stop_redis DIR} pid i
+    [ -f "$dir/redis.pid" ] || return 0
+    pid=$(cat "$dir/redis.pid")
+    if kill "$pid" 2>/dev/null; then
+        for i in $(seq 1 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    rm -f "$dir/redis.pid"
+}
+
+# ------------------------------------------------------------ commands ----
+
+case "${1:-}" in
+install)
+    install_nats
+    install_redis
+    ;;
+start-redis)
+    shift
+    start_redis "${1:-6379}" "${2:-/tmp/labios-redis}" "${@:3}"
+    ;;
+stop-redis)
+    stop_redis "${2:-/tmp/labios-redis}"
+    ;;
+start-nats)
+    start_nats "${2:-4222}" "${3:-/tmp/labios-nats}"
+    ;;
+stop-nats)
+    stop_nats "${2:-/tmp/labios-nats}"
+    ;;
+*)
+    echo "usage: $0 install | start-nats PORT DIR | stop-nats DIR | start-redis PORT DIR [args] | stop-redis DIR" >&2
+    exit 2
+    ;;
+esac
