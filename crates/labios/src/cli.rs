@@ -267,7 +267,9 @@ async fn status(client: &Client) -> anyhow::Result<()> {
         .map(|w| w.labels_done)
         .sum();
     let t0 = Instant::now();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Workers publish their counters once per score interval (1 s by
+    // default): sample across more than one interval.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let mut workers = inventory.workers().await?;
     workers.sort_by_key(|w| w.spec.id);
     let after: u64 = workers.iter().map(|w| w.labels_done).sum();
