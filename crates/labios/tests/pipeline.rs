@@ -450,3 +450,35 @@ async fn sync_mode_config_and_label_size_settings_are_honoured() {
     assert!(client.read("/split").await.unwrap() == data(5, 1_000_000));
     rt.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn several_dispatchers_on_one_queue_keep_the_newest_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(dir.path());
+    config.dispatchers = 3;
+    config.dispatcher.batch_size = 2;
+    config.dispatcher.aggregation = false;
+    // One worker: every version lands on the same device, in whatever order
+    // the dispatchers deliver them.
+    config.workers.truncate(1);
+    config.client.min_label_size = 0;
+    let rt = labios::Runtime::start(config).await.unwrap();
+    let client = rt.client(0).await.unwrap();
+    // Many overlapping versions of the same ranges, published back to back:
+    // whatever order dispatchers and workers take them in, the newest wins.
+    let mut expect = vec![0u8; 256 << 10];
+    for round in 0..400u64 {
+        let off = (round % 7) * 16_384;
+        let chunk = data(round, 96 << 10);
+        expect[off as usize..off as usize + chunk.len()].copy_from_slice(&chunk);
+        client
+            .write_at_async("/versions", off, chunk)
+            .await
+            .unwrap();
+    }
+    client.wait_all().await.unwrap();
+    let got = client.read("/versions").await.unwrap();
+    let size = client.stat("/versions").await.unwrap().size as usize;
+    assert!(got == expect[..size], "an older version won");
+    rt.shutdown().await.unwrap();
+}

@@ -124,7 +124,7 @@ impl Executor {
             return Err(format!("worker {} is full", self.id));
         }
         let sync = label.sync;
-        let pieces = ranges.clone();
+        let pieces = self.not_yet_overwritten(label, file, &ranges).await?;
         let t = anatomy::start();
         let written = self
             .blocking(move |storage| {
@@ -166,6 +166,50 @@ impl Executor {
             .map_err(|e| e.to_string())?;
         anatomy::record(Phase::WorkerWarehouse, t);
         Ok(Done::bytes(size))
+    }
+
+    /// The parts of `ranges` that no newer label has already written on this
+    /// worker. Labels of one file reach a worker in id order when a single
+    /// dispatcher serves their queue, but several dispatchers (or a retry)
+    /// can deliver an older write after a newer one; writing it anyway would
+    /// put stale bytes under an extent the inventory gives to the newer label.
+    async fn not_yet_overwritten(
+        &self,
+        label: &Label,
+        file: FileId,
+        ranges: &[Range],
+    ) -> Result<Vec<Range>, Failure> {
+        let mut out = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let newer: Vec<Extent> = self
+                .stores
+                .inventory
+                .extents(file, r.file_offset, r.len)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|e| e.worker == self.id && e.label > label.id)
+                .collect();
+            let mut at = r.file_offset;
+            let end = r.file_offset + r.len;
+            let stop = Extent {
+                offset: end,
+                len: 0,
+                worker: self.id,
+                label: label.id,
+            };
+            for e in newer.iter().chain(std::iter::once(&stop)) {
+                if e.offset > at {
+                    out.push(Range {
+                        file_offset: at,
+                        buf_offset: r.buf_offset + (at - r.file_offset),
+                        len: e.offset - at,
+                    });
+                }
+                at = at.max(e.offset + e.len);
+            }
+        }
+        Ok(out)
     }
 
     async fn read(&self, label: &Label) -> Result<Done, Failure> {
