@@ -1,1 +1,0 @@
-//! Warehouse and inventory on Redis.

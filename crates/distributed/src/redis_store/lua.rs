@@ -1,0 +1,323 @@
+//! Server-side scripts of the inventory. Each runs atomically on the Redis
+//! server that owns the inventory's hash slot, so that concurrent processes
+//! never see (or make) a half-done namespace change or extent merge.
+//!
+//! `KEYS[1]` is always the inventory key prefix `{<ns>}:`; every key a
+//! script touches starts with it, hence shares its hash slot (Redis Cluster
+//! runs the script on that one node).
+//!
+//! Numbers the scripts compare (offsets, sizes, label ids, worker ids) are
+//! fixed-width lowercase hex strings, so that Lua's string order is their
+//! numeric order and no 64-bit arithmetic (which Lua's doubles cannot do
+//! exactly) is ever needed: an extent is stored as its start and end, and a
+//! merge only picks among existing boundaries.
+
+pub const PRELUDE: &str = r#"
+local P = KEYS[1]
+local Z16 = '0000000000000000'
+local function fget(r, name)
+  for i = 1, #r, 2 do if r[i] == name then return r[i + 1] end end
+  return nil
+end
+local function rec(id)
+  local r = redis.call('HGETALL', P .. 'file:' .. id)
+  if #r == 0 then return nil end
+  return r
+end
+local function id_of(path)
+  local v = redis.call('GET', P .. 'path:' .. path)
+  if v then return v end
+  return nil
+end
+local function kind_name(k)
+  if k == 'f' then return 'File' end
+  return 'Dir'
+end
+local function new_entry(path, kind, mode, owner, now)
+  local id = string.format('%d', redis.call('HINCRBY', P .. 'ctr', 'file', 1))
+  redis.call('HSET', P .. 'file:' .. id, 'v', '1', 'id', id, 'path', path, 'kind', kind,
+    'size', Z16, 'mode', mode, 'owner', owner, 'ctime', now, 'mtime', now, 'atime', now)
+  redis.call('SET', P .. 'path:' .. path, id)
+  redis.call('ZADD', P .. 'paths', 0, path)
+  return id
+end
+local function check_parents(first, path)
+  for i = first, #ARGV do
+    local did = id_of(ARGV[i])
+    if did and redis.call('HGET', P .. 'file:' .. did, 'kind') == 'f' then
+      return {'invalidpath', path, 'parent ' .. ARGV[i] .. ' is a file'}
+    end
+  end
+  return nil
+end
+local function make_parents(first, owner, now)
+  for i = first, #ARGV do
+    if not id_of(ARGV[i]) then new_entry(ARGV[i], 'd', '493', owner, now) end
+  end
+end
+local function overlapping(xk, s, e)
+  local ex = {}
+  local prev = redis.call('ZREVRANGEBYLEX', xk, '(' .. s, '-', 'LIMIT', 0, 1)
+  if #prev == 1 and string.sub(prev[1], 17, 32) > s then ex[#ex + 1] = prev[1] end
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', xk, '[' .. s, '(' .. e)) do ex[#ex + 1] = m end
+  return ex
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"#;
+
+/// ARGV: path, kind (f|d), mode, owner, now, missing-ancestor candidates...
+pub const CREATE: &str = r#"
+local path, kind, mode, owner, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local id = id_of(path)
+if id then
+  local r = rec(id)
+  if not r then return {'storage', 'key ' .. P .. 'path:' .. path .. ' names missing file ' .. id} end
+  if fget(r, 'kind') == kind then return {'ok', r} end
+  return {'exists', path .. ' exists as a ' .. kind_name(fget(r, 'kind'))}
+end
+local err = check_parents(6, path)
+if err then return err end
+make_parents(6, owner, now)
+return {'ok', rec(new_entry(path, kind, mode, owner, now))}
+"#;
+
+/// ARGV: path.
+pub const LOOKUP: &str = r#"
+local id = id_of(ARGV[1])
+if not id then return {'ok'} end
+local r = rec(id)
+if not r then return {'ok'} end
+return {'ok', r}
+"#;
+
+/// ARGV: prefix.
+pub const LIST: &str = r#"
+local pre = ARGV[1]
+local ps
+if pre == '' then
+  ps = redis.call('ZRANGE', P .. 'paths', 0, -1)
+else
+  ps = redis.call('ZRANGEBYLEX', P .. 'paths', '[' .. pre, '[' .. pre .. '\255')
+end
+local out = {}
+for _, p in ipairs(ps) do
+  local id = id_of(p)
+  if id then
+    local r = rec(id)
+    if r then out[#out + 1] = r end
+  end
+end
+return {'ok', out}
+"#;
+
+/// ARGV: path.
+pub const REMOVE: &str = r#"
+local path = ARGV[1]
+local id = id_of(path)
+if not id then return {'notfound', path} end
+local r = rec(id)
+if not r then return {'storage', 'key ' .. P .. 'path:' .. path .. ' names missing file ' .. id} end
+if fget(r, 'kind') == 'd' then
+  local pre = path .. '/'
+  local c = redis.call('ZRANGEBYLEX', P .. 'paths', '[' .. pre, '[' .. pre .. '\255', 'LIMIT', 0, 1)
+  if #c > 0 then return {'invalidarg', 'directory ' .. path .. ' is not empty'} end
+end
+local ext = redis.call('ZRANGE', P .. 'x:' .. id, 0, -1)
+redis.call('DEL', P .. 'x:' .. id, P .. 'file:' .. id, P .. 'path:' .. path)
+redis.call('ZREM', P .. 'paths', path)
+return {'ok', r, ext}
+"#;
+
+/// ARGV: from, to, now, missing-ancestor candidates of `to`...
+pub const RENAME: &str = r#"
+local from, to, now = ARGV[1], ARGV[2], ARGV[3]
+local id = id_of(from)
+if not id then return {'notfound', from} end
+if from == to then return {'ok'} end
+local r = rec(id)
+if not r then return {'storage', 'key ' .. P .. 'path:' .. from .. ' names missing file ' .. id} end
+local kind = fget(r, 'kind')
+local oid = id_of(to)
+local old
+if oid then
+  local o = rec(oid)
+  if o and not (fget(o, 'kind') == 'f' and kind == 'f') then
+    return {'exists', to .. ' exists as a ' .. kind_name(fget(o, 'kind')) .. '; only a file replaces a file'}
+  end
+  old = o
+end
+local err = check_parents(4, to)
+if err then return err end
+local oext
+if oid then
+  oext = redis.call('ZRANGE', P .. 'x:' .. oid, 0, -1)
+  redis.call('DEL', P .. 'x:' .. oid, P .. 'file:' .. oid, P .. 'path:' .. to)
+  redis.call('ZREM', P .. 'paths', to)
+end
+make_parents(4, fget(r, 'owner'), now)
+if kind == 'd' then
+  local pre = from .. '/'
+  local kids = redis.call('ZRANGEBYLEX', P .. 'paths', '[' .. pre, '[' .. pre .. '\255')
+  for _, p in ipairs(kids) do
+    local cid = redis.call('GET', P .. 'path:' .. p)
+    local np = to .. string.sub(p, #from + 1)
+    redis.call('DEL', P .. 'path:' .. p)
+    redis.call('ZREM', P .. 'paths', p)
+    if cid then
+      redis.call('SET', P .. 'path:' .. np, cid)
+      redis.call('ZADD', P .. 'paths', 0, np)
+      redis.call('HSET', P .. 'file:' .. cid, 'path', np)
+    end
+  end
+end
+redis.call('DEL', P .. 'path:' .. from)
+redis.call('ZREM', P .. 'paths', from)
+redis.call('SET', P .. 'path:' .. to, id)
+redis.call('ZADD', P .. 'paths', 0, to)
+redis.call('HSET', P .. 'file:' .. id, 'path', to, 'ctime', now)
+if old then return {'ok', old, oext} end
+return {'ok'}
+"#;
+
+/// ARGV: id, size (hex16), now.
+pub const SET_SIZE: &str = r#"
+local id, sz, now = ARGV[1], ARGV[2], ARGV[3]
+local r = rec(id)
+if not r then return {'notfound', 'file id ' .. id} end
+if fget(r, 'kind') == 'd' then return {'invalidarg', fget(r, 'path') .. ' is a directory, it has no data'} end
+local xk = P .. 'x:' .. id
+for _, m in ipairs(redis.call('ZRANGEBYLEX', xk, '[' .. sz, '+')) do redis.call('ZREM', xk, m) end
+local prev = redis.call('ZREVRANGEBYLEX', xk, '(' .. sz, '-', 'LIMIT', 0, 1)
+if #prev == 1 and string.sub(prev[1], 17, 32) > sz then
+  redis.call('ZREM', xk, prev[1])
+  redis.call('ZADD', xk, 0, string.sub(prev[1], 1, 16) .. sz .. string.sub(prev[1], 33))
+end
+redis.call('HSET', P .. 'file:' .. id, 'size', sz, 'mtime', now)
+return {'ok'}
+"#;
+
+/// Newest label wins. ARGV: id, start (hex16), end (hex16), label (hex32),
+/// worker (hex8), now.
+pub const COMMIT: &str = r#"
+local id, s, e, lbl, w, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local fk = P .. 'file:' .. id
+local r = redis.call('HMGET', fk, 'kind', 'size', 'path')
+if not r[1] then return {'notfound', 'file id ' .. id} end
+if r[1] == 'd' then return {'invalidarg', tostring(r[3]) .. ' is a directory, it has no data'} end
+if s < e then
+  local xk = P .. 'x:' .. id
+  local ex = overlapping(xk, s, e)
+  local cursor = s
+  local pieces = {}
+  for _, m in ipairs(ex) do
+    if string.sub(m, 33, 64) > lbl then
+      local a, b = string.sub(m, 1, 16), string.sub(m, 17, 32)
+      if a < s then a = s end
+      if b > e then b = e end
+      if a > cursor then pieces[#pieces + 1] = cursor .. a end
+      if b > cursor then cursor = b end
+    end
+  end
+  if cursor < e then pieces[#pieces + 1] = cursor .. e end
+  for _, m in ipairs(ex) do
+    if string.sub(m, 33, 64) <= lbl then
+      local a, b, rest = string.sub(m, 1, 16), string.sub(m, 17, 32), string.sub(m, 33)
+      redis.call('ZREM', xk, m)
+      if a < s then redis.call('ZADD', xk, 0, a .. s .. rest) end
+      if b > e then redis.call('ZADD', xk, 0, e .. b .. rest) end
+    end
+  end
+  for _, p in ipairs(pieces) do redis.call('ZADD', xk, 0, p .. lbl .. w) end
+end
+if (not r[2]) or e > r[2] then redis.call('HSET', fk, 'size', e) end
+redis.call('HSET', fk, 'mtime', now)
+return {'ok'}
+"#;
+
+/// ARGV: id, start (hex16), end (hex16).
+pub const EXTENTS: &str = r#"
+local id, s, e = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('EXISTS', P .. 'file:' .. id) == 0 then return {'notfound', 'file id ' .. id} end
+if s < e then return {'ok', overlapping(P .. 'x:' .. id, s, e)} end
+return {'ok', {}}
+"#;
+
+/// ARGV: label (hex32), encoded status, ttl ms, final (1|0).
+pub const SET_STATUS: &str = r#"
+local now = now_ms()
+redis.call('SET', P .. 'label:' .. ARGV[1], ARGV[2], 'PX', ARGV[3])
+redis.call('ZREMRANGEBYSCORE', P .. 'labels', '-inf', now)
+redis.call('ZADD', P .. 'labels', now + tonumber(ARGV[3]), ARGV[1])
+if ARGV[4] == '1' then redis.call('PUBLISH', P .. 'done', ARGV[1]) end
+return 1
+"#;
+
+pub const LABEL_COUNT: &str = r#"
+redis.call('ZREMRANGEBYSCORE', P .. 'labels', '-inf', now_ms())
+return redis.call('ZCARD', P .. 'labels')
+"#;
+
+/// ARGV: labels (hex32) to forget.
+pub const FORGET: &str = r#"
+for i = 1, #ARGV do
+  redis.call('DEL', P .. 'label:' .. ARGV[i])
+  redis.call('ZREM', P .. 'labels', ARGV[i])
+end
+return #ARGV
+"#;
+
+/// Warehouse put on one server: KEYS = value, usage counter; ARGV = value,
+/// bound. 1 if stored, -1 if it does not fit now.
+pub const WH_PUT: &str = r#"
+local old = redis.call('STRLEN', KEYS[1])
+local used = tonumber(redis.call('GET', KEYS[2]) or '0')
+local len = string.len(ARGV[1])
+if used - old + len > tonumber(ARGV[2]) then return -1 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('INCRBY', KEYS[2], len - old)
+return 1
+"#;
+
+/// Warehouse take on one server: KEYS = value, usage counter.
+pub const WH_TAKE: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+redis.call('DEL', KEYS[1])
+redis.call('DECRBY', KEYS[2], string.len(v))
+return v
+"#;
+
+/// Warehouse delete on one server: KEYS = value, usage counter.
+pub const WH_DELETE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local n = redis.call('STRLEN', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('DECRBY', KEYS[2], n)
+return 1
+"#;
+
+/// Cluster mode, step 1: reserve ARGV[1] bytes under the bound ARGV[2] in
+/// the usage counter KEYS[1]. 1 if reserved, -1 if no room.
+pub const WH_RESERVE: &str = r#"
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return -1 end
+redis.call('INCRBY', KEYS[1], ARGV[1])
+return 1
+"#;
+
+/// Cluster mode, step 2: store and return the replaced value's length.
+pub const WH_SWAP: &str = r#"
+local old = redis.call('STRLEN', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1])
+return old
+"#;
+
+/// Cluster mode take: value and length, counter released by the caller.
+pub const WH_GETDEL_LEN: &str = r#"
+local n = redis.call('STRLEN', KEYS[1])
+if redis.call('DEL', KEYS[1]) == 0 then return -1 end
+return n
+"#;

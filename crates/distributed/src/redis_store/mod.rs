@@ -1,0 +1,1334 @@
+//! Warehouse and inventory on Redis (DESIGN "Deployments" 2).
+//!
+//! Redis is the distributed hashmap of article 3.3.1b-c: values in transit
+//! live in a [`RedisWarehouse`], metadata in a [`RedisInventory`]. Both are
+//! plain clients: any number of processes on any hosts share one deployment
+//! by pointing at the same servers and `namespace`.
+//!
+//! # Key layout (`ns` = [`RedisConfig::namespace`])
+//!
+//! Warehouse, on every server (or spread over a Cluster by key slot):
+//! - `ns:w:<key>`: the value, a Redis string.
+//! - `ns:wusage`: bytes held on that server (the bound is per server).
+//!
+//! Inventory, all under the hash tag `{ns}` so that one Lua script may touch
+//! any of them (in a Cluster they live on the node owning that slot):
+//! - `{ns}:file:<id>`: hash `v`(=1, format) `id path kind`(f|d) `size`
+//!   (16 hex digits) `mode owner ctime mtime atime` (decimal).
+//! - `{ns}:path:<path>` -> file id; `{ns}:paths`: sorted set of every path
+//!   (score 0, lexicographic: `list(prefix)` is one `ZRANGEBYLEX`).
+//! - `{ns}:x:<id>`: the file's extents, a sorted set (score 0) of members
+//!   `start(16 hex) end(16 hex) label(32 hex) worker(8 hex)`; they never
+//!   overlap, so lexicographic order is offset order.
+//! - `{ns}:ctr`: hash of counters (`HINCRBY`); `{ns}:workers`, `{ns}:apps`:
+//!   hashes id -> codec-encoded record.
+//! - `{ns}:label:<id hex>`: codec-encoded `LabelStatus` with a TTL
+//!   (`reclaim_after_ms` once final, a day before), `{ns}:labels`: sorted
+//!   set id -> expiry (ms, server clock) that `label_count` trims and counts.
+//! - channel `{ns}:done`: a label id, published when its status turns final.
+//!
+//! # Atomicity
+//! Every inventory change is one Lua script (see `lua.rs`), so newest-label-
+//! wins merges, renames and removes are atomic across processes. A warehouse
+//! put on one server is one script that checks and moves the byte counter
+//! with the value. In Cluster mode the value and the counter are in different
+//! slots: a put first reserves its full length in the counter (atomic, so
+//! the bound always holds), then stores the value and releases the length it
+//! replaced; replacing a value therefore needs room for both for a moment.
+//!
+//! # Node-local placement (article 3.5.4)
+//! With several independent servers in `urls` and `node_local = true`, the
+//! server of a key is chosen by the key alone, so every process finds it:
+//! a key `n<i>/...` lives on server `i` (the node hint); any other key on
+//! server `fnv1a64(key) % urls.len()`. A producer makes node-local keys with
+//! [`RedisWarehouse::local_key`], which prefixes its `home` server (config
+//! `home`, or [`RedisWarehouse::with_home`]); consumers on other nodes read
+//! them with the same key. With `node_local = false` every key is hashed.
+//!
+//! # Durability
+//! Redis's own: what survives a crash is what its persistence kept. Run
+//! servers with `--appendonly yes --appendfsync everysec` (as
+//! `scripts/services.sh start-redis` does): a process crash loses nothing
+//! acknowledged, a power cut at most about one second. [`Inventory::sync`]
+//! therefore only checks that the server answers.
+//!
+//! # Failures
+//! Every operation is bounded by `op_timeout_ms`: an unreachable or
+//! restarting server gives `Error::Unavailable("cannot reach Redis at
+//! ..."`), never a hang; the connection manager reconnects by itself. A
+//! refused password gives `Error::PermissionDenied`. A stored value that
+//! does not decode is `Error::Malformed` naming its key.
+
+mod lua;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use labios_label::id::now_nanos;
+use labios_label::{
+    decode, encode, normalize_path, AppId, Error, FileId, LabelId, LabelState, LabelStatus, Result,
+    WorkerId, WorkerStatus,
+};
+use labios_store::{AppRecord, Extent, FileKind, FileMeta, Inventory, Warehouse};
+use parking_lot::Mutex;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisError, RedisFuture, Script, Value};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How the distributed deployment reaches Redis (`[redis]` in the config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// Servers (`redis://host:port`, `rediss://` for TLS). Several
+    /// independent servers spread the warehouse (see `node_local`); the
+    /// inventory uses the first. With `cluster`, these are seed nodes.
+    pub urls: Vec<String>,
+    /// The servers form a Redis Cluster.
+    pub cluster: bool,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Connect with TLS (turns `redis://` into `rediss://`).
+    pub tls: bool,
+    /// PEM file of the CA that signed the servers' certificates.
+    pub tls_ca: Option<String>,
+    /// Bytes the warehouse may hold on each server.
+    pub max_bytes: u64,
+    /// How long a warehouse put waits for room before failing `Full`.
+    pub put_timeout_ms: u64,
+    /// How long a final label status nobody waited for is kept.
+    pub reclaim_after_ms: u64,
+    /// Upper bound of any single Redis operation (connect included).
+    pub op_timeout_ms: u64,
+    /// Keys with a node hint `n<i>/` live on server `i` (article 3.5.4).
+    pub node_local: bool,
+    /// Index in `urls` of this process's own node (for `local_key`).
+    pub home: Option<usize>,
+    /// Prefix of every key, so deployments can share servers.
+    pub namespace: String,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            urls: vec!["redis://127.0.0.1:6379".into()],
+            cluster: false,
+            username: None,
+            password: None,
+            tls: false,
+            tls_ca: None,
+            max_bytes: 1 << 30,
+            put_timeout_ms: 30_000,
+            reclaim_after_ms: 60_000,
+            op_timeout_ms: 5_000,
+            node_local: false,
+            home: None,
+            namespace: "labios".into(),
+        }
+    }
+}
+
+/// Non-final label statuses expire after a day: a label whose client and
+/// worker both vanished must not leak forever.
+const PENDING_TTL_MS: u64 = 24 * 3600 * 1000;
+
+// ---------------------------------------------------------------------------
+// Connections
+
+/// One server (through a reconnecting manager) or a whole Cluster.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// A connection with the address it names in errors and its time bound.
+#[derive(Clone)]
+struct Link {
+    conn: Conn,
+    /// `redis://host:port` without credentials.
+    addr: String,
+    timeout: Duration,
+}
+
+fn map_err(addr: &str, e: RedisError) -> Error {
+    let auth = e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"));
+    if auth {
+        Error::PermissionDenied(format!(
+            "Redis at {addr} refused access ({e}); set [redis] username/password"
+        ))
+    } else if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::BusyLoadingError
+                | redis::ErrorKind::ClusterDown
+                | redis::ErrorKind::MasterDown
+                | redis::ErrorKind::TryAgain
+        )
+    {
+        Error::Unavailable(format!("cannot reach Redis at {addr}: {e}"))
+    } else if e.kind() == redis::ErrorKind::InvalidClientConfig {
+        Error::InvalidArgument(format!("Redis at {addr}: {e}"))
+    } else {
+        Error::Storage(format!("Redis at {addr}: {e}"))
+    }
+}
+
+impl Link {
+    async fn bounded<T>(&self, f: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(map_err(&self.addr, e)),
+            Err(_) => Err(Error::Unavailable(format!(
+                "cannot reach Redis at {}: no answer within {:?}",
+                self.addr, self.timeout
+            ))),
+        }
+    }
+
+    async fn cmd<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        let mut c = self.conn.clone();
+        self.bounded(cmd.query_async(&mut c)).await
+    }
+
+    async fn script<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T> {
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
+        for a in args {
+            inv.arg(*a);
+        }
+        let mut c = self.conn.clone();
+        self.bounded(inv.invoke_async(&mut c)).await
+    }
+}
+
+fn connection_info(cfg: &RedisConfig, url: &str) -> Result<(redis::ConnectionInfo, String)> {
+    let mut url = url.to_string();
+    if cfg.tls && url.starts_with("redis://") {
+        url = format!("rediss://{}", &url["redis://".len()..]);
+    }
+    let mut info = url
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| Error::InvalidArgument(format!("bad Redis URL {url:?}: {e}")))?;
+    if cfg.username.is_some() {
+        info.redis.username = cfg.username.clone();
+    }
+    if cfg.password.is_some() {
+        info.redis.password = cfg.password.clone();
+    }
+    let addr = match &info.addr {
+        redis::ConnectionAddr::Tcp(h, p) => format!("redis://{h}:{p}"),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}"),
+        other => format!("{other}"),
+    };
+    Ok((info, addr))
+}
+
+fn client(cfg: &RedisConfig, info: redis::ConnectionInfo, addr: &str) -> Result<redis::Client> {
+    if cfg.tls_ca.is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "Redis at {addr}: tls_ca needs the redis crate's `tls-rustls` feature, \
+             which this build does not enable; trust the CA system-wide instead"
+        )));
+    }
+    redis::Client::open(info).map_err(|e| map_err(addr, e))
+}
+
+/// Connects to one server and checks with a PING that it answers and
+/// accepts the credentials.
+async fn connect_one(cfg: &RedisConfig, url: &str) -> Result<(Link, redis::Client)> {
+    let (info, addr) = connection_info(cfg, url)?;
+    let client = client(cfg, info, &addr)?;
+    let timeout = Duration::from_millis(cfg.op_timeout_ms.max(1));
+    let mcfg = ConnectionManagerConfig::new()
+        .set_connection_timeout(timeout)
+        .set_response_timeout(timeout)
+        .set_number_of_retries(1)
+        .set_max_delay(500);
+    let conn = match tokio::time::timeout(
+        timeout * 2,
+        ConnectionManager::new_with_config(client.clone(), mcfg),
+    )
+    .await
+    {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Err(refine_connect_error(&addr, e)),
+        Err(_) => {
+            return Err(Error::Unavailable(format!(
+                "cannot reach Redis at {addr}: no connection within {:?}",
+                timeout * 2
+            )))
+        }
+    };
+    let link = Link {
+        conn: Conn::Single(conn),
+        addr,
+        timeout,
+    };
+    link.cmd::<String>(&redis::cmd("PING")).await?;
+    Ok((link, client))
+}
+
+/// At connect time, anything but refused credentials or a bad
+/// configuration means the server cannot be reached.
+fn refine_connect_error(addr: &str, e: RedisError) -> Error {
+    let text = e.to_string();
+    match map_err(addr, e) {
+        Error::Storage(_) => Error::Unavailable(format!("cannot reach Redis at {addr}: {text}")),
+        other => other,
+    }
+}
+
+async fn connect_cluster(cfg: &RedisConfig) -> Result<(Link, redis::Client)> {
+    let timeout = Duration::from_millis(cfg.op_timeout_ms.max(1));
+    let mut infos = Vec::new();
+    let mut addrs = Vec::new();
+    for url in &cfg.urls {
+        let (info, addr) = connection_info(cfg, url)?;
+        infos.push(info);
+        addrs.push(addr);
+    }
+    let addr = format!("cluster {}", addrs.join(","));
+    let mut b = redis::cluster::ClusterClientBuilder::new(infos.clone())
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        .retries(2);
+    if let Some(u) = &cfg.username {
+        b = b.username(u.clone());
+    }
+    if let Some(p) = &cfg.password {
+        b = b.password(p.clone());
+    }
+    let cc = b.build().map_err(|e| map_err(&addr, e))?;
+    let conn = match tokio::time::timeout(timeout * 2, cc.get_async_connection()).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Err(refine_connect_error(&addr, e)),
+        Err(_) => {
+            return Err(Error::Unavailable(format!(
+                "cannot reach Redis at {addr}: no connection within {:?}",
+                timeout * 2
+            )))
+        }
+    };
+    let link = Link {
+        conn: Conn::Cluster(conn),
+        addr: addr.clone(),
+        timeout,
+    };
+    link.cmd::<String>(&redis::cmd("PING")).await?;
+    // Pub/sub goes through any one node: classic PUBLISH reaches them all.
+    let client = client(cfg, infos[0].clone(), &addr)?;
+    Ok((link, client))
+}
+
+fn check_urls(cfg: &RedisConfig) -> Result<()> {
+    if cfg.urls.is_empty() {
+        return Err(Error::InvalidArgument("[redis] urls is empty".into()));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Warehouse
+
+/// The warehouse on one or several Redis servers, or a Redis Cluster.
+pub struct RedisWarehouse {
+    shards: Vec<Link>,
+    cluster: bool,
+    node_local: bool,
+    home: Option<usize>,
+    max_bytes: u64,
+    put_timeout: Duration,
+    prefix: String,
+    usage_key: String,
+    put: Script,
+    take: Script,
+    delete: Script,
+    reserve: Script,
+    swap: Script,
+    getdel_len: Script,
+}
+
+impl RedisWarehouse {
+    pub async fn connect(cfg: &RedisConfig) -> Result<Self> {
+        check_urls(cfg)?;
+        let shards = if cfg.cluster {
+            vec![connect_cluster(cfg).await?.0]
+        } else {
+            let mut v = Vec::new();
+            for url in &cfg.urls {
+                v.push(connect_one(cfg, url).await?.0);
+            }
+            v
+        };
+        if let Some(h) = cfg.home {
+            if h >= shards.len() && !cfg.cluster {
+                return Err(Error::InvalidArgument(format!(
+                    "[redis] home {h} is not an index of urls ({} servers)",
+                    shards.len()
+                )));
+            }
+        }
+        Ok(RedisWarehouse {
+            shards,
+            cluster: cfg.cluster,
+            node_local: cfg.node_local && !cfg.cluster,
+            home: cfg.home,
+            max_bytes: cfg.max_bytes,
+            put_timeout: Duration::from_millis(cfg.put_timeout_ms),
+            prefix: format!("{}:w:", cfg.namespace),
+            usage_key: format!("{}:wusage", cfg.namespace),
+            put: Script::new(lua::WH_PUT),
+            take: Script::new(lua::WH_TAKE),
+            delete: Script::new(lua::WH_DELETE),
+            reserve: Script::new(lua::WH_RESERVE),
+            swap: Script::new(lua::WH_SWAP),
+            getdel_len: Script::new(lua::WH_GETDEL_LEN),
+        })
+    }
+
+    /// The same warehouse seen from node `home` (index in `urls`).
+    pub fn with_home(mut self, home: usize) -> Self {
+        self.home = Some(home);
+        self
+    }
+
+    pub fn home(&self) -> Option<usize> {
+        self.home
+    }
+
+    /// Number of servers keys are spread over (1 for a Cluster).
+    pub fn servers(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// A key for `name` that lives on this process's home server when
+    /// node-local placement is on (`n<home>/<name>`), `name` otherwise.
+    pub fn local_key(&self, name: &str) -> String {
+        match (self.node_local, self.home) {
+            (true, Some(h)) => format!("n{h}/{name}"),
+            _ => name.to_string(),
+        }
+    }
+
+    /// Index in `urls` of the server that holds `key`.
+    pub fn server_of(&self, key: &str) -> usize {
+        let n = self.shards.len();
+        if n == 1 {
+            return 0;
+        }
+        if self.node_local {
+            if let Some(rest) = key.strip_prefix('n') {
+                if let Some((idx, _)) = rest.split_once('/') {
+                    if let Ok(i) = idx.parse::<usize>() {
+                        if i < n && idx.bytes().all(|b| b.is_ascii_digit()) {
+                            return i;
+                        }
+                    }
+                }
+            }
+        }
+        (fnv1a64(key.as_bytes()) % n as u64) as usize
+    }
+
+    /// The Redis key holding warehouse `key`.
+    pub fn redis_key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    fn shard(&self, key: &str) -> &Link {
+        &self.shards[self.server_of(key)]
+    }
+
+    /// One attempt: stored, or no room right now.
+    async fn try_put(&self, link: &Link, rkey: &str, data: &[u8]) -> Result<bool> {
+        let max = self.max_bytes.to_string();
+        if !self.cluster {
+            let r: i64 = link
+                .script(&self.put, &[rkey, &self.usage_key], &[data, max.as_bytes()])
+                .await?;
+            return Ok(r == 1);
+        }
+        let len = data.len().to_string();
+        let r: i64 = link
+            .script(
+                &self.reserve,
+                &[&self.usage_key],
+                &[len.as_bytes(), max.as_bytes()],
+            )
+            .await?;
+        if r != 1 {
+            return Ok(false);
+        }
+        let old: u64 = match link.script(&self.swap, &[rkey], &[data]).await {
+            Ok(old) => old,
+            Err(e) => {
+                let _ = self.release(link, data.len() as u64).await;
+                return Err(e);
+            }
+        };
+        self.release(link, old).await?;
+        Ok(true)
+    }
+
+    async fn release(&self, link: &Link, n: u64) -> Result<()> {
+        if n > 0 {
+            link.cmd::<i64>(redis::cmd("DECRBY").arg(&self.usage_key).arg(n))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Escapes glob characters for `SCAN MATCH`.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[async_trait]
+impl Warehouse for RedisWarehouse {
+    async fn put(&self, key: &str, data: Bytes) -> Result<()> {
+        let len = data.len() as u64;
+        if len > self.max_bytes {
+            return Err(Error::Full(format!(
+                "warehouse (a {len}-byte value exceeds its {}-byte bound)",
+                self.max_bytes
+            )));
+        }
+        let link = self.shard(key);
+        let rkey = self.redis_key(key);
+        let deadline = tokio::time::Instant::now() + self.put_timeout;
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            if self.try_put(link, &rkey, &data).await? {
+                return Ok(());
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(Error::Full(format!(
+                    "warehouse at {} (no room for {len} bytes under key {key:?} within {:?})",
+                    link.addr, self.put_timeout
+                )));
+            }
+            tokio::time::sleep(backoff.min(deadline - now)).await;
+            backoff = (backoff * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        let v: Option<Vec<u8>> = self
+            .shard(key)
+            .cmd(redis::cmd("GET").arg(self.redis_key(key)))
+            .await?;
+        Ok(v.map(Bytes::from))
+    }
+
+    async fn take(&self, key: &str) -> Result<Option<Bytes>> {
+        let link = self.shard(key);
+        let rkey = self.redis_key(key);
+        if !self.cluster {
+            let v: Option<Vec<u8>> = link
+                .script(&self.take, &[&rkey, &self.usage_key], &[])
+                .await?;
+            return Ok(v.map(Bytes::from));
+        }
+        let v: Option<Vec<u8>> = link.cmd(redis::cmd("GETDEL").arg(&rkey)).await?;
+        if let Some(v) = &v {
+            self.release(link, v.len() as u64).await?;
+        }
+        Ok(v.map(Bytes::from))
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool> {
+        let link = self.shard(key);
+        let rkey = self.redis_key(key);
+        if !self.cluster {
+            let n: i64 = link
+                .script(&self.delete, &[&rkey, &self.usage_key], &[])
+                .await?;
+            return Ok(n == 1);
+        }
+        let n: i64 = link.script(&self.getdel_len, &[&rkey], &[]).await?;
+        if n < 0 {
+            return Ok(false);
+        }
+        self.release(link, n as u64).await?;
+        Ok(true)
+    }
+
+    async fn keys(&self, prefix: &str) -> Result<Vec<String>> {
+        let pattern = format!("{}*", glob_escape(&self.redis_key(prefix)));
+        let mut out = Vec::new();
+        for link in &self.shards {
+            let found: Vec<String> = if self.cluster {
+                // Routed to every master by the cluster client.
+                link.cmd(redis::cmd("KEYS").arg(&pattern)).await?
+            } else {
+                let mut all = Vec::new();
+                let mut cursor: u64 = 0;
+                loop {
+                    let (next, batch): (u64, Vec<String>) = link
+                        .cmd(
+                            redis::cmd("SCAN")
+                                .arg(cursor)
+                                .arg("MATCH")
+                                .arg(&pattern)
+                                .arg("COUNT")
+                                .arg(1000),
+                        )
+                        .await?;
+                    all.extend(batch);
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
+                }
+                all
+            };
+            out.extend(
+                found
+                    .into_iter()
+                    .filter_map(|k| k.strip_prefix(&self.prefix).map(str::to_string))
+                    .filter(|k| k.starts_with(prefix)),
+            );
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    async fn usage(&self) -> Result<u64> {
+        let mut total = 0u64;
+        for link in &self.shards {
+            let v: Option<i64> = link.cmd(redis::cmd("GET").arg(&self.usage_key)).await?;
+            total += v.unwrap_or(0).max(0) as u64;
+        }
+        Ok(total)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Inventory
+
+struct Scripts {
+    create: Script,
+    lookup: Script,
+    list: Script,
+    remove: Script,
+    rename: Script,
+    set_size: Script,
+    commit: Script,
+    extents: Script,
+    set_status: Script,
+    label_count: Script,
+    forget: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let s = |body: &str| Script::new(&format!("{}{body}", lua::PRELUDE));
+        Scripts {
+            create: s(lua::CREATE),
+            lookup: s(lua::LOOKUP),
+            list: s(lua::LIST),
+            remove: s(lua::REMOVE),
+            rename: s(lua::RENAME),
+            set_size: s(lua::SET_SIZE),
+            commit: s(lua::COMMIT),
+            extents: s(lua::EXTENTS),
+            set_status: s(lua::SET_STATUS),
+            label_count: s(lua::LABEL_COUNT),
+            forget: s(lua::FORGET),
+        }
+    }
+}
+
+/// Local waiters of labels, woken by the `{ns}:done` subscription.
+type Watchers = Mutex<HashMap<String, Vec<Arc<Notify>>>>;
+
+/// The inventory on Redis (one server or a Cluster); see the module doc.
+pub struct RedisInventory {
+    link: Link,
+    /// `{ns}:`
+    p: String,
+    reclaim_after: Duration,
+    scripts: Scripts,
+    watchers: Arc<Watchers>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RedisInventory {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// How often `wait` re-reads statuses when no notification arrives (lost
+/// subscription, server restart).
+const WAIT_POLL: Duration = Duration::from_millis(100);
+
+fn hex16(v: u64) -> String {
+    format!("{v:016x}")
+}
+
+fn label_hex(id: LabelId) -> String {
+    format!("{:032x}", id.as_u128())
+}
+
+impl RedisInventory {
+    /// Connects (to `urls[0]`, or the Cluster) and creates the root `/`.
+    pub async fn connect(cfg: &RedisConfig) -> Result<Self> {
+        check_urls(cfg)?;
+        let (link, client) = if cfg.cluster {
+            connect_cluster(cfg).await?
+        } else {
+            connect_one(cfg, &cfg.urls[0]).await?
+        };
+        let p = format!("{{{}}}:", cfg.namespace);
+        let watchers: Arc<Watchers> = Arc::default();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let listener = tokio::spawn(listen(
+            client,
+            format!("{p}done"),
+            Arc::downgrade(&watchers),
+            link.timeout,
+            ready_tx,
+        ));
+        let inv = RedisInventory {
+            link,
+            p,
+            reclaim_after: Duration::from_millis(cfg.reclaim_after_ms),
+            scripts: Scripts::new(),
+            watchers,
+            listener,
+        };
+        // Until subscribed, wait falls back on polling; give it a moment so
+        // that the first waits are prompt.
+        let _ = tokio::time::timeout(inv.link.timeout, ready_rx).await;
+        inv.create("/", FileKind::Dir, 0o755, 0).await?;
+        Ok(inv)
+    }
+
+    /// Runs an inventory script and checks its status element.
+    async fn run(&self, script: &Script, args: &[&[u8]]) -> Result<Vec<Value>> {
+        let mut v: Vec<Value> = self.link.script(script, &[&self.p], args).await?;
+        if v.is_empty() {
+            return Err(self.malformed("script reply", "empty"));
+        }
+        let status: String = redis::from_redis_value(&v[0])
+            .map_err(|e| self.malformed("script reply", &e.to_string()))?;
+        let text = |i: usize| -> String {
+            v.get(i)
+                .and_then(|x| redis::from_redis_value::<String>(x).ok())
+                .unwrap_or_default()
+        };
+        match status.as_str() {
+            "ok" => {
+                v.remove(0);
+                Ok(v)
+            }
+            "notfound" => Err(Error::NotFound(text(1))),
+            "exists" => Err(Error::AlreadyExists(text(1))),
+            "invalidarg" => Err(Error::InvalidArgument(text(1))),
+            "invalidpath" => Err(Error::InvalidPath {
+                path: text(1),
+                reason: text(2),
+            }),
+            "storage" => Err(Error::Storage(format!(
+                "Redis at {}: {}",
+                self.link.addr,
+                text(1)
+            ))),
+            other => Err(self.malformed("script reply", &format!("status {other:?}"))),
+        }
+    }
+
+    fn malformed(&self, key: &str, why: &str) -> Error {
+        Error::Malformed(format!(
+            "Redis at {}: value of {}{key}: {why}",
+            self.link.addr,
+            if key.starts_with('{') { "" } else { &self.p }
+        ))
+    }
+
+    /// Decodes a file record (flat HGETALL array).
+    fn meta(&self, v: &Value) -> Result<FileMeta> {
+        let pairs: Vec<Vec<u8>> =
+            redis::from_redis_value(v).map_err(|e| self.malformed("file:?", &e.to_string()))?;
+        let mut f: HashMap<&[u8], &[u8]> = HashMap::new();
+        for kv in pairs.chunks(2) {
+            if let [k, v] = kv {
+                f.insert(k.as_slice(), v.as_slice());
+            }
+        }
+        let key = format!(
+            "file:{}",
+            f.get(&b"id"[..])
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_else(|| "?".into())
+        );
+        let get = |name: &str| -> Result<&str> {
+            let raw = f
+                .get(name.as_bytes())
+                .ok_or_else(|| self.malformed(&key, &format!("no field {name}")))?;
+            std::str::from_utf8(raw).map_err(|_| self.malformed(&key, &format!("{name} not UTF-8")))
+        };
+        let num = |name: &str| -> Result<u64> {
+            get(name)?
+                .parse()
+                .map_err(|_| self.malformed(&key, &format!("{name} is not a number")))
+        };
+        if get("v")? != "1" {
+            return Err(self.malformed(&key, &format!("unknown format {}", get("v")?)));
+        }
+        let size = get("size")?;
+        let size = u64::from_str_radix(size, 16)
+            .ok()
+            .filter(|_| size.len() == 16)
+            .ok_or_else(|| self.malformed(&key, "size is not 16 hex digits"))?;
+        Ok(FileMeta {
+            id: num("id")?,
+            path: get("path")?.to_string(),
+            kind: match get("kind")? {
+                "f" => FileKind::File,
+                "d" => FileKind::Dir,
+                k => return Err(self.malformed(&key, &format!("kind {k:?}"))),
+            },
+            size,
+            mode: u32::try_from(num("mode")?).map_err(|_| self.malformed(&key, "mode"))?,
+            owner: u32::try_from(num("owner")?).map_err(|_| self.malformed(&key, "owner"))?,
+            ctime: num("ctime")?,
+            mtime: num("mtime")?,
+            atime: num("atime")?,
+        })
+    }
+
+    /// Decodes extent members of file `file`.
+    fn extent_list(&self, file: &str, v: &Value) -> Result<Vec<Extent>> {
+        let members: Vec<String> = redis::from_redis_value(v)
+            .map_err(|e| self.malformed(&format!("x:{file}"), &e.to_string()))?;
+        members
+            .iter()
+            .map(|m| {
+                let bad = || self.malformed(&format!("x:{file}"), &format!("extent {m:?}"));
+                if m.len() != 72 || !m.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(bad());
+                }
+                let start = u64::from_str_radix(&m[0..16], 16).map_err(|_| bad())?;
+                let end = u64::from_str_radix(&m[16..32], 16).map_err(|_| bad())?;
+                let label = u128::from_str_radix(&m[32..64], 16).map_err(|_| bad())?;
+                let worker = u32::from_str_radix(&m[64..72], 16).map_err(|_| bad())?;
+                if end <= start {
+                    return Err(bad());
+                }
+                Ok(Extent {
+                    offset: start,
+                    len: end - start,
+                    worker,
+                    label: LabelId::from_u128(label),
+                })
+            })
+            .collect()
+    }
+
+    fn decode_at<T: serde::de::DeserializeOwned>(&self, key: &str, bytes: &[u8]) -> Result<T> {
+        decode(bytes).map_err(|e| self.malformed(key, &e.to_string()))
+    }
+
+    async fn statuses(&self, ids: &[LabelId]) -> Result<Vec<Option<LabelStatus>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(512) {
+            let mut c = redis::cmd("MGET");
+            for id in chunk {
+                c.arg(format!("{}label:{}", self.p, label_hex(*id)));
+            }
+            let vals: Vec<Option<Vec<u8>>> = self.link.cmd(&c).await?;
+            for (id, v) in chunk.iter().zip(vals) {
+                out.push(match v {
+                    Some(b) => Some(self.decode_at(&format!("label:{}", label_hex(*id)), &b)?),
+                    None => None,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Pending label ids (hex) to watch, registered before the re-check.
+    fn watch(&self, ids: &[String], n: &Arc<Notify>) {
+        let mut w = self.watchers.lock();
+        for id in ids {
+            let list = w.entry(id.clone()).or_default();
+            if !list.iter().any(|x| Arc::ptr_eq(x, n)) {
+                list.push(n.clone());
+            }
+        }
+    }
+
+    fn unwatch(&self, ids: &[String], n: &Arc<Notify>) {
+        let mut w = self.watchers.lock();
+        for id in ids {
+            if let Some(list) = w.get_mut(id) {
+                list.retain(|x| !Arc::ptr_eq(x, n));
+                if list.is_empty() {
+                    w.remove(id);
+                }
+            }
+        }
+    }
+}
+
+/// Keeps a subscription to `channel` and wakes local waiters of each label
+/// id published there; reconnects after any failure until the inventory is
+/// dropped.
+async fn listen(
+    client: redis::Client,
+    channel: String,
+    watchers: Weak<Watchers>,
+    timeout: Duration,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    loop {
+        if let Ok(Ok(mut ps)) = tokio::time::timeout(timeout, client.get_async_pubsub()).await {
+            if ps.subscribe(&channel).await.is_ok() {
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+                let mut stream = ps.on_message();
+                while let Some(msg) = stream.next().await {
+                    let Some(w) = watchers.upgrade() else { return };
+                    let id = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
+                    let list = w.lock().remove(&id);
+                    for n in list.into_iter().flatten() {
+                        n.notify_one();
+                    }
+                }
+            }
+        }
+        if watchers.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Refuses paths that did not go through `normalize_path`.
+fn check_path(path: &str) -> Result<()> {
+    if normalize_path(path)? == path {
+        Ok(())
+    } else {
+        Err(Error::InvalidPath {
+            path: path.to_string(),
+            reason: "not normalized".into(),
+        })
+    }
+}
+
+/// Proper ancestors of a normalized path, shallowest first, root excluded.
+fn ancestors(path: &str) -> Vec<&str> {
+    path.match_indices('/')
+        .skip(1)
+        .map(|(i, _)| &path[..i])
+        .collect()
+}
+
+fn kind_code(kind: FileKind) -> &'static [u8] {
+    match kind {
+        FileKind::File => b"f",
+        FileKind::Dir => b"d",
+    }
+}
+
+#[async_trait]
+impl Inventory for RedisInventory {
+    async fn create(
+        &self,
+        path: &str,
+        kind: FileKind,
+        mode: u32,
+        owner: AppId,
+    ) -> Result<FileMeta> {
+        check_path(path)?;
+        let (mode, owner, now) = (mode.to_string(), owner.to_string(), now_nanos().to_string());
+        let mut args: Vec<&[u8]> = vec![
+            path.as_bytes(),
+            kind_code(kind),
+            mode.as_bytes(),
+            owner.as_bytes(),
+            now.as_bytes(),
+        ];
+        args.extend(ancestors(path).into_iter().map(str::as_bytes));
+        let v = self.run(&self.scripts.create, &args).await?;
+        self.meta(
+            v.first()
+                .ok_or_else(|| self.malformed("create reply", "empty"))?,
+        )
+    }
+
+    async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
+        check_path(path)?;
+        let v = self.run(&self.scripts.lookup, &[path.as_bytes()]).await?;
+        v.first().map(|r| self.meta(r)).transpose()
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
+        let v = self.run(&self.scripts.list, &[prefix.as_bytes()]).await?;
+        let recs: Vec<Value> = match v.first() {
+            Some(x) => {
+                redis::from_redis_value(x).map_err(|e| self.malformed("paths", &e.to_string()))?
+            }
+            None => Vec::new(),
+        };
+        recs.iter().map(|r| self.meta(r)).collect()
+    }
+
+    async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)> {
+        check_path(path)?;
+        if path == "/" {
+            return Err(Error::InvalidArgument("cannot remove the root /".into()));
+        }
+        let v = self.run(&self.scripts.remove, &[path.as_bytes()]).await?;
+        let [meta, ext] = v.as_slice() else {
+            return Err(self.malformed("remove reply", "not [meta, extents]"));
+        };
+        let meta = self.meta(meta)?;
+        let ext = self.extent_list(&meta.id.to_string(), ext)?;
+        Ok((meta, ext))
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
+        check_path(from)?;
+        check_path(to)?;
+        if from == "/" || to == "/" {
+            return Err(Error::InvalidArgument("cannot rename the root /".into()));
+        }
+        if to.starts_with(&format!("{from}/")) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot move {from} into itself ({to})"
+            )));
+        }
+        let now = now_nanos().to_string();
+        let mut args: Vec<&[u8]> = vec![from.as_bytes(), to.as_bytes(), now.as_bytes()];
+        args.extend(ancestors(to).into_iter().map(str::as_bytes));
+        let v = self.run(&self.scripts.rename, &args).await?;
+        match v.as_slice() {
+            [] => Ok(None),
+            [meta, ext] => {
+                let meta = self.meta(meta)?;
+                let ext = self.extent_list(&meta.id.to_string(), ext)?;
+                Ok(Some((meta, ext)))
+            }
+            _ => Err(self.malformed("rename reply", "not [meta, extents]")),
+        }
+    }
+
+    async fn set_size(&self, file: FileId, size: u64) -> Result<()> {
+        let (id, size, now) = (file.to_string(), hex16(size), now_nanos().to_string());
+        self.run(
+            &self.scripts.set_size,
+            &[id.as_bytes(), size.as_bytes(), now.as_bytes()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn commit_extent(&self, file: FileId, extent: Extent) -> Result<()> {
+        let end = extent.offset.checked_add(extent.len).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "extent at {} of {} bytes runs past the largest offset",
+                extent.offset, extent.len
+            ))
+        })?;
+        let id = file.to_string();
+        let (s, e) = (hex16(extent.offset), hex16(end));
+        let lbl = label_hex(extent.label);
+        let w = format!("{:08x}", extent.worker);
+        let now = now_nanos().to_string();
+        self.run(
+            &self.scripts.commit,
+            &[
+                id.as_bytes(),
+                s.as_bytes(),
+                e.as_bytes(),
+                lbl.as_bytes(),
+                w.as_bytes(),
+                now.as_bytes(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        let end = offset.saturating_add(len);
+        let id = file.to_string();
+        let (s, e) = (hex16(offset), hex16(end));
+        let v = self
+            .run(
+                &self.scripts.extents,
+                &[id.as_bytes(), s.as_bytes(), e.as_bytes()],
+            )
+            .await?;
+        let Some(members) = v.first() else {
+            return Ok(Vec::new());
+        };
+        let mut out = self.extent_list(&id, members)?;
+        for x in &mut out {
+            let x_end = x.offset + x.len;
+            x.offset = x.offset.max(offset);
+            x.len = x_end.min(end) - x.offset;
+        }
+        Ok(out)
+    }
+
+    async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {
+        let v: Value = self
+            .link
+            .cmd(redis::cmd("HGETALL").arg(format!("{}file:{file}", self.p)))
+            .await?;
+        let empty = match &v {
+            Value::Array(a) => a.is_empty(),
+            Value::Map(m) => m.is_empty(),
+            Value::Nil => true,
+            _ => false,
+        };
+        if empty {
+            return Ok(None);
+        }
+        self.meta(&v).map(Some)
+    }
+
+    async fn set_status(&self, status: LabelStatus) -> Result<()> {
+        let id = label_hex(status.id);
+        let fin = status.state.is_final();
+        let ttl = if fin {
+            self.reclaim_after.as_millis().max(1) as u64
+        } else {
+            PENDING_TTL_MS
+        }
+        .to_string();
+        let data = encode(&status);
+        self.link
+            .script::<i64>(
+                &self.scripts.set_status,
+                &[&self.p],
+                &[
+                    id.as_bytes(),
+                    &data,
+                    ttl.as_bytes(),
+                    if fin { b"1" } else { b"0" },
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn status(&self, id: LabelId) -> Result<Option<LabelStatus>> {
+        Ok(self.statuses(&[id]).await?.pop().flatten())
+    }
+
+    async fn wait(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let notify = Arc::new(Notify::new());
+        let hex: Vec<String> = ids.iter().map(|id| label_hex(*id)).collect();
+        // Register first, then read: a completion published in between
+        // still wakes us (no lost wake-ups).
+        self.watch(&hex, &notify);
+        let result = async {
+            loop {
+                let got = self.statuses(ids).await?;
+                let done = got
+                    .iter()
+                    .all(|s| s.as_ref().is_some_and(|s| s.state.is_final()));
+                let now = tokio::time::Instant::now();
+                if done || now >= deadline {
+                    let out: Vec<LabelStatus> = ids
+                        .iter()
+                        .zip(got)
+                        .map(|(id, s)| {
+                            s.unwrap_or_else(|| LabelStatus::new(*id, LabelState::Queued))
+                        })
+                        .collect();
+                    let fin: Vec<&[u8]> = out
+                        .iter()
+                        .zip(&hex)
+                        .filter(|(s, _)| s.state.is_final())
+                        .map(|(_, h)| h.as_bytes())
+                        .collect();
+                    for chunk in fin.chunks(512) {
+                        self.link
+                            .script::<i64>(&self.scripts.forget, &[&self.p], chunk)
+                            .await?;
+                    }
+                    return Ok(out);
+                }
+                let nap = (deadline - now).min(WAIT_POLL);
+                let _ = tokio::time::timeout(nap, notify.notified()).await;
+                // A wake-up removed our registrations for that label; the
+                // others may still be pending, so register again.
+                self.watch(&hex, &notify);
+            }
+        }
+        .await;
+        self.unwatch(&hex, &notify);
+        result
+    }
+
+    async fn label_count(&self) -> Result<usize> {
+        let n: u64 = self
+            .link
+            .script(&self.scripts.label_count, &[&self.p], &[])
+            .await?;
+        Ok(n as usize)
+    }
+
+    async fn put_worker(&self, status: WorkerStatus) -> Result<()> {
+        self.link
+            .cmd::<i64>(
+                redis::cmd("HSET")
+                    .arg(format!("{}workers", self.p))
+                    .arg(status.spec.id)
+                    .arg(encode(&status)),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerStatus>> {
+        let all: Vec<(u32, Vec<u8>)> = self
+            .link
+            .cmd(redis::cmd("HGETALL").arg(format!("{}workers", self.p)))
+            .await?;
+        let mut out: Vec<(u32, WorkerStatus)> = all
+            .into_iter()
+            .map(|(id, b)| Ok((id, self.decode_at(&format!("workers[{id}]"), &b)?)))
+            .collect::<Result<_>>()?;
+        out.sort_by_key(|(id, _)| *id);
+        Ok(out.into_iter().map(|(_, w)| w).collect())
+    }
+
+    /// Removing an unknown worker is not an error.
+    async fn remove_worker(&self, id: WorkerId) -> Result<()> {
+        self.link
+            .cmd::<i64>(redis::cmd("HDEL").arg(format!("{}workers", self.p)).arg(id))
+            .await?;
+        Ok(())
+    }
+
+    async fn put_app(&self, app: AppRecord) -> Result<()> {
+        self.link
+            .cmd::<i64>(
+                redis::cmd("HSET")
+                    .arg(format!("{}apps", self.p))
+                    .arg(app.id)
+                    .arg(encode(&app)),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn app(&self, id: AppId) -> Result<Option<AppRecord>> {
+        let v: Option<Vec<u8>> = self
+            .link
+            .cmd(redis::cmd("HGET").arg(format!("{}apps", self.p)).arg(id))
+            .await?;
+        v.map(|b| self.decode_at(&format!("apps[{id}]"), &b))
+            .transpose()
+    }
+
+    async fn apps(&self) -> Result<Vec<AppRecord>> {
+        let all: Vec<(u32, Vec<u8>)> = self
+            .link
+            .cmd(redis::cmd("HGETALL").arg(format!("{}apps", self.p)))
+            .await?;
+        let mut out: Vec<(u32, AppRecord)> = all
+            .into_iter()
+            .map(|(id, b)| Ok((id, self.decode_at(&format!("apps[{id}]"), &b)?)))
+            .collect::<Result<_>>()?;
+        out.sort_by_key(|(id, _)| *id);
+        Ok(out.into_iter().map(|(_, a)| a).collect())
+    }
+
+    async fn next_id(&self, counter: &str) -> Result<u64> {
+        self.link
+            .cmd(
+                redis::cmd("HINCRBY")
+                    .arg(format!("{}ctr", self.p))
+                    .arg(counter)
+                    .arg(1),
+            )
+            .await
+    }
+
+    /// Durability is Redis's own (append-only file, see the module doc):
+    /// this only checks that the server answers.
+    async fn sync(&self) -> Result<()> {
+        self.link.cmd::<String>(&redis::cmd("PING")).await?;
+        Ok(())
+    }
+}

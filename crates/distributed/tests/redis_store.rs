@@ -1,0 +1,579 @@
+//! RedisWarehouse and RedisInventory against real `redis-server` processes
+//! that each test starts on a free loopback port (install them with
+//! `bash scripts/services.sh install`). Run with `--nocapture` to see the
+//! measured numbers.
+
+use bytes::Bytes;
+use labios_distributed::redis_store::{RedisConfig, RedisInventory, RedisWarehouse};
+use labios_label::{Error, LabelId, LabelIdGen, LabelState, LabelStatus};
+use labios_store::{conformance, Extent, FileKind, Inventory, Warehouse};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A `redis-server` child process with its own directory, killed on drop.
+struct Server {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut s = Server {
+            child: None,
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run redis-server ({e}): install it with \
+                     `bash scripts/services.sh install`"
+                )
+            });
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Until the server answers PING (PONG, or NOAUTH when protected).
+    fn wait_ready(&self) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let mut buf = [0u8; 64];
+                if s.write_all(b"PING\r\n").is_ok() {
+                    if let Ok(n) = s.read(&mut buf) {
+                        let r = String::from_utf8_lossy(&buf[..n]);
+                        if r.starts_with("+PONG") || r.starts_with("-NOAUTH") {
+                            return;
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} did not start", self.port);
+    }
+
+    /// Graceful stop (SIGTERM: Redis flushes its append-only file).
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn config(urls: Vec<String>, ns: &str) -> RedisConfig {
+    RedisConfig {
+        urls,
+        namespace: format!("{ns}{}", fastrand::u32(..)),
+        op_timeout_ms: 2_000,
+        ..RedisConfig::default()
+    }
+}
+
+async fn direct(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_warehouse_conformance() {
+    let s = Server::start(&[]);
+    let w = RedisWarehouse::connect(&config(vec![s.url()], "wh"))
+        .await
+        .unwrap();
+    conformance::warehouse_suite(Arc::new(w)).await;
+
+    let cfg = RedisConfig {
+        max_bytes: 1000,
+        put_timeout_ms: 300,
+        ..config(vec![s.url()], "whbp")
+    };
+    let w = RedisWarehouse::connect(&cfg).await.unwrap();
+    conformance::warehouse_backpressure_suite(Arc::new(w), 1000, Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_inventory_conformance() {
+    let s = Server::start(&[]);
+    let cfg = RedisConfig {
+        reclaim_after_ms: 4_000,
+        ..config(vec![s.url()], "inv")
+    };
+    let i = Arc::new(RedisInventory::connect(&cfg).await.unwrap());
+    conformance::inventory_suite(i.clone()).await;
+    conformance::inventory_reclaim_suite(i, Duration::from_millis(4_000)).await;
+}
+
+/// Reference model: the newest label covering each byte.
+fn expand(extents: &[Extent], size: usize) -> Vec<Option<(LabelId, u32)>> {
+    let mut v = vec![None; size];
+    for e in extents {
+        for slot in &mut v[e.offset as usize..(e.offset + e.len) as usize] {
+            *slot = Some((e.label, e.worker));
+        }
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_concurrent_newest_wins_across_instances() {
+    let s = Server::start(&[]);
+    let cfg = config(vec![s.url()], "nw");
+    let a = Arc::new(RedisInventory::connect(&cfg).await.unwrap());
+    let b = Arc::new(RedisInventory::connect(&cfg).await.unwrap());
+    let f = a.create("/d/f", FileKind::File, 0o644, 1).await.unwrap();
+    const SIZE: u64 = 4096;
+    let g = LabelIdGen::new(a.next_id("origin").await.unwrap());
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut commits: Vec<Extent> = (0..400)
+        .map(|i| {
+            let offset = rng.u64(0..SIZE - 1);
+            Extent {
+                offset,
+                len: rng.u64(1..=(SIZE - offset).min(700)),
+                worker: i,
+                label: g.next(),
+            }
+        })
+        .collect();
+    // Expected: apply in label order, later overwrites.
+    let mut want = vec![None; SIZE as usize];
+    for e in &commits {
+        for slot in &mut want[e.offset as usize..(e.offset + e.len) as usize] {
+            *slot = Some((e.label, e.worker));
+        }
+    }
+    rng.shuffle(&mut commits);
+    let (ca, cb) = commits.split_at(commits.len() / 2);
+    let mut tasks = Vec::new();
+    for (inv, part) in [(a.clone(), ca.to_vec()), (b.clone(), cb.to_vec())] {
+        for chunk in part.chunks(50) {
+            let (inv, chunk) = (inv.clone(), chunk.to_vec());
+            tasks.push(tokio::spawn(async move {
+                for e in chunk {
+                    inv.commit_extent(f.id, e).await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let got = b.extents(f.id, 0, u64::MAX).await.unwrap();
+    assert!(got
+        .windows(2)
+        .all(|w| w[0].offset + w[0].len <= w[1].offset));
+    assert_eq!(expand(&got, SIZE as usize), want);
+    let max_end = ca.iter().chain(cb).map(|e| e.offset + e.len).max().unwrap();
+    assert_eq!(a.file(f.id).await.unwrap().unwrap().size, max_end);
+    println!(
+        "newest-wins: 400 out-of-order overlapping commits from 2 instances -> {} extents",
+        got.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_keeps_data_and_clients_reconnect() {
+    let mut s = Server::start(&[]);
+    let cfg = config(vec![s.url()], "rs");
+    let inv = RedisInventory::connect(&cfg).await.unwrap();
+    let wh = RedisWarehouse::connect(&cfg).await.unwrap();
+    let f = inv
+        .create("/keep/f", FileKind::File, 0o600, 3)
+        .await
+        .unwrap();
+    let g = LabelIdGen::new(1);
+    let (l1, l2) = (g.next(), g.next());
+    let e1 = Extent {
+        offset: 0,
+        len: 100,
+        worker: 1,
+        label: l1,
+    };
+    let e2 = Extent {
+        offset: 50,
+        len: 10,
+        worker: 2,
+        label: l2,
+    };
+    inv.commit_extent(f.id, e2).await.unwrap();
+    inv.commit_extent(f.id, e1).await.unwrap();
+    let before = inv.extents(f.id, 0, u64::MAX).await.unwrap();
+    wh.put("k/1", Bytes::from_static(b"payload")).await.unwrap();
+
+    s.stop();
+    let t = Instant::now();
+    let err = inv.lookup("/keep/f").await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    let err2 = wh.get("k/1").await.unwrap_err();
+    assert!(matches!(err2, Error::Unavailable(_)), "{err2}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "bounded outage errors"
+    );
+    println!("during the outage ({:?}): {err}", t.elapsed());
+
+    s.spawn();
+    let t = Instant::now();
+    let meta = loop {
+        match inv.lookup("/keep/f").await {
+            Ok(m) => break m,
+            Err(e) if t.elapsed() < Duration::from_secs(15) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("no reconnect: {e}"),
+        }
+    };
+    println!("reconnected {:?} after restart", t.elapsed());
+    assert_eq!(meta.unwrap().id, f.id);
+    assert_eq!(inv.extents(f.id, 0, u64::MAX).await.unwrap(), before);
+    assert_eq!(before.len(), 3);
+    let v = loop {
+        match wh.get("k/1").await {
+            Ok(v) => break v,
+            Err(_) if t.elapsed() < Duration::from_secs(15) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("warehouse did not reconnect: {e}"),
+        }
+    };
+    assert_eq!(v.as_deref(), Some(&b"payload"[..]));
+    assert_eq!(wh.usage().await.unwrap(), 7);
+    // Scripts are reloaded after the restart flushed the script cache.
+    let h = inv
+        .create("/keep/h", FileKind::File, 0o600, 3)
+        .await
+        .unwrap();
+    assert!(h.id > f.id);
+    // wait still works (subscription re-established or poll fallback).
+    inv.set_status(LabelStatus::new(l1, LabelState::Complete))
+        .await
+        .unwrap();
+    let st = inv.wait(&[l1], Duration::from_secs(5)).await.unwrap();
+    assert_eq!(st[0].state, LabelState::Complete);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_wait_wakes_promptly_across_instances() {
+    let s = Server::start(&[]);
+    let cfg = config(vec![s.url()], "wt");
+    let waiter = Arc::new(RedisInventory::connect(&cfg).await.unwrap());
+    let setter = RedisInventory::connect(&cfg).await.unwrap();
+    let g = LabelIdGen::new(5);
+    let mut lat = Vec::new();
+    for _ in 0..20 {
+        let id = g.next();
+        setter
+            .set_status(LabelStatus::new(id, LabelState::Scheduled))
+            .await
+            .unwrap();
+        let w = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let st = waiter.wait(&[id], Duration::from_secs(10)).await.unwrap();
+                (st, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let t = Instant::now();
+        setter
+            .set_status(LabelStatus::new(id, LabelState::Complete))
+            .await
+            .unwrap();
+        let (st, woke) = w.await.unwrap();
+        assert_eq!(st[0].state, LabelState::Complete);
+        lat.push(woke.duration_since(t));
+        assert!(setter.status(id).await.unwrap().is_none(), "reclaimed");
+    }
+    lat.sort();
+    println!(
+        "wait wake-up latency after set_status on another instance: median {} us, max {} us",
+        lat[lat.len() / 2].as_micros(),
+        lat[lat.len() - 1].as_micros()
+    );
+    assert!(
+        lat[lat.len() / 2] < Duration::from_millis(50),
+        "woken by pub/sub, not by the poll"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_node_local_placement() {
+    let s0 = Server::start(&[]);
+    let s1 = Server::start(&[]);
+    let cfg = RedisConfig {
+        node_local: true,
+        ..config(vec![s0.url(), s1.url()], "nl")
+    };
+    let producer = RedisWarehouse::connect(&cfg).await.unwrap().with_home(1);
+    let consumer = RedisWarehouse::connect(&cfg).await.unwrap().with_home(0);
+    let key = producer.local_key("job7/chunk0");
+    assert_eq!(key, "n1/job7/chunk0");
+    assert_eq!(producer.server_of(&key), 1);
+    producer
+        .put(&key, Bytes::from_static(b"local data"))
+        .await
+        .unwrap();
+    let rkey = producer.redis_key(&key);
+    let mut c0 = direct(&s0.url()).await;
+    let mut c1 = direct(&s1.url()).await;
+    let on1: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(&rkey)
+        .query_async(&mut c1)
+        .await
+        .unwrap();
+    let on0: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(&rkey)
+        .query_async(&mut c0)
+        .await
+        .unwrap();
+    assert_eq!(
+        on1.as_deref(),
+        Some(&b"local data"[..]),
+        "stored on server 1"
+    );
+    assert_eq!(on0, None, "not on server 0");
+    assert_eq!(
+        consumer.get(&key).await.unwrap().as_deref(),
+        Some(&b"local data"[..]),
+        "readable from another node"
+    );
+    // Keys without a hint are hashed over both servers; everyone finds them.
+    let mut per = [0usize; 2];
+    for i in 0..64 {
+        let k = format!("plain/{i}");
+        producer.put(&k, Bytes::from(vec![1u8; 10])).await.unwrap();
+        per[consumer.server_of(&k)] += 1;
+        assert_eq!(consumer.get(&k).await.unwrap().unwrap().len(), 10);
+    }
+    assert!(per[0] > 0 && per[1] > 0, "hashed over both: {per:?}");
+    assert_eq!(consumer.keys("").await.unwrap().len(), 65);
+    assert_eq!(consumer.usage().await.unwrap(), 10 + 640);
+    assert_eq!(consumer.take(&key).await.unwrap().unwrap().len(), 10);
+    println!("node-local: hinted key on server 1, hashed keys split {per:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_unreachable_url_is_unavailable() {
+    let port = free_port();
+    let cfg = config(vec![format!("redis://127.0.0.1:{port}")], "un");
+    let t = Instant::now();
+    let err = RedisWarehouse::connect(&cfg).await.err().unwrap();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("cannot reach Redis at redis://127.0.0.1:{port}")),
+        "{err}"
+    );
+    let err = RedisInventory::connect(&cfg).await.err().unwrap();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+    println!("unreachable: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_password_protected_server() {
+    let s = Server::start(&["--requirepass", "s3cret"]);
+    let good = RedisConfig {
+        password: Some("s3cret".into()),
+        ..config(vec![s.url()], "pw")
+    };
+    let w = RedisWarehouse::connect(&good).await.unwrap();
+    w.put("a", Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(w.get("a").await.unwrap().as_deref(), Some(&b"x"[..]));
+    let i = RedisInventory::connect(&good).await.unwrap();
+    i.create("/p", FileKind::Dir, 0o755, 1).await.unwrap();
+
+    for password in [None, Some("wrong".to_string())] {
+        let bad = RedisConfig {
+            password: password.clone(),
+            ..good.clone()
+        };
+        let err = RedisWarehouse::connect(&bad).await.err().unwrap();
+        assert!(
+            matches!(err, Error::PermissionDenied(_) | Error::Unavailable(_)),
+            "{err}"
+        );
+        assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+        println!("password {password:?}: {err}");
+        let err = RedisInventory::connect(&bad).await.err().unwrap();
+        assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_malformed_value_names_its_key() {
+    let s = Server::start(&[]);
+    let cfg = config(vec![s.url()], "mf");
+    let i = RedisInventory::connect(&cfg).await.unwrap();
+    let id = LabelIdGen::new(9).next();
+    let key = format!("{{{}}}:label:{:032x}", cfg.namespace, id.as_u128());
+    let mut c = direct(&s.url()).await;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(b"garbage".as_slice())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let err = i.status(id).await.unwrap_err();
+    assert!(matches!(err, Error::Malformed(_)), "{err}");
+    assert!(err.to_string().contains(&key), "{err}");
+    let f = i.create("/m", FileKind::File, 0o644, 1).await.unwrap();
+    let fkey = format!("{{{}}}:file:{}", cfg.namespace, f.id);
+    let _: () = redis::cmd("HSET")
+        .arg(&fkey)
+        .arg("size")
+        .arg("zz")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let err = i.file(f.id).await.unwrap_err();
+    assert!(err.to_string().contains(&fkey), "{err}");
+    println!("malformed: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_throughput() {
+    let s = Server::start(&[]);
+    let cfg = config(vec![s.url()], "tp");
+    let inv = Arc::new(RedisInventory::connect(&cfg).await.unwrap());
+    let f = inv
+        .create("/bench", FileKind::File, 0o644, 1)
+        .await
+        .unwrap();
+    let g = Arc::new(LabelIdGen::new(3));
+    let n = 5000u64;
+    let t = Instant::now();
+    for i in 0..n {
+        inv.commit_extent(
+            f.id,
+            Extent {
+                offset: i * 4096,
+                len: 4096,
+                worker: 1,
+                label: g.next(),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let seq = n as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for k in 0..16u64 {
+        let (inv, g) = (inv.clone(), g.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..n / 16 {
+                inv.commit_extent(
+                    f.id,
+                    Extent {
+                        offset: (k * (n / 16) + i) * 4096 + 100,
+                        len: 4096,
+                        worker: 2,
+                        label: g.next(),
+                    },
+                )
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let par = n as f64 / t.elapsed().as_secs_f64();
+    println!(
+        "commit_extent: {seq:.0}/s sequential, {par:.0}/s with 16 concurrent tasks (1 server, loopback)"
+    );
+
+    let w = RedisWarehouse::connect(&cfg).await.unwrap();
+    let mib: Bytes = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let rounds = 64;
+    let t = Instant::now();
+    for i in 0..rounds {
+        w.put(&format!("b/{i}"), mib.clone()).await.unwrap();
+    }
+    let put = rounds as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for i in 0..rounds {
+        assert_eq!(
+            w.get(&format!("b/{i}")).await.unwrap().unwrap().len(),
+            1 << 20
+        );
+    }
+    let get = rounds as f64 / t.elapsed().as_secs_f64();
+    // Raw baseline in the same run: plain SET/GET of the same values.
+    let mut c = direct(&s.url()).await;
+    let t = Instant::now();
+    for i in 0..rounds {
+        let _: () = redis::cmd("SET")
+            .arg(format!("raw/{i}"))
+            .arg(mib.as_ref())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let raw_put = rounds as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for i in 0..rounds {
+        let v: Vec<u8> = redis::cmd("GET")
+            .arg(format!("raw/{i}"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(v.len(), 1 << 20);
+    }
+    let raw_get = rounds as f64 / t.elapsed().as_secs_f64();
+    println!(
+        "warehouse 1 MiB values: put {put:.0} MiB/s, get {get:.0} MiB/s; raw SET {raw_put:.0} MiB/s, \
+         GET {raw_get:.0} MiB/s (1 server, loopback, appendonly)"
+    );
+}
