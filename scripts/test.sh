@@ -13,6 +13,8 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# Real services the distributed tests start on loopback: nats-server, redis-server.
+bash scripts/services.sh install
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
