@@ -1,24 +1,29 @@
 //! The inventory on redb: namespace, extents, workers, applications and
-//! counters in tables; label statuses in memory.
+//! counters live in memory and are persisted to redb behind the callers'
+//! backs (write-behind); label statuses live in memory only.
+
+mod write_behind;
+
+#[cfg(test)]
+mod tests;
 
 use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory};
 use async_trait::async_trait;
 use labios_label::id::now_nanos;
 use labios_label::{
-    decode, encode, normalize_path, AppId, Error, FileId, LabelId, LabelState, LabelStatus, Result,
+    decode, normalize_path, AppId, Error, FileId, LabelId, LabelState, LabelStatus, Result,
     WorkerId, WorkerStatus,
 };
-use parking_lot::Mutex;
-use redb::{
-    backends::InMemoryBackend, Database, Durability, ReadableTable, Table, TableDefinition,
-    WriteTransaction,
-};
-use std::collections::HashMap;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use redb::{backends::InMemoryBackend, Database, Durability, ReadableTable, TableDefinition};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use write_behind::{Log, Op};
 
 const PATHS: TableDefinition<&str, u64> = TableDefinition::new("paths");
 const FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("files");
@@ -26,12 +31,12 @@ const FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("files");
 const EXTENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("extents");
 const WORKERS: TableDefinition<u32, &[u8]> = TableDefinition::new("workers");
 const APPS: TableDefinition<u32, &[u8]> = TableDefinition::new("apps");
+/// Per counter, the largest value that may have been handed out.
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
-/// Non-durable commits only free pages when a durable one follows, so every
-/// this many commits one is made `Eventual` (written, not fsynced) to keep
-/// the file from growing without bound between syncs. A power of two.
-const EVENTUAL_EVERY: u64 = 64;
+/// Counter values reserved (durably) at a time and then handed out from
+/// memory.
+const COUNTER_BLOCK: u64 = 1024;
 
 #[derive(Debug, Clone)]
 pub struct InventoryConfig {
@@ -49,18 +54,76 @@ impl Default for InventoryConfig {
 
 /// The embedded inventory.
 ///
-/// Namespace, extent, worker, application and counter changes are committed
-/// to redb with `Durability::None`: they are visible at once but reach the
-/// disk only with the next [`Inventory::sync`], which commits with
-/// `Durability::Immediate`. **A crash loses every change made since the last
-/// `sync`**, nothing before it; reopening the file recovers that synced state.
+/// The namespace, the extents of every file, workers, applications and
+/// counters are held in memory, which is authoritative: it is loaded from
+/// the redb file at open, every call reads and changes it directly, and
+/// every change also appends a record to a bounded write-behind log. A
+/// background thread drains that log every few milliseconds (or as soon as
+/// a couple of thousand records wait) into one redb write transaction, so
+/// many changes cost one commit. When the thread falls behind and the log
+/// is full, mutations wait for room (backpressure).
+///
+/// Durability (what a crash can lose):
+/// - [`Inventory::sync`] writes everything logged before it into redb and
+///   commits with `Durability::Immediate`; it returns once that is on disk.
+///   **Everything changed before a `sync` that returned survives a crash.**
+/// - A crash may lose any namespace, extent, worker or application change
+///   made after the last completed `sync`. Background batches are committed
+///   `Durability::Eventual` (written to the file, not fsynced), so a process
+///   crash typically loses only what the log held (the last few
+///   milliseconds, or more when the writer is behind), a machine crash
+///   possibly everything since the last `sync`. What survives is always the
+///   state after some prefix of the changes, each change whole: never half
+///   a rename, never an extent without the size change that came with it.
+/// - Counters ([`Inventory::next_id`], which also numbers files) are
+///   reserved in blocks of 1024, each reservation committed `Immediate`
+///   before any of its values is handed out: a crash may skip values, it
+///   never hands out one twice.
+/// - Dropping the inventory is a clean shutdown: it flushes the log and
+///   commits `Immediate`, so everything survives. Only a crash (or a
+///   `std::mem::forget`, which also keeps the file open) loses the tail.
+/// - If a background commit fails (disk full, I/O error) the inventory
+///   refuses further changes and `sync` with that error.
+///
 /// Label statuses are never persisted: they matter only to live clients
 /// waiting on them, and would otherwise cost a disk write per label.
 pub struct RedbInventory {
     db: Arc<Database>,
-    commits: AtomicU64,
+    ns: RwLock<Namespace>,
+    workers: RwLock<BTreeMap<WorkerId, WorkerStatus>>,
+    apps: RwLock<BTreeMap<AppId, AppRecord>>,
+    counters: Mutex<HashMap<String, Counter>>,
+    log: Arc<Log>,
+    writer: Option<JoinHandle<()>>,
     labels: Mutex<Labels>,
     reclaim_after: Duration,
+}
+
+/// Hands out `next..=limit` from memory; `limit` is durable.
+struct Counter {
+    next: u64,
+    limit: u64,
+}
+
+/// Paths and files. A file's own lock guards its metadata and extents, so
+/// that data placement on one file neither waits for nor blocks another.
+/// Lock order: namespace, then file; whoever holds several file locks holds
+/// the namespace write lock, and nobody waits for the namespace while
+/// holding a file lock.
+#[derive(Default)]
+struct Namespace {
+    paths: BTreeMap<String, FileId>,
+    nodes: HashMap<FileId, Arc<Node>>,
+}
+
+type Node = Mutex<FileState>;
+
+struct FileState {
+    meta: FileMeta,
+    /// By offset; never overlapping.
+    extents: BTreeMap<u64, Extent>,
+    /// False once removed (a caller may still hold the node).
+    live: bool,
 }
 
 struct Labels {
@@ -89,166 +152,129 @@ fn check_path(path: &str) -> Result<()> {
     }
 }
 
-/// The tables a namespace change touches, opened in one write transaction.
-struct Ns<'t> {
-    paths: Table<'t, &'static str, u64>,
-    files: Table<'t, u64, &'static [u8]>,
-    extents: Table<'t, (u64, u64), &'static [u8]>,
-    counters: Table<'t, &'static str, u64>,
+fn child_prefix(dir: &str) -> String {
+    if dir == "/" {
+        "/".to_string()
+    } else {
+        format!("{dir}/")
+    }
 }
 
-impl<'t> Ns<'t> {
-    fn open(tx: &'t WriteTransaction) -> Result<Self> {
-        Ok(Ns {
-            paths: tx.open_table(PATHS).map_err(storage)?,
-            files: tx.open_table(FILES).map_err(storage)?,
-            extents: tx.open_table(EXTENTS).map_err(storage)?,
-            counters: tx.open_table(COUNTERS).map_err(storage)?,
-        })
+/// Keys of a `BTreeMap<String, _>` from `prefix` on.
+fn from_prefix(prefix: &str) -> (Bound<&str>, Bound<&str>) {
+    (Bound::Included(prefix), Bound::Unbounded)
+}
+
+impl Namespace {
+    fn node(&self, path: &str) -> Option<&Arc<Node>> {
+        self.paths.get(path).and_then(|id| self.nodes.get(id))
     }
 
-    fn by_path(&self, path: &str) -> Result<Option<FileMeta>> {
-        match self.paths.get(path).map_err(storage)? {
-            Some(id) => self.by_id(id.value()),
-            None => Ok(None),
-        }
+    fn meta(&self, path: &str) -> Option<FileMeta> {
+        self.node(path).map(|n| n.lock().meta.clone())
     }
 
-    fn by_id(&self, id: FileId) -> Result<Option<FileMeta>> {
-        match self.files.get(id).map_err(storage)? {
-            Some(v) => decode(v.value()).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    fn file(&self, id: FileId) -> Result<FileMeta> {
-        let meta = self
-            .by_id(id)?
-            .ok_or_else(|| Error::NotFound(format!("file id {id}")))?;
-        if meta.kind == FileKind::Dir {
-            return Err(Error::InvalidArgument(format!(
-                "{} is a directory, it has no data",
-                meta.path
-            )));
-        }
-        Ok(meta)
-    }
-
-    fn save(&mut self, meta: &FileMeta) -> Result<()> {
+    fn has_children(&self, dir: &str) -> bool {
+        let prefix = child_prefix(dir);
         self.paths
-            .insert(meta.path.as_str(), meta.id)
-            .map_err(storage)?;
-        self.files
-            .insert(meta.id, encode(meta).as_slice())
-            .map_err(storage)?;
-        Ok(())
+            .range::<str, _>(from_prefix(&prefix))
+            .next()
+            .is_some_and(|(p, _)| p.starts_with(&prefix))
     }
 
-    fn forget(&mut self, meta: &FileMeta) -> Result<()> {
-        self.paths.remove(meta.path.as_str()).map_err(storage)?;
-        self.files.remove(meta.id).map_err(storage)?;
-        Ok(())
-    }
-
-    fn new_entry(
-        &mut self,
-        path: &str,
-        kind: FileKind,
-        mode: u32,
-        owner: AppId,
-    ) -> Result<FileMeta> {
-        let now = now_nanos();
-        let meta = FileMeta {
-            id: next_counter(&mut self.counters, "file")?,
-            path: path.to_string(),
-            kind,
-            size: 0,
-            mode,
-            owner,
-            ctime: now,
-            mtime: now,
-            atime: now,
-        };
-        self.save(&meta)?;
-        Ok(meta)
-    }
-
-    /// Creates the missing ancestors of `path` as directories.
-    fn make_parents(&mut self, path: &str, owner: AppId) -> Result<()> {
+    /// Fails if an existing ancestor of `path` is a file (the missing ones
+    /// are created by `RedbInventory::make_parents`).
+    fn check_parents(&self, path: &str) -> Result<()> {
         for (i, _) in path.match_indices('/').skip(1) {
             let dir = &path[..i];
-            match self.by_path(dir)? {
-                None => {
-                    self.new_entry(dir, FileKind::Dir, 0o755, owner)?;
-                }
-                Some(m) if m.kind == FileKind::File => {
+            if let Some(n) = self.node(dir) {
+                if n.lock().meta.kind == FileKind::File {
                     return Err(Error::InvalidPath {
                         path: path.to_string(),
                         reason: format!("parent {dir} is a file"),
-                    })
+                    });
                 }
-                Some(_) => {}
             }
         }
         Ok(())
     }
 
-    fn has_children(&self, dir: &str) -> Result<bool> {
-        let prefix = child_prefix(dir);
-        let mut range = self.paths.range(prefix.as_str()..).map_err(storage)?;
-        Ok(match range.next() {
-            Some(e) => e.map_err(storage)?.0.value().starts_with(&prefix),
-            None => false,
-        })
-    }
-
-    /// Extents of `file` overlapping `[off, end)`, unclipped, by offset.
-    fn overlapping(&self, file: FileId, off: u64, end: u64) -> Result<Vec<Extent>> {
-        overlapping(&self.extents, file, off, end)
-    }
-
-    fn put_extent(&mut self, file: FileId, e: &Extent) -> Result<()> {
-        self.extents
-            .insert((file, e.offset), encode(e).as_slice())
-            .map_err(storage)?;
-        Ok(())
-    }
-
-    fn del_extent(&mut self, file: FileId, offset: u64) -> Result<()> {
-        self.extents.remove((file, offset)).map_err(storage)?;
-        Ok(())
-    }
-
-    /// Deletes and returns every extent of `file`.
-    fn drop_extents(&mut self, file: FileId) -> Result<Vec<Extent>> {
-        let all = self.overlapping(file, 0, u64::MAX)?;
-        for e in &all {
-            self.del_extent(file, e.offset)?;
+    /// Unlinks a locked file and takes its extents.
+    fn forget(&mut self, st: &mut FileState, ops: &mut Vec<Op>) -> Vec<Extent> {
+        let id = st.meta.id;
+        st.live = false;
+        self.paths.remove(&st.meta.path);
+        self.nodes.remove(&id);
+        let extents: Vec<Extent> = std::mem::take(&mut st.extents).into_values().collect();
+        if st.meta.kind == FileKind::File {
+            ops.push(Op::CutExtents(id, 0));
         }
-        Ok(all)
+        ops.push(Op::DelFile(id));
+        ops.push(Op::DelPath(st.meta.path.clone()));
+        extents
+    }
+}
+
+impl FileState {
+    /// Refuses removed files and directories.
+    fn check_data(&self) -> Result<()> {
+        if !self.live {
+            return Err(Error::NotFound(format!("file id {}", self.meta.id)));
+        }
+        if self.meta.kind == FileKind::Dir {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a directory, it has no data",
+                self.meta.path
+            )));
+        }
+        Ok(())
+    }
+
+    /// Extents overlapping `[off, end)`, unclipped, by offset.
+    fn overlapping(&self, off: u64, end: u64) -> Vec<Extent> {
+        let mut out = Vec::new();
+        // The one extent starting before `off` may reach into the range.
+        if let Some((_, e)) = self.extents.range(..off).next_back() {
+            if e.offset + e.len > off {
+                out.push(*e);
+            }
+        }
+        out.extend(self.extents.range(off..end).map(|(_, e)| *e));
+        out
+    }
+
+    fn put(&mut self, e: Extent, ops: &mut Vec<Op>) {
+        self.extents.insert(e.offset, e);
+        ops.push(Op::PutExtent(self.meta.id, e));
+    }
+
+    fn del(&mut self, offset: u64, ops: &mut Vec<Op>) {
+        self.extents.remove(&offset);
+        ops.push(Op::DelExtent(self.meta.id, offset));
     }
 
     /// Cuts every extent at `size`.
-    fn truncate_extents(&mut self, file: FileId, size: u64) -> Result<()> {
-        for e in self.overlapping(file, size, u64::MAX)? {
-            self.del_extent(file, e.offset)?;
-            if e.offset < size {
-                self.put_extent(
-                    file,
-                    &Extent {
-                        len: size - e.offset,
-                        ..e
-                    },
-                )?;
+    fn truncate(&mut self, size: u64, ops: &mut Vec<Op>) {
+        if let Some((_, e)) = self.extents.range_mut(..size).next_back() {
+            if e.offset + e.len > size {
+                e.len = size - e.offset;
+                ops.push(Op::PutExtent(self.meta.id, *e));
             }
         }
-        Ok(())
+        if self.extents.range(size..).next().is_some() {
+            drop(self.extents.split_off(&size));
+            ops.push(Op::CutExtents(self.meta.id, size));
+        }
     }
 
     /// Newest label wins: `new` takes only what no larger label covers, and
     /// the older extents it overlaps are trimmed around it.
-    fn merge_extent(&mut self, file: FileId, new: Extent, end: u64) -> Result<()> {
-        let existing = self.overlapping(file, new.offset, end)?;
+    fn merge(&mut self, new: Extent, end: u64, ops: &mut Vec<Op>) {
+        let existing = self.overlapping(new.offset, end);
+        if existing.is_empty() {
+            self.put(new, ops);
+            return;
+        }
         let mut pieces = Vec::new();
         let mut cursor = new.offset;
         for e in existing.iter().filter(|e| e.label > new.label) {
@@ -263,7 +289,7 @@ impl<'t> Ns<'t> {
         }
         let older: Vec<&Extent> = existing.iter().filter(|e| e.label <= new.label).collect();
         for e in &older {
-            self.del_extent(file, e.offset)?;
+            self.del(e.offset, ops);
         }
         for e in older {
             let e_end = e.offset + e.len;
@@ -272,7 +298,7 @@ impl<'t> Ns<'t> {
                     len: new.offset - e.offset,
                     ..*e
                 };
-                self.put_extent(file, &head)?;
+                self.put(head, ops);
             }
             if e_end > end {
                 let tail = Extent {
@@ -280,7 +306,7 @@ impl<'t> Ns<'t> {
                     len: e_end - end,
                     ..*e
                 };
-                self.put_extent(file, &tail)?;
+                self.put(tail, ops);
             }
         }
         for (s, t) in pieces {
@@ -289,59 +315,144 @@ impl<'t> Ns<'t> {
                 len: t - s,
                 ..new
             };
-            self.put_extent(file, &piece)?;
+            self.put(piece, ops);
         }
-        Ok(())
     }
 }
 
-/// An empty `Immediate` commit: makes every earlier commit durable.
-fn commit_durable(db: &Database) -> Result<()> {
-    let mut tx = db.begin_write().map_err(storage)?;
-    tx.set_durability(Durability::Immediate);
-    tx.commit().map_err(storage)
+/// Everything persisted, as loaded at open.
+struct Loaded {
+    ns: Namespace,
+    workers: BTreeMap<WorkerId, WorkerStatus>,
+    apps: BTreeMap<AppId, AppRecord>,
+    counters: HashMap<String, Counter>,
 }
 
-fn child_prefix(dir: &str) -> String {
-    if dir == "/" {
-        "/".to_string()
-    } else {
-        format!("{dir}/")
-    }
-}
-
-fn next_counter(counters: &mut Table<&'static str, u64>, name: &str) -> Result<u64> {
-    let next = counters
-        .get(name)
-        .map_err(storage)?
-        .map_or(0, |v| v.value())
-        + 1;
-    counters.insert(name, next).map_err(storage)?;
-    Ok(next)
-}
-
-fn overlapping<T: ReadableTable<(u64, u64), &'static [u8]>>(
-    table: &T,
-    file: FileId,
-    off: u64,
-    end: u64,
-) -> Result<Vec<Extent>> {
-    let mut out = Vec::new();
-    // The one extent starting before `off` may reach into the range.
-    if let Some(e) = table
-        .range((file, 0)..(file, off))
-        .map_err(storage)?
-        .next_back()
+/// Creates the tables and the root directory, then reads everything.
+fn load(db: &Database) -> Result<Loaded> {
+    let tx = db.begin_write().map_err(storage)?;
     {
-        let e: Extent = decode(e.map_err(storage)?.1.value())?;
-        if e.offset + e.len > off {
-            out.push(e);
+        tx.open_table(WORKERS).map_err(storage)?;
+        tx.open_table(APPS).map_err(storage)?;
+        tx.open_table(EXTENTS).map_err(storage)?;
+        let mut paths = tx.open_table(PATHS).map_err(storage)?;
+        let mut files = tx.open_table(FILES).map_err(storage)?;
+        let mut counters = tx.open_table(COUNTERS).map_err(storage)?;
+        if paths.get("/").map_err(storage)?.is_none() {
+            let id = counters
+                .get("file")
+                .map_err(storage)?
+                .map_or(0, |v| v.value())
+                + 1;
+            counters.insert("file", id).map_err(storage)?;
+            let now = now_nanos();
+            let root = FileMeta {
+                id,
+                path: "/".into(),
+                kind: FileKind::Dir,
+                size: 0,
+                mode: 0o755,
+                owner: 0,
+                ctime: now,
+                mtime: now,
+                atime: now,
+            };
+            paths.insert("/", id).map_err(storage)?;
+            files
+                .insert(id, labios_label::encode(&root).as_slice())
+                .map_err(storage)?;
         }
     }
-    for e in table.range((file, off)..(file, end)).map_err(storage)? {
-        out.push(decode(e.map_err(storage)?.1.value())?);
+    tx.commit().map_err(storage)?;
+
+    let tx = db.begin_read().map_err(storage)?;
+    let mut ns = Namespace::default();
+    for e in tx
+        .open_table(FILES)
+        .map_err(storage)?
+        .iter()
+        .map_err(storage)?
+    {
+        let (id, v) = e.map_err(storage)?;
+        let meta: FileMeta = decode(v.value())?;
+        let state = FileState {
+            meta,
+            extents: BTreeMap::new(),
+            live: true,
+        };
+        ns.nodes.insert(id.value(), Arc::new(Mutex::new(state)));
     }
-    Ok(out)
+    for e in tx
+        .open_table(PATHS)
+        .map_err(storage)?
+        .iter()
+        .map_err(storage)?
+    {
+        let (p, id) = e.map_err(storage)?;
+        if ns.nodes.contains_key(&id.value()) {
+            ns.paths.insert(p.value().to_string(), id.value());
+        }
+    }
+    let mut current: Option<(FileId, &Arc<Node>)> = None;
+    for e in tx
+        .open_table(EXTENTS)
+        .map_err(storage)?
+        .iter()
+        .map_err(storage)?
+    {
+        let (k, v) = e.map_err(storage)?;
+        let (file, offset) = k.value();
+        if current.is_none_or(|(f, _)| f != file) {
+            current = ns.nodes.get(&file).map(|n| (file, n));
+        }
+        if let Some((_, n)) = current {
+            let e: Extent = decode(v.value())?;
+            n.lock().extents.insert(offset, e);
+        }
+    }
+    let mut workers = BTreeMap::new();
+    for e in tx
+        .open_table(WORKERS)
+        .map_err(storage)?
+        .iter()
+        .map_err(storage)?
+    {
+        let (id, v) = e.map_err(storage)?;
+        workers.insert(id.value(), decode(v.value())?);
+    }
+    let mut apps = BTreeMap::new();
+    for e in tx
+        .open_table(APPS)
+        .map_err(storage)?
+        .iter()
+        .map_err(storage)?
+    {
+        let (id, v) = e.map_err(storage)?;
+        apps.insert(id.value(), decode(v.value())?);
+    }
+    let mut counters = HashMap::new();
+    for e in tx
+        .open_table(COUNTERS)
+        .map_err(storage)?
+        .iter()
+        .map_err(storage)?
+    {
+        let (name, v) = e.map_err(storage)?;
+        let limit = v.value();
+        counters.insert(
+            name.value().to_string(),
+            Counter {
+                next: limit + 1,
+                limit,
+            },
+        );
+    }
+    Ok(Loaded {
+        ns,
+        workers,
+        apps,
+        counters,
+    })
 }
 
 impl RedbInventory {
@@ -362,9 +473,18 @@ impl RedbInventory {
     }
 
     fn with_db(db: Database, cfg: InventoryConfig) -> Result<Self> {
-        let inv = RedbInventory {
-            db: Arc::new(db),
-            commits: AtomicU64::new(0),
+        let loaded = load(&db)?;
+        let db = Arc::new(db);
+        let log = Arc::new(Log::new());
+        let writer = write_behind::spawn(db.clone(), log.clone())?;
+        Ok(RedbInventory {
+            db,
+            ns: RwLock::new(loaded.ns),
+            workers: RwLock::new(loaded.workers),
+            apps: RwLock::new(loaded.apps),
+            counters: Mutex::new(loaded.counters),
+            log,
+            writer: Some(writer),
             labels: Mutex::new(Labels {
                 statuses: HashMap::new(),
                 watchers: HashMap::new(),
@@ -372,87 +492,111 @@ impl RedbInventory {
                 sweep_every: 1024,
             }),
             reclaim_after: cfg.reclaim_after,
-        };
-        // Create every table and the root directory so that reads never meet
-        // a missing table.
-        inv.write(|tx| {
-            tx.open_table(WORKERS).map_err(storage)?;
-            tx.open_table(APPS).map_err(storage)?;
-            let mut ns = Ns::open(tx)?;
-            if ns.by_path("/")?.is_none() {
-                ns.new_entry("/", FileKind::Dir, 0o755, 0)?;
-            }
-            Ok(())
-        })?;
-        commit_durable(&inv.db)?;
-        Ok(inv)
+        })
     }
 
-    /// Runs `f` in one write transaction, committed fast (see the type doc).
-    fn write<R>(&self, f: impl FnOnce(&WriteTransaction) -> Result<R>) -> Result<R> {
-        let mut tx = self.db.begin_write().map_err(storage)?;
-        let n = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
-        tx.set_durability(if n & (EVENTUAL_EVERY - 1) == 0 {
-            Durability::Eventual
-        } else {
-            Durability::None
-        });
-        match f(&tx) {
-            Ok(r) => {
-                tx.commit().map_err(storage)?;
-                Ok(r)
-            }
-            Err(e) => {
-                tx.abort().map_err(storage)?;
-                Err(e)
+    /// The next value of a counter; reserves a block durably when the
+    /// current one is used up.
+    fn next_counter(&self, name: &str) -> Result<u64> {
+        let mut counters = self.counters.lock();
+        if !counters.contains_key(name) {
+            counters.insert(name.to_string(), Counter { next: 1, limit: 0 });
+        }
+        let c = counters.get_mut(name).expect("just inserted");
+        if c.next > c.limit {
+            let limit = c.next + COUNTER_BLOCK - 1;
+            let mut tx = self.db.begin_write().map_err(storage)?;
+            tx.set_durability(Durability::Immediate);
+            tx.open_table(COUNTERS)
+                .map_err(storage)?
+                .insert(name, limit)
+                .map_err(storage)?;
+            tx.commit().map_err(storage)?;
+            c.limit = limit;
+        }
+        let v = c.next;
+        c.next += 1;
+        Ok(v)
+    }
+
+    /// Adds a new entry to the namespace.
+    fn new_entry(
+        &self,
+        ns: &mut Namespace,
+        path: &str,
+        kind: FileKind,
+        mode: u32,
+        owner: AppId,
+        ops: &mut Vec<Op>,
+    ) -> Result<FileMeta> {
+        let now = now_nanos();
+        let meta = FileMeta {
+            id: self.next_counter("file")?,
+            path: path.to_string(),
+            kind,
+            size: 0,
+            mode,
+            owner,
+            ctime: now,
+            mtime: now,
+            atime: now,
+        };
+        ns.paths.insert(meta.path.clone(), meta.id);
+        let state = FileState {
+            meta: meta.clone(),
+            extents: BTreeMap::new(),
+            live: true,
+        };
+        ns.nodes.insert(meta.id, Arc::new(Mutex::new(state)));
+        ops.push(Op::PutPath(meta.path.clone(), meta.id));
+        ops.push(Op::PutFile(meta.clone()));
+        Ok(meta)
+    }
+
+    /// Creates the missing ancestors of `path` as directories (after
+    /// `Namespace::check_parents` passed).
+    fn make_parents(
+        &self,
+        ns: &mut Namespace,
+        path: &str,
+        owner: AppId,
+        ops: &mut Vec<Op>,
+    ) -> Result<()> {
+        for (i, _) in path.match_indices('/').skip(1) {
+            let dir = &path[..i];
+            if !ns.paths.contains_key(dir) {
+                self.new_entry(ns, dir, FileKind::Dir, 0o755, owner, ops)?;
             }
         }
+        Ok(())
     }
 
-    fn read<R>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<R>) -> Result<R> {
-        let tx = self.db.begin_read().map_err(storage)?;
-        f(&tx)
+    /// The node of a file, looked up without holding the namespace lock
+    /// afterwards; check `live` once locked.
+    fn data_node(&self, file: FileId) -> Result<Arc<Node>> {
+        self.ns
+            .read()
+            .nodes
+            .get(&file)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("file id {file}")))
     }
 
-    fn meta_by_path(&self, path: &str) -> Result<Option<FileMeta>> {
-        self.read(|tx| {
-            let paths = tx.open_table(PATHS).map_err(storage)?;
-            let Some(id) = paths.get(path).map_err(storage)? else {
-                return Ok(None);
-            };
-            let files = tx.open_table(FILES).map_err(storage)?;
-            match files.get(id.value()).map_err(storage)? {
-                Some(v) => decode(v.value()).map(Some),
-                None => Ok(None),
-            }
-        })
+    /// Holds the writer between batches (tests): records logged meanwhile
+    /// stay in the log, where a crash would lose them.
+    #[cfg(test)]
+    fn writer_gate(&self) -> MutexGuard<'_, ()> {
+        self.log.gate.lock()
     }
+}
 
-    fn put_record<K: redb::Key + 'static>(
-        &self,
-        table: TableDefinition<K, &[u8]>,
-        key: K::SelfType<'_>,
-        bytes: Vec<u8>,
-    ) -> Result<()> {
-        self.write(|tx| {
-            let mut t = tx.open_table(table).map_err(storage)?;
-            t.insert(key, bytes.as_slice()).map_err(storage)?;
-            Ok(())
-        })
-    }
-
-    fn all_records<K: redb::Key + 'static, V: serde::de::DeserializeOwned>(
-        &self,
-        table: TableDefinition<K, &[u8]>,
-    ) -> Result<Vec<V>> {
-        self.read(|tx| {
-            let t = tx.open_table(table).map_err(storage)?;
-            let mut out = Vec::new();
-            for e in t.iter().map_err(storage)? {
-                out.push(decode(e.map_err(storage)?.1.value())?);
-            }
-            Ok(out)
-        })
+impl Drop for RedbInventory {
+    /// Clean shutdown: flushes the log and commits durably.
+    fn drop(&mut self) {
+        self.log.close();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
     }
 }
 
@@ -503,44 +647,41 @@ impl Inventory for RedbInventory {
         owner: AppId,
     ) -> Result<FileMeta> {
         check_path(path)?;
-        self.write(|tx| {
-            let mut ns = Ns::open(tx)?;
-            if let Some(m) = ns.by_path(path)? {
-                return if m.kind == kind {
-                    Ok(m)
-                } else {
-                    Err(Error::AlreadyExists(format!(
-                        "{path} exists as a {:?}",
-                        m.kind
-                    )))
-                };
-            }
-            ns.make_parents(path, owner)?;
-            ns.new_entry(path, kind, mode, owner)
-        })
+        self.log.check()?;
+        let mut ns = self.ns.write();
+        if let Some(m) = ns.meta(path) {
+            return if m.kind == kind {
+                Ok(m)
+            } else {
+                Err(Error::AlreadyExists(format!(
+                    "{path} exists as a {:?}",
+                    m.kind
+                )))
+            };
+        }
+        ns.check_parents(path)?;
+        let mut ops = Vec::new();
+        let made = self
+            .make_parents(&mut ns, path, owner, &mut ops)
+            .and_then(|()| self.new_entry(&mut ns, path, kind, mode, owner, &mut ops));
+        // Whatever was made is in memory: log it even on a late failure.
+        self.log.append(&mut ops);
+        made
     }
 
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
         check_path(path)?;
-        self.meta_by_path(path)
+        Ok(self.ns.read().meta(path))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
-        self.read(|tx| {
-            let paths = tx.open_table(PATHS).map_err(storage)?;
-            let files = tx.open_table(FILES).map_err(storage)?;
-            let mut out = Vec::new();
-            for e in paths.range(prefix..).map_err(storage)? {
-                let (p, id) = e.map_err(storage)?;
-                if !p.value().starts_with(prefix) {
-                    break;
-                }
-                if let Some(v) = files.get(id.value()).map_err(storage)? {
-                    out.push(decode(v.value())?);
-                }
-            }
-            Ok(out)
-        })
+        let ns = self.ns.read();
+        Ok(ns
+            .paths
+            .range::<str, _>(from_prefix(prefix))
+            .take_while(|(p, _)| p.starts_with(prefix))
+            .filter_map(|(_, id)| ns.nodes.get(id).map(|n| n.lock().meta.clone()))
+            .collect())
     }
 
     async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)> {
@@ -548,20 +689,22 @@ impl Inventory for RedbInventory {
         if path == "/" {
             return Err(Error::InvalidArgument("cannot remove the root /".into()));
         }
-        self.write(|tx| {
-            let mut ns = Ns::open(tx)?;
-            let meta = ns
-                .by_path(path)?
-                .ok_or_else(|| Error::NotFound(path.to_string()))?;
-            if meta.kind == FileKind::Dir && ns.has_children(path)? {
-                return Err(Error::InvalidArgument(format!(
-                    "directory {path} is not empty"
-                )));
-            }
-            let extents = ns.drop_extents(meta.id)?;
-            ns.forget(&meta)?;
-            Ok((meta, extents))
-        })
+        self.log.check()?;
+        let mut ns = self.ns.write();
+        let node = ns
+            .node(path)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(path.to_string()))?;
+        let mut st = node.lock();
+        if st.meta.kind == FileKind::Dir && ns.has_children(path) {
+            return Err(Error::InvalidArgument(format!(
+                "directory {path} is not empty"
+            )));
+        }
+        let mut ops = Vec::new();
+        let extents = ns.forget(&mut st, &mut ops);
+        self.log.append(&mut ops);
+        Ok((st.meta.clone(), extents))
     }
 
     async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
@@ -575,64 +718,90 @@ impl Inventory for RedbInventory {
                 "cannot move {from} into itself ({to})"
             )));
         }
-        self.write(|tx| {
-            let mut ns = Ns::open(tx)?;
-            let mut meta = ns
-                .by_path(from)?
-                .ok_or_else(|| Error::NotFound(from.to_string()))?;
-            if from == to {
-                return Ok(None);
+        self.log.check()?;
+        let mut ns = self.ns.write();
+        let src = ns
+            .node(from)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(from.to_string()))?;
+        if from == to {
+            return Ok(None);
+        }
+        let kind = src.lock().meta.kind;
+        let dest = ns.node(to).cloned();
+        if let Some(d) = &dest {
+            let dest_kind = d.lock().meta.kind;
+            if dest_kind != FileKind::File || kind != FileKind::File {
+                return Err(Error::AlreadyExists(format!(
+                    "{to} exists as a {dest_kind:?}; only a file replaces a file"
+                )));
             }
-            let replaced = match ns.by_path(to)? {
-                None => None,
-                Some(old) if old.kind == FileKind::File && meta.kind == FileKind::File => {
-                    let extents = ns.drop_extents(old.id)?;
-                    ns.forget(&old)?;
-                    Some((old, extents))
-                }
-                Some(old) => {
-                    return Err(Error::AlreadyExists(format!(
-                        "{to} exists as a {:?}; only a file replaces a file",
-                        old.kind
-                    )))
-                }
+        }
+        ns.check_parents(to)?;
+
+        // Checks done: only creating the parents can still fail (reserving
+        // file ids), and it goes first so that a failure changes nothing
+        // else.
+        let mut ops = Vec::new();
+        let owner = src.lock().meta.owner;
+        if let Err(e) = self.make_parents(&mut ns, to, owner, &mut ops) {
+            self.log.append(&mut ops);
+            return Err(e);
+        }
+        let replaced = dest.map(|d| {
+            let mut st = d.lock();
+            // Once unlinked nobody logs for it any more, so its lock need
+            // not be held until the records are appended.
+            let extents = ns.forget(&mut st, &mut ops);
+            (st.meta.clone(), extents)
+        });
+        // Everything whose path changes stays locked until its records are
+        // in the log, so that no later commit_extent logs its metadata
+        // first.
+        let mut moved = vec![src];
+        if kind == FileKind::Dir {
+            let prefix = child_prefix(from);
+            moved.extend(
+                ns.paths
+                    .range::<str, _>(from_prefix(&prefix))
+                    .take_while(|(p, _)| p.starts_with(&prefix))
+                    .filter_map(|(_, id)| ns.nodes.get(id).cloned()),
+            );
+        }
+        let mut guards: Vec<MutexGuard<'_, FileState>> = moved.iter().map(|n| n.lock()).collect();
+        let now = now_nanos();
+        for (i, st) in guards.iter_mut().enumerate() {
+            let id = st.meta.id;
+            let old = std::mem::take(&mut st.meta.path);
+            ns.paths.remove(&old);
+            st.meta.path = if i == 0 {
+                st.meta.ctime = now;
+                to.to_string()
+            } else {
+                format!("{to}{}", &old[from.len()..])
             };
-            ns.make_parents(to, meta.owner)?;
-            if meta.kind == FileKind::Dir {
-                let prefix = child_prefix(from);
-                let mut children = Vec::new();
-                for e in ns.paths.range(prefix.as_str()..).map_err(storage)? {
-                    let (p, id) = e.map_err(storage)?;
-                    if !p.value().starts_with(&prefix) {
-                        break;
-                    }
-                    children.push(id.value());
-                }
-                for id in children {
-                    if let Some(mut child) = ns.by_id(id)? {
-                        ns.paths.remove(child.path.as_str()).map_err(storage)?;
-                        child.path = format!("{to}{}", &child.path[from.len()..]);
-                        ns.save(&child)?;
-                    }
-                }
-            }
-            ns.paths.remove(from).map_err(storage)?;
-            meta.path = to.to_string();
-            meta.ctime = now_nanos();
-            ns.save(&meta)?;
-            Ok(replaced)
-        })
+            ns.paths.insert(st.meta.path.clone(), id);
+            ops.push(Op::DelPath(old));
+            ops.push(Op::PutPath(st.meta.path.clone(), id));
+            ops.push(Op::PutFile(st.meta.clone()));
+        }
+        self.log.append(&mut ops);
+        drop(guards);
+        Ok(replaced)
     }
 
     async fn set_size(&self, file: FileId, size: u64) -> Result<()> {
-        self.write(|tx| {
-            let mut ns = Ns::open(tx)?;
-            let mut meta = ns.file(file)?;
-            ns.truncate_extents(file, size)?;
-            meta.size = size;
-            meta.mtime = now_nanos();
-            ns.save(&meta)
-        })
+        self.log.check()?;
+        let node = self.data_node(file)?;
+        let mut st = node.lock();
+        st.check_data()?;
+        let mut ops = Vec::with_capacity(3);
+        st.truncate(size, &mut ops);
+        st.meta.size = size;
+        st.meta.mtime = now_nanos();
+        ops.push(Op::PutFile(st.meta.clone()));
+        self.log.append(&mut ops);
+        Ok(())
     }
 
     async fn commit_extent(&self, file: FileId, extent: Extent) -> Result<()> {
@@ -642,47 +811,47 @@ impl Inventory for RedbInventory {
                 extent.offset, extent.len
             ))
         })?;
-        self.write(|tx| {
-            let mut ns = Ns::open(tx)?;
-            let mut meta = ns.file(file)?;
-            if extent.len > 0 {
-                ns.merge_extent(file, extent, end)?;
-            }
-            meta.size = meta.size.max(end);
-            meta.mtime = now_nanos();
-            ns.save(&meta)
-        })
+        self.log.check()?;
+        let node = self.data_node(file)?;
+        let mut st = node.lock();
+        st.check_data()?;
+        let mut ops = Vec::with_capacity(4);
+        if extent.len > 0 {
+            st.merge(extent, end, &mut ops);
+        }
+        st.meta.size = st.meta.size.max(end);
+        st.meta.mtime = now_nanos();
+        ops.push(Op::PutFile(st.meta.clone()));
+        self.log.append(&mut ops);
+        Ok(())
     }
 
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
         let end = offset.saturating_add(len);
-        self.read(|tx| {
-            let files = tx.open_table(FILES).map_err(storage)?;
-            if files.get(file).map_err(storage)?.is_none() {
-                return Err(Error::NotFound(format!("file id {file}")));
-            }
-            if len == 0 {
-                return Ok(Vec::new());
-            }
-            let table = tx.open_table(EXTENTS).map_err(storage)?;
-            let mut out = overlapping(&table, file, offset, end)?;
-            for e in &mut out {
-                let e_end = e.offset + e.len;
-                e.offset = e.offset.max(offset);
-                e.len = e_end.min(end) - e.offset;
-            }
-            Ok(out)
-        })
+        let ns = self.ns.read();
+        let node = ns
+            .nodes
+            .get(&file)
+            .ok_or_else(|| Error::NotFound(format!("file id {file}")))?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out = node.lock().overlapping(offset, end);
+        for e in &mut out {
+            let e_end = e.offset + e.len;
+            e.offset = e.offset.max(offset);
+            e.len = e_end.min(end) - e.offset;
+        }
+        Ok(out)
     }
 
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {
-        self.read(|tx| {
-            let files = tx.open_table(FILES).map_err(storage)?;
-            match files.get(file).map_err(storage)? {
-                Some(v) => decode(v.value()).map(Some),
-                None => Ok(None),
-            }
-        })
+        Ok(self
+            .ns
+            .read()
+            .nodes
+            .get(&file)
+            .map(|n| n.lock().meta.clone()))
     }
 
     async fn set_status(&self, status: LabelStatus) -> Result<()> {
@@ -752,53 +921,55 @@ impl Inventory for RedbInventory {
     }
 
     async fn put_worker(&self, status: WorkerStatus) -> Result<()> {
-        self.put_record(WORKERS, status.spec.id, encode(&status))
+        self.log.check()?;
+        let mut workers = self.workers.write();
+        workers.insert(status.spec.id, status.clone());
+        self.log.append(&mut vec![Op::PutWorker(status)]);
+        Ok(())
     }
 
     async fn workers(&self) -> Result<Vec<WorkerStatus>> {
-        self.all_records(WORKERS)
+        Ok(self.workers.read().values().cloned().collect())
     }
 
     /// Removing an unknown worker is not an error: decommissioning twice
     /// leaves the same state.
     async fn remove_worker(&self, id: WorkerId) -> Result<()> {
-        self.write(|tx| {
-            let mut t = tx.open_table(WORKERS).map_err(storage)?;
-            t.remove(id).map_err(storage)?;
-            Ok(())
-        })
+        self.log.check()?;
+        let mut workers = self.workers.write();
+        if workers.remove(&id).is_some() {
+            self.log.append(&mut vec![Op::DelWorker(id)]);
+        }
+        Ok(())
     }
 
     async fn put_app(&self, app: AppRecord) -> Result<()> {
-        self.put_record(APPS, app.id, encode(&app))
+        self.log.check()?;
+        let mut apps = self.apps.write();
+        apps.insert(app.id, app.clone());
+        self.log.append(&mut vec![Op::PutApp(app)]);
+        Ok(())
     }
 
     async fn app(&self, id: AppId) -> Result<Option<AppRecord>> {
-        self.read(|tx| {
-            let t = tx.open_table(APPS).map_err(storage)?;
-            match t.get(id).map_err(storage)? {
-                Some(v) => decode(v.value()).map(Some),
-                None => Ok(None),
-            }
-        })
+        Ok(self.apps.read().get(&id).cloned())
     }
 
     async fn apps(&self) -> Result<Vec<AppRecord>> {
-        self.all_records(APPS)
+        Ok(self.apps.read().values().cloned().collect())
     }
 
+    /// Served from memory; once per `COUNTER_BLOCK` values it waits for a
+    /// durable commit reserving the next block.
     async fn next_id(&self, counter: &str) -> Result<u64> {
-        self.write(|tx| {
-            let mut t = tx.open_table(COUNTERS).map_err(storage)?;
-            next_counter(&mut t, counter)
-        })
+        self.next_counter(counter)
     }
 
-    /// Runs the durable commit off the async threads: it waits for fsync.
+    /// Waits (without blocking the async thread) for the writer to commit
+    /// everything logged so far with `Durability::Immediate`.
     async fn sync(&self) -> Result<()> {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || commit_durable(&db))
-            .await
-            .map_err(|e| Error::Storage(format!("inventory sync task: {e}")))?
+        let done = self.log.request_sync()?;
+        done.await
+            .map_err(|_| Error::Storage("inventory: writer thread gone".into()))?
     }
 }

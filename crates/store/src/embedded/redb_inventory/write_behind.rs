@@ -1,0 +1,374 @@
+//! The write-behind log of [`super::RedbInventory`]: mutations append change
+//! records here after updating memory, and one background thread drains
+//! them into redb, many records per write transaction.
+//!
+//! Ordering: a record is appended while its writer still holds the lock of
+//! the state it describes (the file's, the namespace's, ...), so records of
+//! one key reach the log in the order memory saw them. The records of one
+//! mutation are appended in one critical section and the writer takes the
+//! whole log at once, so a mutation is never split across transactions:
+//! whatever redb holds is the state after some prefix of the log.
+
+use super::{storage, APPS, EXTENTS, FILES, PATHS, WORKERS};
+use crate::inventory::{AppRecord, Extent, FileMeta};
+use labios_label::{encode, AppId, Error, FileId, Result, WorkerId, WorkerStatus};
+use parking_lot::{Condvar, Mutex};
+use redb::{Database, Durability, WriteTransaction};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Records the log holds at most; appends beyond wait for the writer
+/// (backpressure), which bounds the memory the log takes.
+pub(super) const LOG_CAPACITY: usize = 32 * 1024;
+/// The writer commits as soon as this many records are waiting...
+const FLUSH_AT: usize = 2048;
+/// ...or this long after the first one arrived.
+const FLUSH_EVERY: Duration = Duration::from_millis(5);
+/// Background batches are committed `Eventual`: written to the file, not
+/// fsynced. Measured faster than `Durability::None` with fewer, larger
+/// files (non-durable commits free no pages until a durable one follows),
+/// and a process crash (as opposed to a machine crash) then loses only the
+/// records still in the log.
+const BATCH_DURABILITY: Durability = Durability::Eventual;
+
+/// One change to the persisted state. Applying a log's records in order to
+/// the tables gives the in-memory state of the moment.
+#[derive(Debug)]
+pub(super) enum Op {
+    PutFile(FileMeta),
+    DelFile(FileId),
+    PutPath(String, FileId),
+    DelPath(String),
+    PutExtent(FileId, Extent),
+    DelExtent(FileId, u64),
+    /// Deletes every extent of the file starting at or after the offset.
+    CutExtents(FileId, u64),
+    PutWorker(WorkerStatus),
+    DelWorker(WorkerId),
+    PutApp(AppRecord),
+}
+
+type SyncReply = oneshot::Sender<Result<()>>;
+
+struct State {
+    ops: Vec<Op>,
+    /// Callers of `sync` waiting for everything logged before them to be
+    /// durable.
+    syncs: Vec<SyncReply>,
+    closed: bool,
+    /// Set when a commit failed: the log then refuses new mutations.
+    failed: Option<Error>,
+}
+
+pub(super) struct Log {
+    state: Mutex<State>,
+    /// Wakes the writer: first record, `FLUSH_AT` records, sync or close.
+    wake: Condvar,
+    /// Wakes appenders waiting for room.
+    room: Condvar,
+    /// Held by the writer while it applies a batch; tests hold it to keep
+    /// records in the log only (as a crash would find them).
+    pub(super) gate: Mutex<()>,
+}
+
+impl Log {
+    pub(super) fn new() -> Self {
+        Log {
+            state: Mutex::new(State {
+                ops: Vec::new(),
+                syncs: Vec::new(),
+                closed: false,
+                failed: None,
+            }),
+            wake: Condvar::new(),
+            room: Condvar::new(),
+            gate: Mutex::new(()),
+        }
+    }
+
+    /// Fails if an earlier commit failed: memory would run ahead of a disk
+    /// that no longer follows.
+    pub(super) fn check(&self) -> Result<()> {
+        match &self.state.lock().failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends (and drains) the records of one mutation, waiting while the
+    /// log is full.
+    pub(super) fn append(&self, ops: &mut Vec<Op>) {
+        if ops.is_empty() {
+            return;
+        }
+        let mut s = self.state.lock();
+        while s.ops.len() + ops.len() > LOG_CAPACITY
+            && !s.ops.is_empty()
+            && s.failed.is_none()
+            && !s.closed
+        {
+            self.room.wait(&mut s);
+        }
+        if s.failed.is_some() {
+            ops.clear();
+            return;
+        }
+        let before = s.ops.len();
+        s.ops.append(ops);
+        if before == 0 || (before < FLUSH_AT && s.ops.len() >= FLUSH_AT) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Asks the writer to make everything logged so far durable.
+    pub(super) fn request_sync(&self) -> Result<oneshot::Receiver<Result<()>>> {
+        let (tx, rx) = oneshot::channel();
+        let mut s = self.state.lock();
+        if let Some(e) = &s.failed {
+            return Err(e.clone());
+        }
+        if s.closed {
+            return Err(Error::Storage("inventory: closed".into()));
+        }
+        s.syncs.push(tx);
+        self.wake.notify_one();
+        Ok(rx)
+    }
+
+    /// Makes the writer flush what is left, commit durably and exit.
+    pub(super) fn close(&self) {
+        self.state.lock().closed = true;
+        self.wake.notify_one();
+        self.room.notify_all();
+    }
+
+    /// Waits for work and takes it: the records (swapped with `spare`, an
+    /// empty buffer), the sync requests, and whether the log is closed.
+    fn take(&self, spare: &mut Vec<Op>) -> (Vec<SyncReply>, bool) {
+        let mut s = self.state.lock();
+        let mut deadline = None;
+        loop {
+            if s.closed || !s.syncs.is_empty() || s.ops.len() >= FLUSH_AT {
+                break;
+            }
+            if s.ops.is_empty() {
+                deadline = None;
+                self.wake.wait(&mut s);
+                continue;
+            }
+            let d = *deadline.get_or_insert_with(|| Instant::now() + FLUSH_EVERY);
+            if self.wake.wait_until(&mut s, d).timed_out() {
+                break;
+            }
+        }
+        std::mem::swap(&mut s.ops, spare);
+        let syncs = std::mem::take(&mut s.syncs);
+        let closed = s.closed;
+        drop(s);
+        self.room.notify_all();
+        (syncs, closed)
+    }
+
+    fn fail(&self, e: Error) {
+        let mut s = self.state.lock();
+        s.failed.get_or_insert(e);
+        s.ops.clear();
+        drop(s);
+        self.room.notify_all();
+    }
+
+    fn failure(&self) -> Option<Error> {
+        self.state.lock().failed.clone()
+    }
+}
+
+/// Starts the writer thread; it exits after `Log::close`, having committed
+/// everything durably.
+pub(super) fn spawn(db: Arc<Database>, log: Arc<Log>) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("inventory-writer".into())
+        .spawn(move || {
+            let run = std::panic::AssertUnwindSafe(|| writer(&db, &log));
+            if std::panic::catch_unwind(run).is_err() {
+                log.fail(Error::Storage("inventory: writer thread panicked".into()));
+            }
+        })
+        .map_err(storage)
+}
+
+fn writer(db: &Database, log: &Log) {
+    let mut ops = Vec::new();
+    let mut pending = Pending::default();
+    loop {
+        let (syncs, closed) = log.take(&mut ops);
+        let durable = closed || !syncs.is_empty();
+        let result = match log.failure() {
+            Some(e) => {
+                ops.clear();
+                Err(e)
+            }
+            None if ops.is_empty() && !durable => Ok(()),
+            None => {
+                let _gate = log.gate.lock();
+                let durability = if durable {
+                    Durability::Immediate
+                } else {
+                    BATCH_DURABILITY
+                };
+                for op in ops.drain(..) {
+                    pending.add(op);
+                }
+                let r = pending.commit(db, durability);
+                if let Err(e) = &r {
+                    log.fail(e.clone());
+                }
+                r
+            }
+        };
+        for s in syncs {
+            let _ = s.send(result.clone());
+        }
+        if closed {
+            return;
+        }
+    }
+}
+
+/// One batch of records, coalesced by key (the last change of a key wins,
+/// which is what applying them in order would leave) and applied in key
+/// order.
+#[derive(Default)]
+struct Pending {
+    files: BTreeMap<FileId, Option<FileMeta>>,
+    paths: BTreeMap<String, Option<FileId>>,
+    /// Applied before `extents`: `add` drops the pending extents a cut
+    /// covers, so what is left in `extents` came after the cut.
+    cuts: Vec<(FileId, u64)>,
+    extents: BTreeMap<(FileId, u64), Option<Extent>>,
+    workers: BTreeMap<WorkerId, Option<WorkerStatus>>,
+    apps: BTreeMap<AppId, Option<AppRecord>>,
+}
+
+impl Pending {
+    fn add(&mut self, op: Op) {
+        match op {
+            Op::PutFile(m) => {
+                self.files.insert(m.id, Some(m));
+            }
+            Op::DelFile(id) => {
+                self.files.insert(id, None);
+            }
+            Op::PutPath(p, id) => {
+                self.paths.insert(p, Some(id));
+            }
+            Op::DelPath(p) => {
+                self.paths.insert(p, None);
+            }
+            Op::PutExtent(f, e) => {
+                self.extents.insert((f, e.offset), Some(e));
+            }
+            Op::DelExtent(f, off) => {
+                self.extents.insert((f, off), None);
+            }
+            Op::CutExtents(f, from) => {
+                let doomed: Vec<(FileId, u64)> = self
+                    .extents
+                    .range((f, from)..=(f, u64::MAX))
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in doomed {
+                    self.extents.remove(&k);
+                }
+                self.cuts.push((f, from));
+            }
+            Op::PutWorker(w) => {
+                self.workers.insert(w.spec.id, Some(w));
+            }
+            Op::DelWorker(id) => {
+                self.workers.insert(id, None);
+            }
+            Op::PutApp(a) => {
+                self.apps.insert(a.id, Some(a));
+            }
+        }
+    }
+
+    /// Writes the batch in one transaction and empties it.
+    fn commit(&mut self, db: &Database, durability: Durability) -> Result<()> {
+        let mut tx = db.begin_write().map_err(storage)?;
+        tx.set_durability(durability);
+        let written = self.write(&tx);
+        self.clear();
+        match written {
+            Ok(()) => tx.commit().map_err(storage),
+            Err(e) => {
+                let _ = tx.abort();
+                Err(e)
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.files.clear();
+        self.paths.clear();
+        self.cuts.clear();
+        self.extents.clear();
+        self.workers.clear();
+        self.apps.clear();
+    }
+
+    fn write(&mut self, tx: &WriteTransaction) -> Result<()> {
+        let mut t = tx.open_table(FILES).map_err(storage)?;
+        for (id, m) in &self.files {
+            match m {
+                Some(m) => t.insert(*id, encode(m).as_slice()).map(drop),
+                None => t.remove(*id).map(drop),
+            }
+            .map_err(storage)?;
+        }
+        drop(t);
+        let mut t = tx.open_table(PATHS).map_err(storage)?;
+        for (p, id) in &self.paths {
+            match id {
+                Some(id) => t.insert(p.as_str(), *id).map(drop),
+                None => t.remove(p.as_str()).map(drop),
+            }
+            .map_err(storage)?;
+        }
+        drop(t);
+        let mut t = tx.open_table(EXTENTS).map_err(storage)?;
+        for &(f, from) in &self.cuts {
+            t.retain_in((f, from)..=(f, u64::MAX), |_, _| false)
+                .map_err(storage)?;
+        }
+        for (k, e) in &self.extents {
+            match e {
+                Some(e) => t.insert(*k, encode(e).as_slice()).map(drop),
+                None => t.remove(*k).map(drop),
+            }
+            .map_err(storage)?;
+        }
+        drop(t);
+        let mut t = tx.open_table(WORKERS).map_err(storage)?;
+        for (id, w) in &self.workers {
+            match w {
+                Some(w) => t.insert(*id, encode(w).as_slice()).map(drop),
+                None => t.remove(*id).map(drop),
+            }
+            .map_err(storage)?;
+        }
+        drop(t);
+        let mut t = tx.open_table(APPS).map_err(storage)?;
+        for (id, a) in &self.apps {
+            match a {
+                Some(a) => t.insert(*id, encode(a).as_slice()).map(drop),
+                None => t.remove(*id).map(drop),
+            }
+            .map_err(storage)?;
+        }
+        Ok(())
+    }
+}
