@@ -49,6 +49,9 @@ struct Inner {
     files: Mutex<HashMap<String, FileMeta>>,
     /// Small writes waiting to be aggregated, per file (article 3.3.1b).
     small: Mutex<HashMap<FileId, SmallWrites>>,
+    /// Background flushes of full small-write caches, and their bound.
+    flushes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    flush_slots: Arc<tokio::sync::Semaphore>,
     flight: Mutex<InFlight>,
 }
 
@@ -69,6 +72,8 @@ struct InFlight {
 
 const PATH_CACHE_LIMIT: usize = 4096;
 const FAILURES_KEPT: usize = 1024;
+/// Small-write caches being stored and published in the background at once.
+const BACKGROUND_FLUSHES: usize = 16;
 
 impl Client {
     /// A client of application `app`; `origin` must be unique among live
@@ -90,6 +95,8 @@ impl Client {
                 app,
                 files: Mutex::new(HashMap::new()),
                 small: Mutex::new(HashMap::new()),
+                flushes: Mutex::new(Vec::new()),
+                flush_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_FLUSHES)),
                 flight: Mutex::new(InFlight::default()),
             }),
         })
@@ -201,12 +208,71 @@ impl Client {
             cached: Some(meta.id),
         };
         if full {
-            if let Some(id) = self.flush_small(meta.id).await? {
+            if let Some(id) = self.flush_in_background(meta.id).await? {
                 handle.labels.push(id);
                 handle.cached = None;
             }
         }
         Ok(handle)
+    }
+
+    /// Hands a full small-write cache to a background task that stores its
+    /// data and publishes its label, so the application goes on writing
+    /// while that round trip happens. At most [`BACKGROUND_FLUSHES`] run at
+    /// once (backpressure); every wait first joins them.
+    async fn flush_in_background(&self, file: FileId) -> Result<Option<LabelId>> {
+        let Some(pending) = self.inner.small.lock().remove(&file) else {
+            return Ok(None);
+        };
+        let label = self.inner.labels.indexed_write(
+            &pending.path,
+            file,
+            pending.data.len() as u64,
+            pending.segments,
+        );
+        let id = label.id;
+        let permit = self
+            .inner
+            .flush_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::Unavailable("client is shutting down".into()))?;
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            let key = crate::content_manager::write_key(id);
+            let stored = this
+                .inner
+                .content
+                .put(&key, Bytes::from(pending.data))
+                .await;
+            let published = match stored {
+                Ok(()) => this.publish_tracked(file, vec![label]).await,
+                Err(e) => Err(e),
+            };
+            drop(permit);
+            // Reported by the next wait that covers this label.
+            if let Err(e) = published {
+                let mut flight = this.inner.flight.lock();
+                if flight.failures.len() < FAILURES_KEPT {
+                    flight.failures.push((id, e.to_string()));
+                }
+            }
+        });
+        let mut flushes = self.inner.flushes.lock();
+        flushes.retain(|t| !t.is_finished());
+        flushes.push(task);
+        Ok(Some(id))
+    }
+
+    /// Waits until every background flush has published (or failed).
+    async fn join_flushes(&self) -> Result<()> {
+        let tasks = std::mem::take(&mut *self.inner.flushes.lock());
+        for t in tasks {
+            t.await
+                .map_err(|e| Error::Unavailable(format!("background flush: {e}")))?;
+        }
+        Ok(())
     }
 
     /// Publishes the cached small writes of a file as one indexed label.
@@ -279,6 +345,7 @@ impl Client {
 
     /// Waits for several handles at once (a barrier over them).
     pub async fn wait_many(&self, handles: &[Handle]) -> Result<()> {
+        self.join_flushes().await?;
         let mut ids: Vec<LabelId> = Vec::new();
         for h in handles {
             if let Some(file) = h.cached {
@@ -298,6 +365,7 @@ impl Client {
     }
 
     async fn settle_all(&self) -> Result<()> {
+        self.join_flushes().await?;
         let files: Vec<FileId> = self.inner.small.lock().keys().copied().collect();
         for f in files {
             self.flush_small(f).await?;
@@ -328,6 +396,7 @@ impl Client {
 
     /// Flushes cached writes of one file and waits for its labels in flight.
     async fn settle(&self, file: FileId) -> Result<()> {
+        self.join_flushes().await?;
         self.flush_small(file).await?;
         let ids = self.in_flight_of(file);
         self.wait_ids(&ids).await
@@ -517,7 +586,8 @@ impl Client {
     }
 
     fn has_pending(&self, file: FileId) -> bool {
-        self.inner.small.lock().contains_key(&file)
+        !self.inner.flushes.lock().is_empty()
+            || self.inner.small.lock().contains_key(&file)
             || self.inner.flight.lock().by_file.contains_key(&file)
     }
 
