@@ -2,11 +2,13 @@
 //! `labios serve` through `--endpoint` / `LABIOS_ENDPOINT` (default: the
 //! socket inside the configured data directory).
 
-use crate::config::Config;
+use crate::config::{Config, Deployment};
+use crate::deployment::distributed_stores;
 use anyhow::Context;
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use labios_client::Client;
+use labios_core::administrator::Administrator;
 use labios_store::remote::{connect, Endpoint};
 use labios_store::FileKind;
 use std::io::{Read, Write};
@@ -44,6 +46,13 @@ pub enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Distributed deployment: run a label dispatcher process.
+    Dispatcher,
+    /// Distributed deployment: run worker INDEX of the configured pool.
+    Worker { index: usize },
+    /// Applications and their credentials (article 3.3.2a).
+    #[command(subcommand)]
+    App(AppCommand),
     /// Copy a local file into LABIOS.
     Put { local: PathBuf, path: String },
     /// Copy a LABIOS file to a local file ("-" for standard output).
@@ -74,6 +83,14 @@ pub enum Command {
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum AppCommand {
+    /// Register an application; prints its id, access key and secret.
+    Create { name: String },
+    /// List registered applications.
+    Ls,
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut config = Config::load(cli.config.as_deref())?;
     if let Some(ep) = &cli.endpoint {
@@ -86,6 +103,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             crate::serve::serve(config).await
         }
+        Command::Dispatcher => crate::processes::dispatcher(config).await,
+        Command::Worker { index } => crate::processes::worker(config, index).await,
+        Command::App(cmd) => app(&config, cmd).await,
         Command::Demo { data_dir } => crate::demo::run(config, data_dir).await,
         Command::Bench {
             scenario,
@@ -122,20 +142,64 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// A client of the `labios serve` at the configured endpoint.
+/// A client: of the `labios serve` at the configured endpoint (embedded
+/// deployment), or straight on NATS and Redis (distributed deployment).
 pub async fn connect_client(
     config: &Config,
     key: Option<String>,
     secret: Option<String>,
 ) -> anyhow::Result<Client> {
-    let endpoint = Endpoint::parse(&config.endpoint())?;
-    let (stores, session) = connect(&endpoint, key, secret).await?;
-    Ok(Client::new(
-        stores,
-        session.app,
-        session.origin,
-        config.client.clone(),
-    )?)
+    match config.deployment {
+        Deployment::Embedded => {
+            let endpoint = Endpoint::parse(&config.endpoint())?;
+            let (stores, session) = connect(&endpoint, key, secret).await?;
+            Ok(Client::new(
+                stores,
+                session.app,
+                session.origin,
+                config.client.clone(),
+            )?)
+        }
+        Deployment::Distributed => {
+            let stores = distributed_stores(config).await?;
+            let app = Administrator::new(stores.inventory.clone())
+                .authenticate(key.as_deref(), secret.as_deref())
+                .await?;
+            let origin = stores.inventory.next_id("origin").await?;
+            Ok(Client::new(stores, app, origin, config.client.clone())?)
+        }
+    }
+}
+
+/// The administrator of this deployment's application registry.
+async fn registry(config: &Config) -> anyhow::Result<Administrator> {
+    let inventory = match config.deployment {
+        Deployment::Embedded => {
+            let endpoint = Endpoint::parse(&config.endpoint())?;
+            connect(&endpoint, None, None).await?.0.inventory
+        }
+        Deployment::Distributed => distributed_stores(config).await?.inventory,
+    };
+    Ok(Administrator::new(inventory))
+}
+
+async fn app(config: &Config, cmd: AppCommand) -> anyhow::Result<()> {
+    let admin = registry(config).await?;
+    match cmd {
+        AppCommand::Create { name } => {
+            let app = admin.create_app(&name).await?;
+            println!("id:     {}", app.id);
+            println!("name:   {}", app.name);
+            println!("key:    {}", app.key);
+            println!("secret: {}", app.secret);
+        }
+        AppCommand::Ls => {
+            for a in admin.apps().await? {
+                println!("{:>6} {}", a.id, a.name);
+            }
+        }
+    }
+    Ok(())
 }
 
 const CHUNK: usize = 4 << 20;

@@ -7,6 +7,9 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use labios_client::ClientConfig;
 use labios_core::dispatcher::DispatcherConfig;
+use labios_distributed::nats_queue::NatsConfig;
+use labios_distributed::redis_store::RedisConfig;
+use labios_label::WorkerSpec;
 use labios_server::{ManagerConfig, WorkerConfig};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -14,6 +17,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// `embedded`: every component in one process (`labios serve`);
+    /// `distributed`: label queues on NATS JetStream, warehouse and
+    /// inventory on Redis, each component its own process.
+    pub deployment: Deployment,
     /// Where workers, the inventory database and the default socket live.
     pub data_dir: PathBuf,
     /// Unix socket path or HOST:PORT clients use; default `DATA_DIR/labios.sock`.
@@ -28,6 +35,17 @@ pub struct Config {
     pub queue: QueueConfig,
     pub warehouse: WarehouseConfig,
     pub inventory: InventorySettings,
+    /// Distributed deployment: the NATS JetStream server(s) of the label queues.
+    pub nats: NatsConfig,
+    /// Distributed deployment: the Redis server(s) of warehouse and inventory.
+    pub redis: RedisConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Deployment {
+    Embedded,
+    Distributed,
 }
 
 /// One worker of the pool: its tier and what it declares about itself.
@@ -84,6 +102,7 @@ impl Default for Config {
             dir: None,
         };
         Config {
+            deployment: Deployment::Embedded,
             data_dir: PathBuf::from("labios-data"),
             endpoint: None,
             client: ClientConfig::default(),
@@ -100,6 +119,8 @@ impl Default for Config {
             queue: QueueConfig::default(),
             warehouse: WarehouseConfig::default(),
             inventory: InventorySettings::default(),
+            nats: NatsConfig::default(),
+            redis: RedisConfig::default(),
         }
     }
 }
@@ -213,6 +234,24 @@ impl Config {
                 .join("labios.sock")
                 .to_string_lossy()
                 .into_owned()
+        })
+    }
+
+    /// What worker `index` of the pool declares about itself; its id is its index.
+    pub fn worker_spec(&self, index: usize) -> anyhow::Result<WorkerSpec> {
+        let Some(w) = self.workers.get(index) else {
+            anyhow::bail!(
+                "no worker {index}: the configuration declares {} workers",
+                self.workers.len()
+            );
+        };
+        Ok(WorkerSpec {
+            id: index as u32,
+            tier: w.tier.clone(),
+            speed: w.speed,
+            energy: w.energy,
+            capacity: w.capacity,
+            max_queue: self.worker.max_queue,
         })
     }
 

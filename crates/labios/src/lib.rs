@@ -5,6 +5,8 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod deployment;
+pub mod processes;
 pub mod runtime;
 pub mod serve;
 

@@ -1,6 +1,10 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    // SAFETY: called first, before any thread exists; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = labios::cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

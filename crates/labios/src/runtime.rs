@@ -8,7 +8,7 @@ use anyhow::Context;
 use labios_client::Client;
 use labios_core::administrator::Administrator;
 use labios_core::dispatcher::{Dispatcher, DispatcherStats, Queues};
-use labios_label::{AppId, WorkerDirectory, WorkerSpec};
+use labios_label::{AppId, WorkerDirectory};
 use labios_server::WorkerManager;
 use labios_store::embedded::{InventoryConfig, MemoryQueue, MemoryWarehouse, RedbInventory};
 use labios_store::{Inventory, Stores, CLIENT_QUEUE_PREFIX};
@@ -61,16 +61,10 @@ impl Runtime {
             config.worker.clone(),
             weights,
         ));
-        for (i, decl) in config.workers.iter().enumerate() {
-            let spec = WorkerSpec {
-                id: i as u32,
-                tier: decl.tier.clone(),
-                speed: decl.speed,
-                energy: decl.energy,
-                capacity: decl.capacity,
-                max_queue: config.worker.max_queue,
-            };
-            manager.commission(spec, config.worker_dir(i)).await?;
+        for i in 0..config.workers.len() {
+            manager
+                .commission(config.worker_spec(i)?, config.worker_dir(i))
+                .await?;
         }
         let (shutdown, _) = watch::channel(false);
         let mut tasks = Vec::new();

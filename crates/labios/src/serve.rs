@@ -5,7 +5,6 @@ use crate::config::Config;
 use crate::runtime::Runtime;
 use labios_store::remote::{self, Endpoint, Listener};
 use std::sync::Arc;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -30,12 +29,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         data_dir.display(),
         runtime.config.workers.len()
     );
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    crate::processes::stop_signal().await?;
     eprintln!("labios serve: stopping");
     let _ = stop.send(true);
     let _ = server.await;
