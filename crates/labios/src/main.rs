@@ -1,5 +1,8 @@
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     // SAFETY: called first, before any thread exists; SIG_DFL is a valid disposition.
     unsafe {
