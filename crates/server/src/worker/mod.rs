@@ -22,8 +22,7 @@ mod storage;
 use execute::Executor;
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
-    Error, FileId, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec, WorkerState,
-    WorkerStatus,
+    Error, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec, WorkerState, WorkerStatus,
 };
 use labios_store::{worker_queue, Delivery, Stores};
 use parking_lot::Mutex;
@@ -475,7 +474,11 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Routes each task to the lane of its file, keeping queue order per file.
+/// Routes each task to the lane of its file, keeping queue order per file
+/// for anything that changes data. A task of reads only changes nothing and
+/// depends on nothing still queued here (the shuffler puts a read that
+/// depends on a write of the same batch into that write's supertask, and a
+/// client waits for its writes before reading), so it may run on any lane.
 async fn dispatch(
     shared: &Shared,
     lanes: &[mpsc::Sender<Delivery<Task>>],
@@ -483,15 +486,18 @@ async fn dispatch(
     threads: usize,
 ) {
     for delivery in deliveries {
-        let file = delivery
-            .item
-            .labels
-            .iter()
-            .find_map(|l| l.file_range())
-            .map_or(0, |(file, _, _)| file);
+        let labels_of = &delivery.item.labels;
+        let key = if labels_of.iter().all(|l| !l.mutates()) {
+            labels_of.first().map_or(0, |l| l.id.nanos)
+        } else {
+            labels_of
+                .iter()
+                .find_map(|l| l.file_range())
+                .map_or(0, |(file, _, _)| file)
+        };
         let labels = u32::try_from(delivery.item.labels.len()).unwrap_or(u32::MAX);
         shared.executing.fetch_add(labels, Ordering::AcqRel);
-        if lanes[lane_of(file, threads)].send(delivery).await.is_err() {
+        if lanes[lane_of(key, threads)].send(delivery).await.is_err() {
             // Lanes only stop after the loop drops them: unreachable in practice,
             // but never lose count of work.
             shared.executing.fetch_sub(labels, Ordering::AcqRel);
@@ -503,9 +509,10 @@ async fn dispatch(
     }
 }
 
-/// Lane for a file: a multiplicative hash spreads consecutive file ids.
-fn lane_of(file: FileId, threads: usize) -> usize {
-    ((file.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % threads as u64) as usize
+/// Lane for a file id (or a read's label time): a multiplicative hash
+/// spreads consecutive values.
+fn lane_of(key: u64, threads: usize) -> usize {
+    ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % threads as u64) as usize
 }
 
 /// One executor lane: runs tasks in arrival order, labels in task order,
