@@ -39,6 +39,9 @@ pub struct WorkerStatus {
     pub score: f64,
     pub labels_done: u64,
     pub bytes_done: u64,
+    /// When the worker last published this status (ns since the epoch): a
+    /// worker manager in another process tells a dead worker by its silence.
+    pub heartbeat: u64,
 }
 
 impl WorkerStatus {
@@ -51,6 +54,7 @@ impl WorkerStatus {
             score: 0.0,
             labels_done: 0,
             bytes_done: 0,
+            heartbeat: crate::id::now_nanos(),
         }
     }
 
