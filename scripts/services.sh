@@ -2,7 +2,7 @@
 # External services of the distributed deployment (DESIGN "Deployments" 2):
 # NATS JetStream for label queues, Redis for warehouse and inventory.
 #
-#   bash scripts/services.sh install          install every service binary
+#   bash scripts/services.sh install          install every service binary (and iproute2)
 #   bash scripts/services.sh start-nats PORT DIR
 #   bash scripts/services.sh stop-nats DIR
 #   bash scripts/services.sh start-redis PORT DIR [redis-server args]
@@ -138,12 +138,38 @@ stop_redis() {
     rm -f "$dir/redis.pid"
 }
 
+# ------------------------------------------------------ network namespaces ----
+
+# `ip` (iproute2) for the multi-host test (crates/labios/tests/multihost.rs),
+# which builds network namespaces joined by veth pairs and a bridge.
+install_netns_tools() {
+    if command -v ip >/dev/null 2>&1; then
+        echo "ip present: $(ip -V)"
+        return 0
+    fi
+    apt_install iproute2
+    ip -V
+}
+
+# The openssl CLI: crates/distributed/tests/tls.rs makes a throwaway CA and
+# server certificate with it.
+install_openssl() {
+    if command -v openssl >/dev/null 2>&1; then
+        echo "openssl present: $(openssl version)"
+        return 0
+    fi
+    apt_install openssl
+    openssl version
+}
+
 # ------------------------------------------------------------ commands ----
 
 case "${1:-}" in
 install)
     install_nats
     install_redis
+    install_netns_tools
+    install_openssl
     ;;
 start-redis)
     shift

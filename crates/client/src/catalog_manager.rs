@@ -30,9 +30,23 @@ impl CatalogManager {
                 reason: "the root is a directory".into(),
             });
         }
-        self.inventory
+        let meta = self
+            .inventory
             .create(&path, FileKind::File, 0o644, self.app)
-            .await
+            .await?;
+        self.owned(meta)
+    }
+
+    /// `meta` if this application owns it, else permission denied: files
+    /// belong to the application that created them (README "Tenants").
+    pub fn owned(&self, meta: FileMeta) -> Result<FileMeta> {
+        if meta.kind == FileKind::File && meta.owner != self.app {
+            return Err(Error::PermissionDenied(format!(
+                "{} belongs to another application",
+                meta.path
+            )));
+        }
+        Ok(meta)
     }
 
     pub async fn mkdir(&self, path: &str) -> Result<FileMeta> {
@@ -90,6 +104,9 @@ impl CatalogManager {
                 path: norm,
                 reason: "the root cannot be removed".into(),
             });
+        }
+        if let Some(meta) = self.inventory.lookup(&norm).await? {
+            self.owned(meta)?;
         }
         self.inventory.remove(&norm).await
     }

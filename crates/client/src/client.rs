@@ -77,8 +77,32 @@ const BACKGROUND_FLUSHES: usize = 16;
 
 impl Client {
     /// A client of application `app`; `origin` must be unique among live
-    /// clients (it orders and distinguishes their label ids).
+    /// clients (it orders and distinguishes their label ids). Its labels are
+    /// unsigned, so a deployment that verifies labels (every one started by
+    /// `labios`) fails them: use [`Client::with_secret`].
     pub fn new(stores: Stores, app: AppId, origin: u64, config: ClientConfig) -> Result<Self> {
+        Self::build(stores, app, None, origin, config)
+    }
+
+    /// A client that signs its labels with `secret`, the application's
+    /// secret from the registry (README "Tenants").
+    pub fn with_secret(
+        stores: Stores,
+        app: AppId,
+        secret: &str,
+        origin: u64,
+        config: ClientConfig,
+    ) -> Result<Self> {
+        Self::build(stores, app, Some(Arc::from(secret)), origin, config)
+    }
+
+    fn build(
+        stores: Stores,
+        app: AppId,
+        secret: Option<Arc<str>>,
+        origin: u64,
+        config: ClientConfig,
+    ) -> Result<Self> {
         config.validate()?;
         Ok(Client {
             inner: Arc::new(Inner {
@@ -88,6 +112,7 @@ impl Client {
                     app,
                     origin,
                     config,
+                    secret,
                 ),
                 content: ContentManager::new(stores.warehouse.clone(), app),
                 catalog: CatalogManager::new(stores.inventory.clone(), app),
@@ -240,7 +265,7 @@ impl Client {
             .map_err(|_| Error::Unavailable("client is shutting down".into()))?;
         let this = self.clone();
         let task = tokio::spawn(async move {
-            let key = crate::content_manager::write_key(id);
+            let key = crate::content_manager::write_key(this.inner.app, id);
             let stored = this
                 .inner
                 .content
@@ -286,7 +311,7 @@ impl Client {
             pending.data.len() as u64,
             pending.segments,
         );
-        let key = crate::content_manager::write_key(label.id);
+        let key = crate::content_manager::write_key(self.inner.app, label.id);
         self.inner
             .content
             .put(&key, Bytes::from(pending.data))
@@ -473,7 +498,10 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset`; fewer only at end of file.
     pub async fn read_at(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
-        let meta = self.inner.catalog.stat(path).await?;
+        let meta = self
+            .inner
+            .catalog
+            .owned(self.inner.catalog.stat(path).await?)?;
         if meta.kind == FileKind::Dir {
             return Err(Error::InvalidArgument(format!(
                 "{} is a directory",
@@ -546,7 +574,7 @@ impl Client {
             let key = status
                 .result_key
                 .clone()
-                .unwrap_or_else(|| crate::content_manager::read_key(status.id));
+                .unwrap_or_else(|| crate::content_manager::read_key(self.inner.app, status.id));
             let t = anatomy::start();
             let data = self.inner.content.take(&key).await?.ok_or_else(|| {
                 Error::Storage(format!(
@@ -602,7 +630,10 @@ impl Client {
 
     /// Removes a file (its data on every worker) or an empty directory.
     pub async fn remove(&self, path: &str) -> Result<()> {
-        let meta = self.inner.catalog.stat(path).await?;
+        let meta = self
+            .inner
+            .catalog
+            .owned(self.inner.catalog.stat(path).await?)?;
         if meta.kind == FileKind::File {
             self.settle(meta.id).await?;
         }
@@ -616,7 +647,10 @@ impl Client {
 
     /// Makes everything written to `path` durable on the workers' devices.
     pub async fn flush(&self, path: &str) -> Result<()> {
-        let meta = self.inner.catalog.stat(path).await?;
+        let meta = self
+            .inner
+            .catalog
+            .owned(self.inner.catalog.stat(path).await?)?;
         self.settle(meta.id).await?;
         self.to_every_worker(LabelKind::Flush, &meta).await
     }
@@ -639,7 +673,10 @@ impl Client {
     }
 
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
-        let meta = self.inner.catalog.stat(from).await?;
+        let meta = self
+            .inner
+            .catalog
+            .owned(self.inner.catalog.stat(from).await?)?;
         let to = normalize_path(to)?;
         if meta.kind == FileKind::File {
             self.settle(meta.id).await?;

@@ -15,14 +15,16 @@ pub struct ContentManager {
     app: AppId,
 }
 
-/// Warehouse key of a write label's data.
-pub fn write_key(id: LabelId) -> String {
-    format!("w/{id}")
+/// Warehouse key of a write label's data. Every key of an application's
+/// labels starts with `a<app>/`, which is what `labios serve` and the workers
+/// check (README "Tenants").
+pub fn write_key(app: AppId, id: LabelId) -> String {
+    format!("a{app}/w/{id}")
 }
 
 /// Warehouse key where a read label leaves its result.
-pub fn read_key(id: LabelId) -> String {
-    format!("r/{id}")
+pub fn read_key(app: AppId, id: LabelId) -> String {
+    format!("a{app}/r/{id}")
 }
 
 fn room_key(app: AppId, name: &str) -> String {

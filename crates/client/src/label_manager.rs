@@ -20,6 +20,10 @@ pub struct LabelManager {
     app: AppId,
     queue_name: String,
     config: ClientConfig,
+    /// The application's secret: every published label is signed with it
+    /// (`labios_label::auth`). Without it labels go out unsigned and the
+    /// dispatcher fails them.
+    secret: Option<Arc<str>>,
 }
 
 /// A byte range of a request and the label that carries it.
@@ -39,8 +43,10 @@ impl LabelManager {
         app: AppId,
         origin: u64,
         config: ClientConfig,
+        secret: Option<Arc<str>>,
     ) -> Self {
         LabelManager {
+            secret,
             queue,
             inventory,
             ids: LabelIdGen::new(origin),
@@ -79,7 +85,7 @@ impl LabelManager {
         while done < len {
             let n = (len - done).min(max);
             let mut label = self.label(LabelKind::Write);
-            let key = write_key(label.id);
+            let key = write_key(self.app, label.id);
             label.source = Pointer::Warehouse {
                 key: key.clone(),
                 len: n as u64,
@@ -119,7 +125,7 @@ impl LabelManager {
         let mut label = self.label(LabelKind::Write);
         label.flags = label.flags.with(StateFlags::CACHED);
         label.source = Pointer::Warehouse {
-            key: write_key(label.id),
+            key: write_key(self.app, label.id),
             len: buffered,
         };
         label.destination = Pointer::File {
@@ -154,7 +160,7 @@ impl LabelManager {
                 len: n,
             };
             label.destination = Pointer::Warehouse {
-                key: read_key(label.id),
+                key: read_key(self.app, label.id),
                 len: n,
             };
             out.push((label, offset + done, n));
@@ -193,9 +199,14 @@ impl LabelManager {
         label
     }
 
-    pub async fn publish(&self, labels: Vec<Label>) -> Result<()> {
+    pub async fn publish(&self, mut labels: Vec<Label>) -> Result<()> {
         if labels.is_empty() {
             return Ok(());
+        }
+        if let Some(secret) = &self.secret {
+            for label in &mut labels {
+                labios_label::auth::sign(label, secret.as_bytes());
+            }
         }
         self.queue.push(&self.queue_name, labels).await
     }

@@ -127,6 +127,9 @@ pub struct Label {
     pub owner: AppId,
     /// Completion means durable on the worker's device (fdatasync), not just written.
     pub sync: bool,
+    /// HMAC-SHA256 of the label by its owner's secret ([`crate::auth`]);
+    /// empty until the client signs it.
+    pub auth: Vec<u8>,
 }
 
 impl Label {
@@ -142,6 +145,7 @@ impl Label {
             priority: 0,
             owner,
             sync: false,
+            auth: Vec::new(),
         }
     }
 

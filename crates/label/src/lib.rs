@@ -5,6 +5,7 @@
 //! defined here so that each side agrees on one vocabulary and one encoding.
 
 pub mod anatomy;
+pub mod auth;
 pub mod codec;
 pub mod error;
 pub mod id;

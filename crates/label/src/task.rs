@@ -24,6 +24,23 @@ impl Task {
         }
     }
 
+    /// A task with no labels: an activation message (article 3.3.3b). A
+    /// worker manager in another process wakes a suspended worker by putting
+    /// one in its queue, since the worker's only input is its queue; the
+    /// worker acknowledges it and executes nothing.
+    pub fn wake_up() -> Self {
+        Task {
+            labels: Vec::new(),
+            aggregated: false,
+            supertask: false,
+        }
+    }
+
+    /// Whether this is an activation message ([`Task::wake_up`]).
+    pub fn is_wake_up(&self) -> bool {
+        self.labels.is_empty()
+    }
+
     /// Total bytes moved by the task (scheduling weight).
     pub fn size(&self) -> u64 {
         self.labels.iter().map(|l| l.size()).sum()

@@ -49,7 +49,15 @@ pub enum Command {
     /// Distributed deployment: run a label dispatcher process.
     Dispatcher,
     /// Distributed deployment: run worker INDEX of the configured pool.
-    Worker { index: usize },
+    Worker {
+        index: usize,
+        /// Start suspended (elastic reserve): it wakes when a task arrives.
+        #[arg(long)]
+        suspended: bool,
+    },
+    /// Distributed deployment: run the worker manager (score order, dead
+    /// worker detection and task re-dispatch, launch and wake-up of workers).
+    Manager,
     /// Applications and their credentials (article 3.3.2a).
     #[command(subcommand)]
     App(AppCommand),
@@ -80,6 +88,10 @@ pub enum Command {
         /// Total bytes for write/read scenarios.
         #[arg(long)]
         bytes: Option<u64>,
+        /// Run against a throwaway distributed deployment on this machine:
+        /// nats-server, redis-server, dispatcher(s) and 3 workers as processes.
+        #[arg(long)]
+        cluster: bool,
     },
 }
 
@@ -104,14 +116,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::serve::serve(config).await
         }
         Command::Dispatcher => crate::processes::dispatcher(config).await,
-        Command::Worker { index } => crate::processes::worker(config, index).await,
+        Command::Worker { index, suspended } => {
+            crate::processes::worker(config, index, suspended).await
+        }
+        Command::Manager => crate::processes::manager(config, cli.config).await,
         Command::App(cmd) => app(&config, cmd).await,
         Command::Demo { data_dir } => crate::demo::run(config, data_dir).await,
         Command::Bench {
             scenario,
             json,
             bytes,
-        } => crate::bench::run(config, cli.endpoint.is_some(), &scenario, json, bytes).await,
+            cluster,
+        } => {
+            let target = if cluster {
+                crate::bench::Target::LocalCluster
+            } else if cli.endpoint.is_some() || config.deployment == Deployment::Distributed {
+                crate::bench::Target::Configured
+            } else {
+                crate::bench::Target::LocalServer
+            };
+            crate::bench::run(config, target, &scenario, json, bytes).await
+        }
         Command::Put { local, path } => {
             put(
                 &connect_client(&config, cli.key, cli.secret).await?,
@@ -153,20 +178,31 @@ pub async fn connect_client(
         Deployment::Embedded => {
             let endpoint = Endpoint::parse(&config.endpoint())?;
             let (stores, session) = connect(&endpoint, key, secret).await?;
-            Ok(Client::new(
+            Ok(Client::with_secret(
                 stores,
                 session.app,
+                &session.secret,
                 session.origin,
                 config.client.clone(),
             )?)
         }
         Deployment::Distributed => {
             let stores = distributed_stores(config).await?;
-            let app = Administrator::new(stores.inventory.clone())
+            let admin = Administrator::new(stores.inventory.clone());
+            let app = admin
                 .authenticate(key.as_deref(), secret.as_deref())
                 .await?;
+            // The registry holds the secret the client presented (or the
+            // default application's, for a client without credentials).
+            let secret = admin.app(app).await?.secret;
             let origin = stores.inventory.next_id("origin").await?;
-            Ok(Client::new(stores, app, origin, config.client.clone())?)
+            Ok(Client::with_secret(
+                stores,
+                app,
+                &secret,
+                origin,
+                config.client.clone(),
+            )?)
         }
     }
 }

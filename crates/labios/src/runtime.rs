@@ -98,9 +98,11 @@ impl Runtime {
     /// A client of application `app` inside this process.
     pub async fn client(&self, app: AppId) -> anyhow::Result<Client> {
         let origin = self.stores.inventory.next_id("origin").await?;
-        Ok(Client::new(
+        let secret = self.admin.app(app).await?.secret;
+        Ok(Client::with_secret(
             self.stores.clone(),
             app,
+            &secret,
             origin,
             self.config.client.clone(),
         )?)

@@ -51,6 +51,14 @@ pub struct ManagerConfig {
     pub interval_ms: u64,
     /// Bins of the score sort.
     pub buckets: usize,
+    /// `labios manager` (distributed deployment): a worker whose status
+    /// (heartbeat) has not been published for this long is declared down,
+    /// taken out of scheduling and its queued tasks are re-dispatched.
+    /// Must exceed `worker.score_interval_ms`, the heartbeat period.
+    pub dead_after_ms: u64,
+    /// `labios manager`: start the configured workers as processes itself
+    /// (and stop them when it stops) instead of expecting them started.
+    pub launch: bool,
 }
 
 impl Default for ManagerConfig {
@@ -61,6 +69,8 @@ impl Default for ManagerConfig {
             wake_threshold: 64,
             interval_ms: 100,
             buckets: 10,
+            dead_after_ms: 3000,
+            launch: false,
         }
     }
 }
@@ -72,6 +82,11 @@ enum Allocation {
 }
 
 impl ManagerConfig {
+    /// Whether the allocation is "elastic" (validated separately).
+    pub fn elastic(&self) -> bool {
+        self.allocation == "elastic"
+    }
+
     fn allocation(&self) -> Result<Allocation> {
         match self.allocation.as_str() {
             "static" => Ok(Allocation::Static),
@@ -84,9 +99,9 @@ impl ManagerConfig {
 
     pub fn validate(&self) -> Result<()> {
         self.allocation()?;
-        if self.interval_ms == 0 || self.buckets == 0 {
+        if self.interval_ms == 0 || self.buckets == 0 || self.dead_after_ms == 0 {
             return Err(Error::InvalidArgument(
-                "manager interval_ms and buckets must be at least 1".into(),
+                "manager interval_ms, buckets and dead_after_ms must be at least 1".into(),
             ));
         }
         Ok(())
@@ -367,7 +382,10 @@ async fn balance(inner: Arc<Inner>) {
 
 /// The best suspended worker, if active workers are fewer than
 /// `min_active` or their average queue is above `wake_threshold`.
-fn worker_to_wake(statuses: &[WorkerStatus], config: &ManagerConfig) -> Option<WorkerId> {
+pub(crate) fn worker_to_wake(
+    statuses: &[WorkerStatus],
+    config: &ManagerConfig,
+) -> Option<WorkerId> {
     let active: Vec<&WorkerStatus> = statuses
         .iter()
         .filter(|s| s.state == WorkerState::Active)

@@ -4,6 +4,7 @@
 //! implementations (`embedded`), through a `labios serve` process (`remote`)
 //! or on distributed engines.
 
+pub mod auth;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod embedded;
@@ -12,6 +13,7 @@ pub mod label_queue;
 pub mod remote;
 pub mod warehouse;
 
+pub use auth::LabelVerifier;
 pub use inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory};
 pub use label_queue::{Delivery, LabelQueue};
 pub use warehouse::Warehouse;

@@ -2,7 +2,7 @@ use bytes::Bytes;
 use labios_label::Error;
 use labios_store::conformance::*;
 use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
-use labios_store::remote::{connect, serve, AuthFn, Endpoint, Listener};
+use labios_store::remote::{connect, serve, AuthFn, Endpoint, Grant, Listener};
 use labios_store::Stores;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ fn auth() -> AuthFn {
     Arc::new(|key, secret| {
         Box::pin(async move {
             match (key.as_deref(), secret.as_deref()) {
-                (Some("k"), Some("s")) => Ok(7),
+                (Some("k"), Some("s")) => Ok(Grant::service(7)),
                 _ => Err(Error::PermissionDenied("bad key or secret".into())),
             }
         })

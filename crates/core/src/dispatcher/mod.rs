@@ -29,7 +29,7 @@ use labios_label::anatomy::{self, Phase};
 use labios_label::{
     Label, LabelId, LabelKind, LabelState, LabelStatus, Pointer, Result, WorkerDirectory, WorkerId,
 };
-use labios_store::{worker_queue, Delivery, Stores};
+use labios_store::{worker_queue, Delivery, LabelVerifier, Stores};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,6 +46,8 @@ const IDLE_WAIT_SHARED: Duration = Duration::from_millis(2);
 /// Pause after a queue error before trying again, so a broken queue is not
 /// hammered in a tight loop.
 const ERROR_BACKOFF: Duration = Duration::from_millis(100);
+/// How long a batch waits for a worker to appear before its labels fail.
+const NO_WORKERS_GRACE: Duration = Duration::from_secs(10);
 /// How often a dispatcher serving a queue prefix looks for new queues (an
 /// application's queue appears with its first label).
 const QUEUE_REFRESH: Duration = Duration::from_millis(200);
@@ -101,6 +103,9 @@ pub struct Dispatcher {
     directory: Arc<dyn WorkerDirectory>,
     scheduler: Scheduler,
     stats: Arc<DispatcherStats>,
+    /// Checks each label's signature against the application registry
+    /// before it is scheduled (README "Tenants").
+    verifier: LabelVerifier,
 }
 
 impl Dispatcher {
@@ -111,13 +116,22 @@ impl Dispatcher {
     ) -> Result<Self> {
         config.validate()?;
         let scheduler = Scheduler::new(config.policy()?);
+        let verifier = LabelVerifier::new(stores.inventory.clone());
         Ok(Dispatcher {
             config,
+            verifier,
             stores,
             directory,
             scheduler,
             stats: Arc::default(),
         })
+    }
+
+    /// Schedules labels without checking their signatures: only for
+    /// benchmarks and tests that feed hand-made labels.
+    pub fn without_label_auth(mut self) -> Self {
+        self.verifier = LabelVerifier::disabled(self.stores.inventory.clone());
+        self
     }
 
     pub fn stats(&self) -> Arc<DispatcherStats> {
@@ -210,28 +224,35 @@ impl Dispatcher {
     async fn dispatch(&mut self, queue: &str, batch: Vec<Delivery<Label>>) {
         let mut tokens = Vec::with_capacity(batch.len());
         let mut labels = Vec::with_capacity(batch.len());
+        let mut ids: Vec<LabelId> = Vec::with_capacity(batch.len());
+        let mut unrecorded = Vec::new();
         for d in batch {
             tokens.push(d.token);
-            labels.push(d.item);
+            ids.push(d.item.id);
+            // A forged or unsigned label is failed, never scheduled.
+            match self.verifier.verify(&d.item).await {
+                Ok(()) => labels.push(d.item),
+                Err(e) => unrecorded.extend(self.fail(vec![d.item.id], e.to_string()).await),
+            }
         }
-        let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+        let planned: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
         let t = anatomy::start();
         let located = self.locate_reads(&labels).await;
         let tasks = shuffle(labels, self.config.aggregation, &located);
         anatomy::record(Phase::Shuffle, t);
+        let workers = self.workers_or_wait().await;
         let t = anatomy::start();
-        let workers = self.directory.workers();
         let plan = self.scheduler.schedule(tasks, &workers);
         anatomy::record(Phase::Schedule, t);
-        let unrecorded = match plan {
+        unrecorded.extend(match plan {
             Ok(plan) => {
                 let t = anatomy::start();
                 let unrecorded = self.publish(plan).await;
                 anatomy::record(Phase::DispatchPublish, t);
                 unrecorded
             }
-            Err(e) => self.fail(ids.clone(), e.to_string()).await,
-        };
+            Err(e) => self.fail(planned, e.to_string()).await,
+        });
         // A label whose failure could not be recorded stays unacknowledged, so
         // a queue that redelivers gives it another chance.
         if !unrecorded.is_empty() {
@@ -247,6 +268,20 @@ impl Dispatcher {
             tracing::warn!("dispatcher: acknowledging on {queue} failed: {e}");
         }
         DispatcherStats::add(&self.stats.batches, 1);
+    }
+
+    /// The worker pool; if it is empty (workers still starting, or all
+    /// restarting), waits up to [`NO_WORKERS_GRACE`] before the batch is
+    /// scheduled (and then failed with "no workers" if none came).
+    async fn workers_or_wait(&self) -> Vec<labios_label::WorkerStatus> {
+        let deadline = Instant::now() + NO_WORKERS_GRACE;
+        loop {
+            let workers = self.directory.workers();
+            if !workers.is_empty() || Instant::now() >= deadline {
+                return workers;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Reads whose bytes all live on one worker, found in the inventory, so

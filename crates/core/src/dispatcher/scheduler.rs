@@ -35,6 +35,36 @@ pub struct Scheduler {
     /// still spread over all workers.
     cursor: usize,
     rng: fastrand::Rng,
+    /// Constraint policy: bytes recently assigned, in total and per worker.
+    recent: Recent,
+}
+
+/// Bytes assigned lately, fading with a half-life of [`RECENT_HALF_LIFE`].
+/// A stream of small batches is then sized by the I/O it adds up to (so it
+/// spreads over as many workers as one big batch would) and balanced across
+/// batches, not only within one.
+#[derive(Debug, Default)]
+struct Recent {
+    total: f64,
+    per_worker: std::collections::HashMap<WorkerId, f64>,
+    at: Option<std::time::Instant>,
+}
+
+const RECENT_HALF_LIFE: f64 = 0.2;
+
+impl Recent {
+    fn decay(&mut self) {
+        let now = std::time::Instant::now();
+        if let Some(at) = self.at {
+            let f = 0.5f64.powf(now.duration_since(at).as_secs_f64() / RECENT_HALF_LIFE);
+            self.total *= f;
+            self.per_worker.retain(|_, b| {
+                *b *= f;
+                *b >= 1.0
+            });
+        }
+        self.at = Some(now);
+    }
 }
 
 impl Scheduler {
@@ -43,6 +73,7 @@ impl Scheduler {
             policy,
             cursor: 0,
             rng: fastrand::Rng::new(),
+            recent: Recent::default(),
         }
     }
 
@@ -95,6 +126,7 @@ impl Scheduler {
                     &eligible,
                     weights,
                     *bytes_per_worker,
+                    &mut self.recent,
                     &mut out,
                 ),
                 Policy::MinMax { weights } => {
@@ -134,15 +166,18 @@ fn no_workers() -> Error {
     Error::Unavailable("no workers".into())
 }
 
-/// Ranks workers by score, takes as many of the best as the batch's bytes
-/// call for (one per `bytes_per_worker`), and spreads the tasks evenly over
-/// them by bytes, then by count.
+/// Ranks workers by score, takes as many of the best as the aggregate I/O
+/// calls for (one per `bytes_per_worker` of this batch plus what was
+/// assigned lately), and spreads the tasks evenly over them by bytes
+/// (counting recent assignments), then by count.
+#[allow(clippy::too_many_arguments)]
 fn constraint(
     tasks: Vec<Task>,
     workers: &[WorkerStatus],
     eligible: &[usize],
     weights: &Weights,
     bytes_per_worker: u64,
+    recent: &mut Recent,
     out: &mut [Vec<Task>],
 ) {
     let mut ranked: Vec<(f64, usize)> = eligible
@@ -153,16 +188,28 @@ fn constraint(
         b.0.total_cmp(&a.0)
             .then(workers[a.1].spec.id.cmp(&workers[b.1].spec.id))
     });
+    recent.decay();
     let total: u64 = tasks.iter().map(Task::size).fold(0, u64::saturating_add);
-    let wanted = total.div_ceil(bytes_per_worker.max(1));
+    recent.total += total as f64;
+    let wanted = (recent.total / bytes_per_worker.max(1) as f64).ceil() as u64;
     let k = usize::try_from(wanted)
         .unwrap_or(usize::MAX)
         .clamp(1, ranked.len());
-    let mut load: Vec<(u64, usize)> = vec![(0, 0); k];
+    let mut load: Vec<(u64, usize)> = (0..k)
+        .map(|j| {
+            let id = workers[ranked[j].1].spec.id;
+            (recent.per_worker.get(&id).copied().unwrap_or(0.0) as u64, 0)
+        })
+        .collect();
     for task in tasks {
         let j = (0..k).min_by_key(|&j| load[j]).unwrap_or(0);
-        load[j].0 = load[j].0.saturating_add(task.size());
+        let size = task.size();
+        load[j].0 = load[j].0.saturating_add(size);
         load[j].1 += 1;
+        *recent
+            .per_worker
+            .entry(workers[ranked[j].1].spec.id)
+            .or_default() += size as f64;
         out[ranked[j].1].push(task);
     }
 }
@@ -270,16 +317,41 @@ mod tests {
             weights: Weights::HIGH_BANDWIDTH,
             bytes_per_worker: 1000,
         };
-        let mut s = Scheduler::new(policy);
+        // A fresh scheduler per batch: no recent history.
         let small = routed((0..10).map(|i| write(i, 1, i * 10, 10)).collect());
-        assert_eq!(counts(&s.schedule(small, &ws).unwrap()), vec![(5, 10)]);
+        let plan = Scheduler::new(policy.clone()).schedule(small, &ws).unwrap();
+        assert_eq!(counts(&plan), vec![(5, 10)]);
         let big = routed((0..20).map(|i| write(i, 1, i * 100, 100)).collect());
-        let plan = s.schedule(big, &ws).unwrap();
+        let plan = Scheduler::new(policy.clone()).schedule(big, &ws).unwrap();
         assert_eq!(counts(&plan), vec![(4, 10), (5, 10)]);
         let huge = routed((0..50).map(|i| write(i, 1, i * 1000, 1000)).collect());
-        let plan = s.schedule(huge, &ws).unwrap();
+        let plan = Scheduler::new(policy).schedule(huge, &ws).unwrap();
         assert_eq!(plan.len(), 5);
         let c: Vec<usize> = counts(&plan).iter().map(|c| c.1).collect();
         assert!(c.iter().all(|&n| n == 10), "{c:?}");
+    }
+
+    #[test]
+    fn constraint_spreads_a_stream_of_small_batches() {
+        let ws: Vec<WorkerStatus> = (1..=4).map(|i| worker(i, i as u8, 3)).collect();
+        let mut s = Scheduler::new(Policy::Constraint {
+            weights: Weights::HIGH_BANDWIDTH,
+            bytes_per_worker: 1000,
+        });
+        let mut used = std::collections::BTreeMap::new();
+        for i in 0..40 {
+            for (w, t) in s
+                .schedule(routed(vec![write(i, 1, i * 100, 100)]), &ws)
+                .unwrap()
+            {
+                *used.entry(w).or_insert(0) += t.len();
+            }
+        }
+        // 4000 bytes in quick succession call for the best 3-4 workers, not one.
+        assert!(used.len() >= 3, "{used:?}");
+        assert!(
+            used.keys().next_back() == Some(&4),
+            "the best worker leads: {used:?}"
+        );
     }
 }

@@ -36,7 +36,9 @@ fn start(
         batch_window_ms: 500,
         ..Default::default()
     };
-    let d = Dispatcher::new(config, stores.clone(), Arc::new(Fixed(workers))).unwrap();
+    let d = Dispatcher::new(config, stores.clone(), Arc::new(Fixed(workers)))
+        .unwrap()
+        .without_label_auth();
     let stats = d.stats();
     let (tx, rx) = watch::channel(false);
     (tx, tokio::spawn(d.run(Queues::Named(queues), rx)), stats)

@@ -270,14 +270,26 @@ fn connection_info(cfg: &RedisConfig, url: &str) -> Result<(redis::ConnectionInf
     Ok((info, addr))
 }
 
+/// The CA certificates of `[redis] tls_ca`, if set (PEM, as Redis and
+/// OpenSSL write them).
+fn tls_certificates(cfg: &RedisConfig) -> Result<Option<redis::TlsCertificates>> {
+    let Some(path) = &cfg.tls_ca else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(path)
+        .map_err(|e| Error::InvalidArgument(format!("[redis] tls_ca: cannot read {path}: {e}")))?;
+    Ok(Some(redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem),
+    }))
+}
+
 fn client(cfg: &RedisConfig, info: redis::ConnectionInfo, addr: &str) -> Result<redis::Client> {
-    if cfg.tls_ca.is_some() {
-        return Err(Error::InvalidArgument(format!(
-            "Redis at {addr}: tls_ca needs the redis crate's `tls-rustls` feature, \
-             which this build does not enable; trust the CA system-wide instead"
-        )));
+    match tls_certificates(cfg)? {
+        Some(certs) => redis::Client::build_with_tls(info, certs),
+        None => redis::Client::open(info),
     }
-    redis::Client::open(info).map_err(|e| map_err(addr, e))
+    .map_err(|e| map_err(addr, e))
 }
 
 /// Connects to one server and checks with a PING that it answers and
@@ -344,6 +356,9 @@ async fn connect_cluster(cfg: &RedisConfig) -> Result<(Link, redis::Client)> {
     }
     if let Some(p) = &cfg.password {
         b = b.password(p.clone());
+    }
+    if let Some(certs) = tls_certificates(cfg)? {
+        b = b.certs(certs);
     }
     let cc = b.build().map_err(|e| map_err(&addr, e))?;
     let conn = match tokio::time::timeout(timeout * 2, cc.get_async_connection()).await {

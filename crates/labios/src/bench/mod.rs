@@ -5,6 +5,7 @@
 //! filesystem with the same sync semantics.
 
 mod anatomy;
+mod cluster;
 mod elastic;
 
 use crate::cli::connect_client;
@@ -20,9 +21,21 @@ use std::time::{Duration, Instant};
 
 pub(crate) const MIB: u64 = 1 << 20;
 
+/// What a client-side scenario runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A `labios serve` child on a temporary data directory.
+    LocalServer,
+    /// A throwaway distributed deployment (`--cluster`).
+    LocalCluster,
+    /// Whatever the configuration names (`--endpoint`, or the distributed
+    /// deployment's NATS and Redis).
+    Configured,
+}
+
 pub async fn run(
     config: Config,
-    external: bool,
+    target: Target,
     scenario: &str,
     json: bool,
     bytes: Option<u64>,
@@ -42,10 +55,23 @@ pub async fn run(
             Ok(())
         }
         "write" | "read" | "small" | "latency" => {
-            let server = if external { None } else { Some(LocalServer::start(&config)?) };
-            let cfg = server.as_ref().map(|s| s.config.clone()).unwrap_or(config);
+            let server = if target == Target::LocalServer { Some(LocalServer::start(&config)?) } else { None };
+            let cluster = if target == Target::LocalCluster { Some(cluster::LocalCluster::start(&config, 3)?) } else { None };
+            let cfg = match (&server, &cluster) {
+                (Some(s), _) => s.config.clone(),
+                (_, Some(c)) => c.config.clone(),
+                _ => config,
+            };
             let client = connect_client(&cfg, None, None).await?;
-            let raw_dir = server.as_ref().map(|s| s.dir.path().to_path_buf()).unwrap_or_else(std::env::temp_dir);
+            if let Some(c) = &cluster {
+                c.wait_workers(client.stores().inventory.as_ref(), 3).await?;
+            }
+            let scratch = tempfile::tempdir()?;
+            let raw_dir = match (&server, &cluster) {
+                (Some(s), _) => s.dir.path().to_path_buf(),
+                (_, Some(c)) => c.dir.path().to_path_buf(),
+                _ => scratch.path().to_path_buf(),
+            };
             let result = match scenario {
                 "write" => write_read(&client, &raw_dir, bytes.unwrap_or(512 * MIB), false).await,
                 "read" => write_read(&client, &raw_dir, bytes.unwrap_or(512 * MIB), true).await,
@@ -53,7 +79,20 @@ pub async fn run(
                 _ => latency(&client, &raw_dir).await,
             };
             drop(server);
-            emit(result?);
+            drop(cluster);
+            let mut result = result?;
+            result["deployment"] = json!(match target {
+                Target::LocalServer => "embedded (labios serve)",
+                Target::LocalCluster => "distributed (NATS + Redis, 1 dispatcher, 3 workers)",
+                Target::Configured => "as configured",
+            });
+            emit(result);
+            Ok(())
+        }
+        "dispatch-scaling" => {
+            for v in dispatch_scaling(&config).await? {
+                emit(v);
+            }
             Ok(())
         }
         "anatomy" => {
@@ -69,7 +108,7 @@ pub async fn run(
             Ok(())
         }
         other => anyhow::bail!(
-            "unknown benchmark scenario {other:?}; choose one of dispatch, write, read, small, latency, anatomy, elastic"
+            "unknown benchmark scenario {other:?}; choose one of dispatch, write, read, small, latency, anatomy, elastic, dispatch-scaling"
         ),
     }
 }
@@ -120,6 +159,66 @@ fn dispatch() -> anyhow::Result<Vec<serde_json::Value>> {
             )
         })
         .collect()
+}
+
+/// Dispatcher processes sharing one label queue (distributed deployment):
+/// the queue is filled first, then 1, 2 or 4 dispatchers drain it into the
+/// workers' queues; labels/s is measured from the first label taken to the
+/// queue being empty.
+async fn dispatch_scaling(config: &Config) -> anyhow::Result<Vec<serde_json::Value>> {
+    const LABELS: u64 = 20_000;
+    let mut base = config.clone();
+    base.client.min_label_size = 0;
+    base.client.max_in_flight = 4 * LABELS as usize;
+    let mut cluster = cluster::LocalCluster::start(&base, 3)?;
+    cluster.set_dispatchers(0)?;
+    let client = connect_client(&cluster.config, None, None).await?;
+    cluster
+        .wait_workers(client.stores().inventory.as_ref(), 3)
+        .await?;
+    let queue = labios_store::client_queue(client.app());
+    let data = block(3, 64);
+    let mut out = Vec::new();
+    for n in [1usize, 2, 4] {
+        for i in 0..LABELS {
+            client
+                .write_at_async(
+                    &format!("/scaling/{n}/{}", i % 64),
+                    (i / 64) * 64,
+                    data.clone(),
+                )
+                .await?;
+        }
+        let labels = client.stores().labels.clone();
+        anyhow::ensure!(
+            labels.depth(&queue).await? as u64 >= LABELS,
+            "labels were dispatched before the dispatchers started"
+        );
+        cluster.set_dispatchers(n)?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while labels.depth(&queue).await? as u64 == LABELS {
+            anyhow::ensure!(Instant::now() < deadline, "no dispatcher started");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let t = Instant::now();
+        while labels.depth(&queue).await? > 0 {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the queue did not drain within 300 s"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        client.wait_all().await?;
+        cluster.set_dispatchers(0)?;
+        out.push(
+            json!({ "scenario": "dispatch-scaling", "dispatchers": n, "labels": LABELS,
+            "labels_per_s": LABELS as f64 / secs, "workers": 3,
+            "deployment": "distributed (NATS + Redis), dispatcher processes sharing one queue",
+            "machine": machine() }),
+        );
+    }
+    Ok(out)
 }
 
 /// A `labios serve` child process on a temporary data directory.

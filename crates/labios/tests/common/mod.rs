@@ -2,6 +2,8 @@
 //! temporary data directory, and deterministic random data.
 #![allow(dead_code)]
 
+pub mod deploy;
+
 use bytes::Bytes;
 use labios::{Config, Runtime};
 use std::path::Path;

@@ -14,7 +14,7 @@ use labios_label::{
     Error, FileId, Label, LabelIdGen, LabelKind, LabelState, LabelStatus, Pointer, Result, Task,
     WorkerId,
 };
-use labios_store::{worker_queue, Extent, Stores};
+use labios_store::{worker_queue, Extent, LabelVerifier, Stores};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -43,7 +43,17 @@ pub struct Executor {
     /// existing file); its origin cannot collide with client origins, which
     /// count up from zero.
     ids: LabelIdGen,
+    /// Label signatures are checked again here (README "Tenants"): a worker
+    /// queue may be reachable without going through a dispatcher.
+    verifier: LabelVerifier,
+    /// Owner of each file id seen (an owner never changes and ids are not
+    /// reused), so the ownership check costs an inventory lookup per file,
+    /// not per label.
+    owners: parking_lot::Mutex<std::collections::HashMap<FileId, labios_label::AppId>>,
 }
+
+/// File owners remembered at most; the cache is emptied when it is full.
+const OWNERS_CACHED: usize = 1 << 16;
 
 /// A label-level failure: the label is Failed with this text, the worker
 /// carries on.
@@ -62,6 +72,8 @@ impl Executor {
             capacity,
             retries,
             storage,
+            verifier: LabelVerifier::new(stores.inventory.clone()),
+            owners: Default::default(),
             stores,
             ids: LabelIdGen::new(u64::MAX - id as u64),
         }
@@ -70,14 +82,9 @@ impl Executor {
     /// Runs one label to a final status. Never returns an error: every
     /// failure becomes a Failed status naming the cause.
     pub async fn execute(&self, label: &Label) -> Outcome {
-        let result = match label.kind {
-            _ if !label.operations.is_empty() => Err(PIPELINES.to_string()),
-            LabelKind::Composite => Err(PIPELINES.to_string()),
-            LabelKind::Write => self.write(label).await,
-            LabelKind::Read => self.read(label).await,
-            LabelKind::Delete => self.delete(label).await,
-            LabelKind::Flush => self.flush(label).await,
-            LabelKind::Rename => self.rename(label).await,
+        let result = match self.authorize(label).await {
+            Err(reason) => Err(reason),
+            Ok(()) => self.run(label).await,
         };
         let mut status = LabelStatus::new(label.id, LabelState::Complete);
         status.worker = Some(self.id);
@@ -94,6 +101,73 @@ impl Executor {
                 status.error = Some(reason);
                 Outcome { status, bytes: 0 }
             }
+        }
+    }
+
+    /// A label runs only if its owner signed it, its warehouse entries are
+    /// under the owner's prefix and the files it touches belong to the owner.
+    async fn authorize(&self, label: &Label) -> Result<(), Failure> {
+        if !self.verifier.enabled() {
+            return Ok(());
+        }
+        self.verifier
+            .verify(label)
+            .await
+            .map_err(|e| e.to_string())?;
+        let prefix = format!("a{}/", label.owner);
+        for p in [&label.source, &label.destination] {
+            match p {
+                Pointer::Warehouse { key, .. } if !key.starts_with(&prefix) => {
+                    return Err(format!(
+                        "permission denied: warehouse entry {key} belongs to another application"
+                    ));
+                }
+                Pointer::File { path, file, .. } => {
+                    let cached = self.owners.lock().get(file).copied();
+                    let owner = match cached {
+                        Some(owner) => Some(owner),
+                        // By id when the label names one (the rename target
+                        // names none); a file already gone from the inventory
+                        // has no owner left to protect (a delete after
+                        // removal).
+                        None if *file != 0 => {
+                            let meta = self.stores.inventory.file(*file).await;
+                            let owner = meta.map_err(|e| e.to_string())?.map(|m| m.owner);
+                            if let Some(owner) = owner {
+                                let mut owners = self.owners.lock();
+                                if owners.len() >= OWNERS_CACHED {
+                                    owners.clear();
+                                }
+                                owners.insert(*file, owner);
+                            }
+                            owner
+                        }
+                        None => {
+                            let meta = self.stores.inventory.lookup(path).await;
+                            meta.map_err(|e| e.to_string())?.map(|m| m.owner)
+                        }
+                    };
+                    if owner.is_some_and(|o| o != label.owner) {
+                        return Err(format!(
+                            "permission denied: {path} belongs to another application"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(&self, label: &Label) -> Result<Done, Failure> {
+        match label.kind {
+            _ if !label.operations.is_empty() => Err(PIPELINES.to_string()),
+            LabelKind::Composite => Err(PIPELINES.to_string()),
+            LabelKind::Write => self.write(label).await,
+            LabelKind::Read => self.read(label).await,
+            LabelKind::Delete => self.delete(label).await,
+            LabelKind::Flush => self.flush(label).await,
+            LabelKind::Rename => self.rename(label).await,
         }
     }
 
@@ -318,6 +392,10 @@ impl Executor {
                 len: meta.size,
             };
             delete.destination = Pointer::Worker(worker);
+            self.verifier
+                .sign(&mut delete)
+                .await
+                .map_err(|e| e.to_string())?;
             self.stores
                 .tasks
                 .push(&worker_queue(worker), vec![Task::single(delete)])

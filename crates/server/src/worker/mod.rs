@@ -19,10 +19,12 @@ mod execute;
 mod score;
 mod storage;
 
+use crate::replay::took_effect;
 use execute::Executor;
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
-    Error, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec, WorkerState, WorkerStatus,
+    Error, LabelState, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec, WorkerState,
+    WorkerStatus,
 };
 use labios_store::{worker_queue, Delivery, Stores};
 use parking_lot::Mutex;
@@ -443,8 +445,14 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
                     shared.touch();
                 }
             }
-            _ = ticker.tick(), if !suspended => {
-                shared.refresh_depth().await;
+            // A suspended worker still publishes its status (the heartbeat a
+            // worker manager in another process tells the living by), but
+            // skips the queue-depth query: its pending pull already waits on
+            // the queue, so the tick costs one inventory write.
+            _ = ticker.tick() => {
+                if !suspended {
+                    shared.refresh_depth().await;
+                }
                 shared.publish(false).await;
             }
         }
@@ -486,6 +494,18 @@ async fn dispatch(
     threads: usize,
 ) {
     for delivery in deliveries {
+        if delivery.item.is_wake_up() {
+            // An activation message: pulling it already woke the worker.
+            if let Err(e) = shared
+                .stores
+                .tasks
+                .ack(&shared.queue, &[delivery.token])
+                .await
+            {
+                tracing::warn!(worker = shared.spec.id, "cannot acknowledge wake-up: {e}");
+            }
+            continue;
+        }
         let labels_of = &delivery.item.labels;
         let key = if labels_of.iter().all(|l| !l.mutates()) {
             labels_of.first().map_or(0, |l| l.id.nanos)
@@ -524,9 +544,22 @@ async fn lane(
 ) {
     while let Some(delivery) = tasks.recv().await {
         for label in &delivery.item.labels {
-            let outcome = executor.execute(label).await;
+            let mut outcome = executor.execute(label).await;
             if let Some(error) = &outcome.status.error {
                 tracing::debug!(worker = shared.spec.id, label = %label.id, "label failed: {error}");
+                // A redelivered label that already ran keeps its success.
+                match took_effect(&shared.stores, label).await {
+                    Ok(Some(done)) if done.state == LabelState::Complete => {
+                        tracing::info!(worker = shared.spec.id, label = %label.id, "label had already run");
+                        outcome.status = done;
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(
+                        worker = shared.spec.id,
+                        label = %label.id,
+                        "cannot tell whether a failed label had already run: {e}"
+                    ),
+                }
             }
             report(&shared, outcome.status).await;
             shared.executing.fetch_sub(1, Ordering::AcqRel);

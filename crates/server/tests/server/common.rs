@@ -64,6 +64,9 @@ impl LabelQueue<Task> for GatedQueue {
     }
 }
 
+/// The secret of application 1, which owns every label the rig builds.
+pub const SECRET: &str = "rig-secret";
+
 pub struct Rig {
     pub dir: tempfile::TempDir,
     pub stores: Stores,
@@ -106,7 +109,7 @@ impl Rig {
     /// A write label whose data is already in the warehouse.
     pub async fn write(&self, file: &FileMeta, offset: u64, data: &[u8]) -> Label {
         let mut label = Label::new(self.ids.next(), LabelKind::Write, 1);
-        let key = format!("w/{}", label.id);
+        let key = format!("a1/w/{}", label.id);
         self.stores
             .warehouse
             .put(&key, Bytes::copy_from_slice(data))
@@ -124,7 +127,7 @@ impl Rig {
         let mut label = Label::new(self.ids.next(), LabelKind::Read, 1);
         label.source = file_ptr(file, offset, len);
         label.destination = Pointer::Warehouse {
-            key: format!("r/{}", label.id),
+            key: format!("a1/r/{}", label.id),
             len,
         };
         label
@@ -148,7 +151,23 @@ impl Rig {
         label
     }
 
-    pub async fn push(&self, worker: WorkerId, tasks: Vec<Task>) {
+    /// Registers application 1 and signs every label with its secret, as a
+    /// client would: workers verify labels before running them.
+    pub async fn push(&self, worker: WorkerId, mut tasks: Vec<Task>) {
+        self.stores
+            .inventory
+            .put_app(labios_store::AppRecord {
+                id: 1,
+                name: "rig".into(),
+                key: "LBKRIG".into(),
+                secret: SECRET.into(),
+                settings: Vec::new(),
+            })
+            .await
+            .unwrap();
+        for label in tasks.iter_mut().flat_map(|t| t.labels.iter_mut()) {
+            labios_label::auth::sign(label, SECRET.as_bytes());
+        }
         self.stores
             .tasks
             .push(&worker_queue(worker), tasks)

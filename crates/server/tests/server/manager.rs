@@ -16,6 +16,7 @@ fn manager(rig: &Rig, allocation: &str, interval_ms: u64) -> WorkerManager {
             wake_threshold: 4,
             interval_ms,
             buckets: 10,
+            ..ManagerConfig::default()
         },
         WorkerConfig {
             idle_suspend_ms: 0,
@@ -179,7 +180,11 @@ async fn decommissioned_worker_serves_its_data_then_retires() {
 
     // Once its data is deleted it retires.
     complete(&rig.run(1, vec![rig.on_file(LabelKind::Delete, &f)]).await);
-    until("worker 1 to retire", || m.handle(1).is_err()).await;
+    // The handle goes first, the view entry once the worker has stopped.
+    until("worker 1 to retire", || {
+        m.handle(1).is_err() && m.workers().iter().all(|w| w.spec.id != 1)
+    })
+    .await;
     assert_eq!(states(&m), vec![(2, WorkerState::Active)]);
     let published = rig.stores.inventory.workers().await.unwrap();
     assert!(published.iter().all(|w| w.spec.id != 1));

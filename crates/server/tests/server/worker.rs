@@ -66,7 +66,7 @@ async fn writes_land_byte_exact_and_read_back_through_the_warehouse() {
     assert_eq!(rig.result(&statuses[1]).await, expected[4000..9000]);
     assert_eq!(rig.result(&statuses[2]).await, expected[100_003..100_004]);
     // Written data no longer sits in the warehouse.
-    assert!(rig.stores.warehouse.keys("w/").await.unwrap().is_empty());
+    assert!(rig.stores.warehouse.keys("a1/w/").await.unwrap().is_empty());
     let stats = w.stats();
     assert_eq!(stats.labels_done, 7);
     w.shutdown().await;
@@ -487,4 +487,46 @@ async fn shutdown_finishes_tasks_already_taken() {
         .count();
     // Every task was either executed or is still queued: none was lost.
     assert_eq!(done + depth, 200, "done {done}, queued {depth}");
+}
+
+/// A manager in another process knows a worker is alive only by its
+/// heartbeat, so a suspended worker keeps publishing its status; and it
+/// wakes on an empty task (an activation message), which it acknowledges
+/// without executing or reporting anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspended_worker_keeps_its_heartbeat_and_wakes_on_an_empty_task() {
+    let rig = Rig::new();
+    let w = start(&rig, 1, 64 * MB, config()).await;
+    w.suspend();
+    assert!(
+        w.wait_for(WorkerState::Suspended, Duration::from_secs(5))
+            .await
+    );
+    let heartbeat = || async { rig.stores.inventory.workers().await.unwrap()[0].heartbeat };
+    let first = heartbeat().await;
+    // Several score intervals (50 ms) later, still suspended and newer.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = rig.stores.inventory.workers().await.unwrap()[0].clone();
+    assert_eq!(later.state, WorkerState::Suspended);
+    assert!(later.heartbeat > first, "no heartbeat while suspended");
+
+    let queue = labios_store::worker_queue(1);
+    rig.stores
+        .tasks
+        .push(&queue, vec![Task::wake_up()])
+        .await
+        .unwrap();
+    assert!(w.wait_woken(0, Duration::from_secs(5)).await);
+    assert_eq!(w.status().state, WorkerState::Active);
+    let t = Instant::now();
+    while rig.stores.tasks.depth(&queue).await.unwrap() > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "wake-up not acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(w.stats().labels_done, 0);
+    assert!(heartbeat().await >= later.heartbeat);
+    w.shutdown().await;
 }

@@ -9,7 +9,7 @@ mod server;
 
 pub use client::connect;
 pub use proto::{Session, MAX_FRAME};
-pub use server::{serve, AuthFn, Listener};
+pub use server::{serve, AuthFn, Grant, Listener};
 
 use labios_label::{Error, Result};
 use std::fmt;

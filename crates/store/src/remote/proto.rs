@@ -16,11 +16,15 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 pub const MAX_FRAME: usize = 80 << 20;
 
 /// What a client learns when the server accepts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
     pub app: AppId,
     /// A label-id origin no other client has.
     pub origin: u64,
+    /// The application's secret, for signing labels: the one the client
+    /// presented, or, for a local session without credentials, the default
+    /// application's (README "Tenants").
+    pub secret: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

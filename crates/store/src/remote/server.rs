@@ -18,10 +18,47 @@ use tokio::task::JoinSet;
 /// Checks a client's key and secret and names its application. Async because
 /// the administrator looks credentials up in the inventory.
 pub type AuthFn = Arc<
-    dyn Fn(Option<String>, Option<String>) -> futures::future::BoxFuture<'static, Result<AppId>>
+    dyn Fn(Option<String>, Option<String>) -> futures::future::BoxFuture<'static, Result<Grant>>
         + Send
         + Sync,
 >;
+
+/// What an accepted client may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub app: AppId,
+    /// Handed back in the session so the client can sign labels.
+    pub secret: String,
+    /// Confined to its application's queue, warehouse keys, files and label
+    /// statuses (README "Tenants"); `false` only for trusted service
+    /// connections (tests, tools run by the operator).
+    pub confined: bool,
+}
+
+impl Grant {
+    /// A client confined to application `app`.
+    pub fn tenant(app: AppId, secret: impl Into<String>) -> Self {
+        Grant {
+            app,
+            secret: secret.into(),
+            confined: true,
+        }
+    }
+
+    /// A connection allowed everything.
+    pub fn service(app: AppId) -> Self {
+        Grant {
+            app,
+            secret: String::new(),
+            confined: false,
+        }
+    }
+}
+
+/// Which application each session origin was issued to, so that label
+/// statuses (keyed by label id, whose origin names its client) are shown
+/// only to their own application.
+type Origins = Arc<parking_lot::Mutex<std::collections::HashMap<u64, AppId>>>;
 
 /// Requests of one connection running at once; further frames wait, which
 /// pushes back on the client through the socket.
@@ -79,6 +116,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<()> {
     let mut conns = JoinSet::new();
+    let origins = Origins::default();
     loop {
         if *shutdown.borrow() {
             break;
@@ -87,7 +125,14 @@ pub async fn serve(
             changed = shutdown.changed() => if changed.is_err() { break },
             accepted = accept(&listener) => match accepted {
                 Ok((r, w)) => {
-                    conns.spawn(connection(r, w, stores.clone(), auth.clone(), shutdown.clone()));
+                    conns.spawn(connection(
+                        r,
+                        w,
+                        stores.clone(),
+                        auth.clone(),
+                        origins.clone(),
+                        shutdown.clone(),
+                    ));
                 }
                 Err(e) => tracing::warn!("accept on {:?}: {e}", listener.endpoint()),
             },
@@ -136,6 +181,7 @@ async fn connection(
     w: Box<dyn AsyncWrite + Unpin + Send>,
     stores: Stores,
     auth: AuthFn,
+    origins: Origins,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (outbox, rx) = mpsc::channel::<Vec<u8>>(OUTBOX);
@@ -144,6 +190,7 @@ async fn connection(
     let mut tasks = JoinSet::new();
     let limit = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut hello = true;
+    let mut grant: Option<Arc<Grant>> = None;
     loop {
         let body = tokio::select! {
             _ = shutdown.changed() => break,
@@ -164,11 +211,19 @@ async fn connection(
             hello = false;
             let reply = match frame.request {
                 Request::Hello { key, secret } => match auth(key, secret).await {
-                    Ok(app) => stores
-                        .inventory
-                        .next_id("origin")
-                        .await
-                        .map(|origin| Reply::Session(Session { app, origin })),
+                    Ok(g) => match stores.inventory.next_id("origin").await {
+                        Ok(origin) => {
+                            origins.lock().insert(origin, g.app);
+                            let session = Session {
+                                app: g.app,
+                                origin,
+                                secret: g.secret.clone(),
+                            };
+                            grant = Some(Arc::new(g));
+                            Ok(Reply::Session(session))
+                        }
+                        Err(e) => Err(e),
+                    },
                     Err(e) => Err(e),
                 },
                 _ => Err(Error::Protocol("the first request must be Hello".into())),
@@ -184,8 +239,12 @@ async fn connection(
             break;
         };
         let (stores, outbox) = (stores.clone(), outbox.clone());
+        let (grant, origins) = (grant.clone(), origins.clone());
         tasks.spawn(async move {
-            let result = handle(&stores, frame.request).await;
+            let result = match grant {
+                Some(g) if g.confined => confined(&stores, &g, &origins, frame.request).await,
+                _ => handle(&stores, frame.request).await,
+            };
             let _ = outbox.send(respond(frame.id, result)).await;
             drop(permit);
         });
@@ -260,5 +319,136 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
         Request::Apps => Reply::Apps(i.apps().await?),
         Request::NextId(name) => Reply::Count(i.next_id(&name).await?),
         Request::Sync => i.sync().await.map(|_| Reply::Unit)?,
+    })
+}
+
+fn denied(what: impl std::fmt::Display) -> Error {
+    Error::PermissionDenied(what.to_string())
+}
+
+/// Warehouse keys of application `app`: its labels' data and results, and
+/// its room. Anyone may put into another application's room (sharing).
+fn own_key(app: AppId, key: &str, put: bool) -> bool {
+    key.starts_with(&format!("a{app}/"))
+        || key.starts_with(&format!("room/{app}/"))
+        || (put && key.starts_with("room/"))
+}
+
+fn own_file(app: AppId, meta: Option<crate::FileMeta>) -> Result<()> {
+    match meta {
+        Some(m) if m.owner != app => {
+            Err(denied(format!("{} belongs to another application", m.path)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Registering a new application is allowed; changing another one is not.
+async fn other_app(i: &dyn crate::Inventory, app: AppId, id: AppId) -> Result<()> {
+    if id != app && i.app(id).await?.is_some() {
+        return Err(denied(format!(
+            "application {app} cannot change application {id}"
+        )));
+    }
+    Ok(())
+}
+
+fn own_labels(origins: &Origins, app: AppId, ids: &[labios_label::LabelId]) -> Result<()> {
+    let origins = origins.lock();
+    match ids.iter().find(|id| origins.get(&id.origin) != Some(&app)) {
+        Some(id) => Err(denied(format!("label {id} belongs to another application"))),
+        None => Ok(()),
+    }
+}
+
+/// A confined session's request: checked against its application, then
+/// served like any other (README "Tenants").
+async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) -> Result<Reply> {
+    let app = g.app;
+    let i = &s.inventory;
+    let own_queue = crate::client_queue(app);
+    match &request {
+        Request::Labels(op) => match op {
+            // Names and depths are what `labios status` shows.
+            QueueOp::Queues { .. } | QueueOp::Depth { .. } => {}
+            QueueOp::Push { queue, items } => {
+                if *queue != own_queue {
+                    return Err(denied(format!(
+                        "application {app} may only publish into {own_queue}, not {queue}"
+                    )));
+                }
+                if let Some(l) = items.iter().find(|l| l.owner != app) {
+                    return Err(denied(format!(
+                        "label {} claims application {} but this session is application {app}",
+                        l.id, l.owner
+                    )));
+                }
+            }
+            QueueOp::Pull { queue, .. } | QueueOp::Ack { queue, .. } if *queue != own_queue => {
+                return Err(denied(format!(
+                    "queue {queue} belongs to another application"
+                )));
+            }
+            _ => {}
+        },
+        Request::Tasks(op) if !matches!(op, QueueOp::Depth { .. } | QueueOp::Queues { .. }) => {
+            return Err(denied("worker queues are reserved to LABIOS itself"));
+        }
+        Request::Put { key, .. } if !own_key(app, key, true) => {
+            return Err(denied(format!(
+                "warehouse key {key} belongs to another application"
+            )));
+        }
+        Request::Get { key } | Request::Take { key } | Request::Delete { key }
+            if !own_key(app, key, false) =>
+        {
+            return Err(denied(format!(
+                "warehouse key {key} belongs to another application"
+            )));
+        }
+        Request::Keys { prefix } if !own_key(app, prefix, false) => {
+            return Err(denied(format!(
+                "application {app} may only list keys under a{app}/ or room/{app}/"
+            )));
+        }
+        Request::Create { owner, path, .. } if *owner != app => {
+            return Err(denied(format!(
+                "application {app} cannot create {path} for application {owner}"
+            )));
+        }
+        Request::Create { path, .. } => {
+            // Creating an existing path returns it; someone else's file is
+            // not handed out that way.
+            own_file(app, i.lookup(path).await?)?;
+        }
+        Request::Remove { path } => own_file(app, i.lookup(path).await?)?,
+        Request::Rename { from, to } => {
+            own_file(app, i.lookup(from).await?)?;
+            own_file(app, i.lookup(to).await?)?;
+        }
+        Request::SetSize { file, .. } | Request::CommitExtent { file, .. } => {
+            own_file(app, i.file(*file).await?)?;
+        }
+        Request::SetStatus(_) | Request::PutWorker(_) | Request::RemoveWorker(_) => {
+            return Err(denied(
+                "label statuses and workers are reserved to LABIOS itself",
+            ));
+        }
+        Request::Status(id) => own_labels(origins, app, std::slice::from_ref(id))?,
+        Request::Wait { ids, .. } => own_labels(origins, app, ids)?,
+        Request::PutApp(record) => other_app(i.as_ref(), app, record.id).await?,
+        _ => {}
+    }
+    // Other applications' secrets are never shown.
+    let hide = |mut a: crate::AppRecord| {
+        if a.id != app {
+            a.secret = String::new();
+        }
+        a
+    };
+    Ok(match handle(s, request).await? {
+        Reply::App(a) => Reply::App(a.map(hide)),
+        Reply::Apps(all) => Reply::Apps(all.into_iter().map(hide).collect()),
+        other => other,
     })
 }

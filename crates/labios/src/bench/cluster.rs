@@ -1,0 +1,172 @@
+//! A throwaway distributed deployment for benchmarks (`--cluster`): real
+//! nats-server and redis-server on free loopback ports, `labios dispatcher`
+//! and `labios worker` processes, all under one temporary directory and all
+//! stopped when it is dropped.
+
+use crate::config::{Config, Deployment};
+use anyhow::Context;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct LocalCluster {
+    pub config: Config,
+    pub dir: tempfile::TempDir,
+    servers: Vec<Child>,
+    dispatchers: Vec<Child>,
+    workers: Vec<Child>,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_port(port: u16, what: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{what} did not listen on port {port} within 15 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn spawn_server(program: &str, args: &[String], log: &Path) -> anyhow::Result<Child> {
+    let out = std::fs::File::create(log)?;
+    Command::new(program)
+        .args(args)
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| {
+            format!("cannot start {program}; install it with `bash scripts/services.sh install`")
+        })
+}
+
+impl LocalCluster {
+    pub fn start(base: &Config, workers: usize) -> anyhow::Result<LocalCluster> {
+        let dir = tempfile::tempdir()?;
+        let (nats, redis) = (free_port()?, free_port()?);
+        let nats_dir = dir.path().join("nats");
+        let redis_dir = dir.path().join("redis");
+        std::fs::create_dir_all(&redis_dir)?;
+        let servers = vec![
+            spawn_server(
+                "nats-server",
+                &[
+                    "-js",
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    &nats.to_string(),
+                    "-sd",
+                    &nats_dir.to_string_lossy(),
+                ]
+                .map(String::from),
+                &dir.path().join("nats.log"),
+            )?,
+            spawn_server(
+                "redis-server",
+                &[
+                    "--port",
+                    &redis.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--dir",
+                    &redis_dir.to_string_lossy(),
+                    "--appendonly",
+                    "yes",
+                    "--save",
+                    "",
+                ]
+                .map(String::from),
+                &dir.path().join("redis.log"),
+            )?,
+        ];
+        let mut config = base.clone();
+        config.deployment = Deployment::Distributed;
+        config.nats.url = format!("nats://127.0.0.1:{nats}");
+        config.redis.urls = vec![format!("redis://127.0.0.1:{redis}")];
+        config.data_dir = dir.path().join("data");
+        let mut cluster = LocalCluster {
+            config,
+            dir,
+            servers,
+            dispatchers: Vec::new(),
+            workers: Vec::new(),
+        };
+        wait_port(nats, "nats-server")?;
+        wait_port(redis, "redis-server")?;
+        for i in 0..workers {
+            let child = cluster.labios(&["worker", &i.to_string()])?;
+            cluster.workers.push(child);
+        }
+        cluster.set_dispatchers(1)?;
+        Ok(cluster)
+    }
+
+    /// A `labios` child process with this cluster's configuration.
+    fn labios(&self, args: &[&str]) -> anyhow::Result<Child> {
+        let c = &self.config;
+        Command::new(std::env::current_exe()?)
+            .args(args)
+            .env("LABIOS_DEPLOYMENT", "distributed")
+            .env("LABIOS_NATS__URL", &c.nats.url)
+            .env("LABIOS_REDIS__URLS", format!("[\"{}\"]", c.redis.urls[0]))
+            .env("LABIOS_DATA_DIR", &c.data_dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .context("cannot start a labios process")
+    }
+
+    /// Runs exactly `n` dispatcher processes.
+    pub fn set_dispatchers(&mut self, n: usize) -> anyhow::Result<()> {
+        for mut d in self.dispatchers.drain(..) {
+            stop(&mut d);
+        }
+        for _ in 0..n {
+            let child = self.labios(&["dispatcher"])?;
+            self.dispatchers.push(child);
+        }
+        Ok(())
+    }
+
+    /// Waits until `n` workers have registered in the inventory.
+    pub async fn wait_workers(
+        &self,
+        inventory: &dyn labios_store::Inventory,
+        n: usize,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while inventory.workers().await?.len() < n {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "workers did not register within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+}
+
+/// SIGTERM, so LABIOS processes stop cleanly, then reap.
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for c in self
+            .dispatchers
+            .iter_mut()
+            .chain(self.workers.iter_mut())
+            .chain(self.servers.iter_mut())
+        {
+            stop(c);
+        }
+    }
+}

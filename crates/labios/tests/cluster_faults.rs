@@ -1,0 +1,814 @@
+//! Faults of a distributed deployment, with real processes: a real
+//! `nats-server -js` and `redis-server --appendonly yes` on free loopback
+//! ports, and the `labios` binary as dispatcher, manager and three workers,
+//! all configured through `LABIOS_*` variables. Processes are killed with
+//! SIGKILL (a crash: nothing flushed, nothing said goodbye) and restarted.
+//! Every test checks that each write that returned Ok reads back
+//! byte-exact afterwards.
+//!
+//! Needs `nats-server` and `redis-server`: `bash scripts/services.sh install`.
+
+use bytes::Bytes;
+use labios::config::Deployment;
+use labios::Config;
+use labios_client::Client;
+use labios_core::administrator::Administrator;
+use labios_distributed::nats_queue::NatsConfig;
+use labios_distributed::redis_store::RedisConfig;
+use labios_label::{WorkerId, WorkerState, WorkerStatus};
+use labios_store::Stores;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_labios");
+const WORKERS: usize = 3;
+const KIB: usize = 1024;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind a free port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn_or_explain(cmd: &mut Command, what: &str) -> Child {
+    match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            panic!("{what} is not installed (not on PATH): run `bash scripts/services.sh install`")
+        }
+        Err(e) => panic!("cannot start {what}: {e}"),
+    }
+}
+
+fn kill9(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// SIGTERM, escalating to SIGKILL after 10 s.
+fn terminate(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// A nats-server or redis-server on a fixed port and data directory, so it
+/// can be restarted in place.
+struct Service {
+    kind: &'static str,
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Service {
+    fn start(kind: &'static str, dir: PathBuf) -> Service {
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut s = Service {
+            kind,
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let port = self.port.to_string();
+        let mut cmd = Command::new(self.kind);
+        if self.kind == "nats-server" {
+            cmd.args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
+                .arg(&self.dir);
+        } else {
+            cmd.args(["--port", &port, "--bind", "127.0.0.1", "--dir"])
+                .arg(&self.dir)
+                .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"]);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(spawn_or_explain(&mut cmd, self.kind));
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                if self.kind == "nats-server" {
+                    return;
+                }
+                let mut buf = [0u8; 64];
+                if s.write_all(b"PING\r\n").is_ok() {
+                    if let Ok(n) = s.read(&mut buf) {
+                        if buf[..n].starts_with(b"+PONG") {
+                            return;
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "{} on port {} did not start within 10 s",
+            self.kind, self.port
+        );
+    }
+
+    /// Graceful restart on the same port and data directory.
+    fn restart(&mut self) {
+        terminate(&mut self.child);
+        self.spawn();
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        kill9(&mut self.child);
+    }
+}
+
+/// One cluster at a time: each runs seven processes, and several at once on
+/// a small machine starve workers of CPU long enough to miss heartbeats,
+/// which is a different test.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Dispatcher, manager and workers as `labios` processes over one NATS and
+/// one Redis, all killed on drop.
+struct Cluster {
+    // Killed in `Drop`, before the services and the directory go.
+    dispatcher: Option<Child>,
+    manager: Option<Child>,
+    workers: Vec<Option<Child>>,
+    nats: Service,
+    redis: Service,
+    env: Vec<(String, String)>,
+    config: Config,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts everything; `extra` adds or overrides `LABIOS_*` variables.
+    fn start(extra: &[(&str, &str)]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let nats = Service::start("nats-server", dir.path().join("nats"));
+        let redis = Service::start("redis-server", dir.path().join("redis"));
+        let data = dir.path().join("data");
+        let nats_url = format!("nats://127.0.0.1:{}", nats.port);
+        let redis_url = format!("redis://127.0.0.1:{}", redis.port);
+        let mut env: Vec<(String, String)> = [
+            ("LABIOS_DEPLOYMENT", "distributed".to_string()),
+            ("LABIOS_DATA_DIR", data.display().to_string()),
+            ("LABIOS_NATS__URL", nats_url.clone()),
+            ("LABIOS_NATS__ACK_WAIT_MS", "1000".into()),
+            ("LABIOS_REDIS__URLS", format!("[\"{redis_url}\"]")),
+            ("LABIOS_MANAGER__DEAD_AFTER_MS", "1000".into()),
+            ("LABIOS_WORKER__SCORE_INTERVAL_MS", "200".into()),
+            (
+                "LABIOS_WORKERS",
+                format!(
+                    "[{}]",
+                    (0..WORKERS)
+                        .map(|i| format!("{{tier=\"t{i}\",speed=3,energy=3,capacity=1073741824}}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            ),
+            ("LABIOS_LOG", "info".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in extra {
+            env.retain(|(key, _)| key != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        let config = Config {
+            deployment: Deployment::Distributed,
+            data_dir: data,
+            nats: NatsConfig {
+                url: nats_url,
+                ack_wait_ms: 1000,
+                ..NatsConfig::default()
+            },
+            redis: RedisConfig {
+                urls: vec![redis_url],
+                ..RedisConfig::default()
+            },
+            ..Config::default()
+        };
+        let mut c = Cluster {
+            dispatcher: None,
+            manager: None,
+            workers: (0..WORKERS).map(|_| None).collect(),
+            nats,
+            redis,
+            env,
+            config,
+            dir,
+        };
+        c.dispatcher = Some(c.spawn("dispatcher", &["dispatcher"]));
+        c.manager = Some(c.spawn("manager", &["manager"]));
+        for i in 0..WORKERS {
+            c.start_worker(i);
+        }
+        c
+    }
+
+    /// Runs `labios ARGS` with the cluster's environment, output appended
+    /// to `logs/NAME.log` in the test directory.
+    fn spawn(&self, name: &str, args: &[&str]) -> Child {
+        let logs = self.dir.path().join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(logs.join(format!("{name}.log")))
+            .unwrap();
+        let mut cmd = Command::new(BIN);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("LABIOS_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        spawn_or_explain(&mut cmd, BIN)
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join("logs").join(format!("{name}.log")))
+            .unwrap_or_default()
+    }
+
+    fn start_worker(&mut self, i: usize) {
+        self.workers[i] = Some(self.spawn(&format!("worker-{i}"), &["worker", &i.to_string()]));
+    }
+
+    fn worker_dir(&self, i: usize) -> PathBuf {
+        self.config
+            .data_dir
+            .join("workers")
+            .join(format!("{i}-t{i}"))
+    }
+
+    async fn stores(&self) -> Stores {
+        labios::deployment::distributed_stores(&self.config)
+            .await
+            .unwrap()
+    }
+
+    /// A client of the default application (created on first use).
+    async fn client(&self) -> Client {
+        let stores = self.stores().await;
+        Administrator::new(stores.inventory.clone())
+            .ensure_default_app()
+            .await
+            .unwrap();
+        labios::cli::connect_client(&self.config, None, None)
+            .await
+            .unwrap()
+    }
+
+    async fn statuses(stores: &Stores) -> Vec<WorkerStatus> {
+        stores.inventory.workers().await.unwrap_or_default()
+    }
+
+    /// Waits until worker `id` is published in `state` (and, with
+    /// `fresh_after`, with a heartbeat newer than that).
+    async fn wait_worker(
+        &self,
+        stores: &Stores,
+        id: WorkerId,
+        state: WorkerState,
+        fresh_after: Option<u64>,
+        timeout: Duration,
+    ) -> WorkerStatus {
+        let t = Instant::now();
+        loop {
+            let found = Self::statuses(stores)
+                .await
+                .into_iter()
+                .find(|w| w.spec.id == id);
+            if let Some(w) = &found {
+                if w.state == state && fresh_after.is_none_or(|h| w.heartbeat > h) {
+                    return w.clone();
+                }
+            }
+            assert!(
+                t.elapsed() < timeout,
+                "worker {id} not {state:?} within {timeout:?}: {found:?}\nmanager log:\n{}",
+                self.log("manager")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until every worker is Active (started and registered), then
+    /// until the dispatcher has surely seen them (it refreshes its view of
+    /// the pool every 100 ms; a label finding no worker fails).
+    async fn wait_all_active(&self, stores: &Stores) {
+        for i in 0..WORKERS {
+            self.wait_worker(
+                stores,
+                i as WorkerId,
+                WorkerState::Active,
+                None,
+                Duration::from_secs(20),
+            )
+            .await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+impl Drop for Cluster {
+    /// Kills every process (a `Child` does not die with its handle); a
+    /// failed test leaves its process logs behind for a post-mortem.
+    fn drop(&mut self) {
+        kill9(&mut self.dispatcher);
+        kill9(&mut self.manager);
+        for w in &mut self.workers {
+            kill9(w);
+        }
+        if std::thread::panicking() {
+            let keep = std::env::temp_dir().join(format!(
+                "cluster_faults-logs-{}-{}",
+                std::process::id(),
+                self.nats.port
+            ));
+            let _ = std::fs::create_dir_all(&keep);
+            if let Ok(entries) = std::fs::read_dir(self.dir.path().join("logs")) {
+                for e in entries.flatten() {
+                    let _ = std::fs::copy(e.path(), keep.join(e.file_name()));
+                }
+            }
+            eprintln!("process logs kept in {}", keep.display());
+        }
+    }
+}
+
+/// Deterministic bytes for write `i`.
+fn payload(i: usize, len: usize) -> Bytes {
+    let mut rng = fastrand::Rng::with_seed(i as u64 + 7);
+    Bytes::from((0..len).map(|_| rng.u8(..)).collect::<Vec<u8>>())
+}
+
+/// Reads every `(path, offset, bytes)` back and compares byte for byte.
+async fn verify(client: &Client, written: &[(String, u64, Bytes)]) {
+    for (path, offset, data) in written {
+        let got = client
+            .read_at(path, *offset, data.len() as u64)
+            .await
+            .unwrap_or_else(|e| panic!("reading {path}@{offset}: {e}"));
+        assert!(
+            got == *data,
+            "{path}@{offset}: {} bytes read back differ from the {} written",
+            got.len(),
+            data.len()
+        );
+    }
+}
+
+const LABEL: usize = 256 * KIB;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_worker_labels_finish_elsewhere_and_its_data_returns() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // Declared down only after 3 s: long enough for the dispatcher to queue
+    // part of the stream to the dead worker, even on a loaded machine.
+    let mut cluster = Cluster::start(&[("LABIOS_MANAGER__DEAD_AFTER_MS", "3000")]);
+    let stores = cluster.stores().await;
+    cluster.wait_all_active(&stores).await;
+    let client = cluster.client().await;
+    let mut written = Vec::new();
+    for f in 0..4 {
+        let path = format!("/k/{f}");
+        client.catalog().open_or_create(&path).await.unwrap();
+    }
+    let mut handles = Vec::new();
+    for i in 0..96 {
+        let path = format!("/k/{}", i % 4);
+        let offset = (i / 4 * LABEL) as u64;
+        let data = payload(i, LABEL);
+        handles.push(
+            client
+                .write_at_async(&path, offset, data.clone())
+                .await
+                .unwrap(),
+        );
+        written.push((path, offset, data));
+        // Early: labels are in flight on it and, until the manager declares
+        // it down, the dispatcher keeps queueing to it.
+        if i == 8 {
+            kill9(&mut cluster.workers[1]);
+        }
+    }
+    let dead_since = Cluster::statuses(&stores)
+        .await
+        .iter()
+        .find(|w| w.spec.id == 1)
+        .map(|w| w.heartbeat)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), client.wait_many(&handles))
+        .await
+        .expect("labels of the killed worker did not finish elsewhere within 30 s")
+        .expect("no label may fail because a worker died");
+    cluster
+        .wait_worker(
+            &stores,
+            1,
+            WorkerState::Decommissioned,
+            None,
+            Duration::from_secs(10),
+        )
+        .await;
+    let log = cluster.log("manager");
+    eprintln!(
+        "manager: {} tasks re-dispatched, {} labels found already done",
+        log.matches("re-dispatched").count(),
+        log.matches("had already run").count()
+    );
+    assert!(
+        log.contains("re-dispatched"),
+        "the manager moved none of the dead worker's tasks:\n{}",
+        cluster.log("manager")
+    );
+    cluster.start_worker(1);
+    cluster
+        .wait_worker(
+            &stores,
+            1,
+            WorkerState::Active,
+            Some(dead_since),
+            Duration::from_secs(20),
+        )
+        .await;
+    verify(&client, &written).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dispatcher_crash_and_restart_executes_queued_labels_once() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start(&[]);
+    let stores = cluster.stores().await;
+    cluster.wait_all_active(&stores).await;
+    let client = cluster.client().await;
+    let path = "/d/stream";
+    client.catalog().open_or_create(path).await.unwrap();
+    let mut written = Vec::new();
+    let mut handles = Vec::new();
+    let total = 120;
+    for i in 0..total {
+        let offset = (i * 64 * KIB) as u64;
+        let data = payload(1000 + i, 64 * KIB);
+        handles.push(
+            client
+                .write_at_async(path, offset, data.clone())
+                .await
+                .unwrap(),
+        );
+        written.push((path.to_string(), offset, data));
+        if i == total / 3 {
+            kill9(&mut cluster.dispatcher);
+        }
+        if i == 2 * total / 3 {
+            cluster.dispatcher = Some(cluster.spawn("dispatcher", &["dispatcher"]));
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(40), client.wait_many(&handles))
+        .await
+        .expect("queued labels did not run after the dispatcher restarted")
+        .expect("no label may fail because the dispatcher crashed");
+    let replayed: usize = (0..WORKERS)
+        .map(|i| {
+            cluster
+                .log(&format!("worker-{i}"))
+                .matches("had already run")
+                .count()
+        })
+        .sum();
+    eprintln!("labels delivered again after the crash and found already done: {replayed}");
+    let whole = client.read(path).await.unwrap();
+    assert_eq!(whole.len(), total * 64 * KIB);
+    verify(&client, &written).await;
+    // Exactly once: every label ran, none twice into a different place;
+    // the workers' counts add up to at least the labels published.
+    let done: u64 = Cluster::statuses(&stores)
+        .await
+        .iter()
+        .map(|w| w.labels_done)
+        .sum();
+    assert!(
+        done >= total as u64,
+        "only {done} labels executed of {total}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restarted_worker_reregisters_and_serves_new_labels() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start(&[]);
+    let stores = cluster.stores().await;
+    cluster.wait_all_active(&stores).await;
+    let client = cluster.client().await;
+    let before = cluster
+        .wait_worker(
+            &stores,
+            2,
+            WorkerState::Active,
+            None,
+            Duration::from_secs(5),
+        )
+        .await;
+    kill9(&mut cluster.workers[2]);
+    cluster
+        .wait_worker(
+            &stores,
+            2,
+            WorkerState::Decommissioned,
+            None,
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(
+        cluster.log("manager").contains("worker is down"),
+        "the manager must report the dead worker"
+    );
+    cluster.start_worker(2);
+    cluster
+        .wait_worker(
+            &stores,
+            2,
+            WorkerState::Active,
+            Some(before.heartbeat),
+            Duration::from_secs(20),
+        )
+        .await;
+    // Round robin over the active workers: the restarted one gets its share.
+    let mut written = Vec::new();
+    for i in 0..24 {
+        let path = format!("/r/{i}");
+        let data = payload(2000 + i, LABEL);
+        client.write_at_sync(&path, 0, data.clone()).await.unwrap();
+        written.push((path, 0, data));
+    }
+    let t = Instant::now();
+    loop {
+        let w2 = Cluster::statuses(&stores)
+            .await
+            .into_iter()
+            .find(|w| w.spec.id == 2)
+            .unwrap();
+        if w2.labels_done > 0 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the restarted worker executed no new label: {w2:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    verify(&client, &written).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_and_redis_restart_lose_no_acknowledged_write() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start(&[]);
+    let stores = cluster.stores().await;
+    cluster.wait_all_active(&stores).await;
+    let client = cluster.client().await;
+    let mut written = Vec::new();
+    let mut failures = Vec::new();
+    let mut ok_after_restart = 0;
+    for i in 0..60 {
+        if i == 20 {
+            cluster.nats.restart();
+        }
+        if i == 35 {
+            cluster.redis.restart();
+        }
+        let path = format!("/s/{i}");
+        let data = payload(3000 + i, 64 * KIB);
+        let attempt = async {
+            client.catalog().open_or_create(&path).await?;
+            client.write_at_sync(&path, 0, data.clone()).await
+        };
+        match tokio::time::timeout(Duration::from_secs(20), attempt).await {
+            Ok(Ok(())) => {
+                if i >= 40 {
+                    ok_after_restart += 1;
+                }
+                written.push((path, 0, data));
+            }
+            Ok(Err(e)) => {
+                let msg = e.to_string();
+                assert!(!msg.is_empty(), "an outage error must say something");
+                failures.push(format!("write {i}: {msg}"));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(_) => failures.push(format!("write {i}: no answer within 20 s")),
+        }
+    }
+    eprintln!(
+        "{} writes acknowledged, {} failed during the outages: {failures:#?}",
+        written.len(),
+        failures.len()
+    );
+    assert!(
+        ok_after_restart >= 10,
+        "services did not recover: only {ok_after_restart} of 20 writes after both restarts succeeded; {failures:#?}"
+    );
+    verify(&client, &written).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failing_label_is_retried_then_reported_and_the_app_goes_on() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::start(&[("LABIOS_WORKER__RETRIES", "2")]);
+    let stores = cluster.stores().await;
+    cluster.wait_all_active(&stores).await;
+    let client = cluster.client().await;
+    let bad = "/f/bad";
+    client.catalog().open_or_create(bad).await.unwrap();
+    let file = client.catalog().stat(bad).await.unwrap().id;
+    // A device that refuses every write (ENOSPC), on every worker, for this
+    // one file: whichever worker gets the label fails it after retries. A
+    // symlink works where chmod does not (tests may run as root).
+    for i in 0..WORKERS {
+        let files = cluster.worker_dir(i).join("files");
+        std::fs::create_dir_all(&files).unwrap();
+        std::os::unix::fs::symlink("/dev/full", files.join(format!("{file:016x}"))).unwrap();
+    }
+    let err = client
+        .write_at_sync(bad, 0, payload(4000, LABEL))
+        .await
+        .expect_err("a write to a failing device must fail");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("No space left on device") || msg.contains("space"),
+        "the error must name the cause: {msg}"
+    );
+    let retried: usize = (0..WORKERS)
+        .map(|i| {
+            cluster
+                .log(&format!("worker-{i}"))
+                .matches("local I/O failed, retrying")
+                .count()
+        })
+        .sum();
+    assert!(
+        retried >= 2,
+        "the label was retried {retried} times, expected 2"
+    );
+    // The application keeps running: its next writes succeed.
+    let mut written = Vec::new();
+    for i in 0..6 {
+        let path = format!("/f/good{i}");
+        let data = payload(4100 + i, LABEL);
+        client.write_at_sync(&path, 0, data.clone()).await.unwrap();
+        written.push((path, 0, data));
+    }
+    verify(&client, &written).await;
+}
+
+/// Elasticity across processes: an in-process manager launches the worker
+/// processes itself (workers beyond `min_active` suspended), wakes a
+/// suspended one with an activation message several times (it re-suspends
+/// when idle), records the latencies, and stops every worker when it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn manager_launches_wakes_and_stops_worker_processes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    use labios_server::{ClusterManager, Launcher, LocalProcessLauncher, ManagerConfig};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Service::start("nats-server", dir.path().join("nats"));
+    let redis = Service::start("redis-server", dir.path().join("redis"));
+    let data = dir.path().join("data");
+    let file = dir.path().join("labios.toml");
+    let mut toml = format!(
+        "deployment = \"distributed\"\ndata_dir = \"{}\"\n\
+         [nats]\nurl = \"nats://127.0.0.1:{}\"\nack_wait_ms = 1000\n\
+         [redis]\nurls = [\"redis://127.0.0.1:{}\"]\n\
+         [worker]\nscore_interval_ms = 200\nidle_suspend_ms = 400\n",
+        data.display(),
+        nats.port,
+        redis.port
+    );
+    for i in 0..WORKERS {
+        toml.push_str(&format!(
+            "[[workers]]\ntier = \"t{i}\"\nspeed = 3\nenergy = 3\ncapacity = 1073741824\n"
+        ));
+    }
+    std::fs::write(&file, toml).unwrap();
+    let config = Config::load(Some(&file)).unwrap();
+    let stores = labios::deployment::distributed_stores(&config)
+        .await
+        .unwrap();
+    let launcher = Arc::new(LocalProcessLauncher::new(
+        BIN.into(),
+        vec!["--config".into(), file.clone().into_os_string()],
+        Some(dir.path().join("logs")),
+    ));
+    let manager = ClusterManager::start(
+        stores.clone(),
+        ManagerConfig {
+            allocation: "elastic".into(),
+            min_active: 1,
+            launch: true,
+            dead_after_ms: 1000,
+            // No load-driven wake-ups: this test sends them itself.
+            wake_threshold: u32::MAX,
+            ..ManagerConfig::default()
+        },
+        WORKERS,
+        Some(launcher.clone() as Arc<dyn Launcher>),
+    )
+    .await
+    .unwrap();
+    let state_of = |id: WorkerId| {
+        let stores = stores.clone();
+        async move {
+            stores
+                .inventory
+                .workers()
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|w| w.spec.id == id)
+                .map(|w| w.state)
+        }
+    };
+    let wait_state = |id: WorkerId, want: WorkerState| {
+        let state_of = &state_of;
+        async move {
+            let t = Instant::now();
+            while state_of(id).await != Some(want) {
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "worker {id} not {want:?} within 20 s"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    wait_state(2, WorkerState::Suspended).await;
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        wait_state(2, WorkerState::Suspended).await;
+        let latency = manager
+            .wake(2)
+            .await
+            .unwrap()
+            .expect("the suspended worker process did not wake");
+        latencies.push(latency);
+    }
+    // The manager also wakes a worker on its own when none is active.
+    let recorded = manager.wake_latencies();
+    assert!(latencies.iter().all(|l| recorded.contains(l)));
+    let ms: Vec<f64> = latencies.iter().map(|l| l.as_secs_f64() * 1e3).collect();
+    eprintln!("wake-up latency across processes (push -> Active in the inventory), ms: {ms:.2?}");
+    assert!(
+        latencies.iter().all(|l| *l < Duration::from_secs(2)),
+        "{ms:?}"
+    );
+    manager.shutdown().await;
+    for i in 0..WORKERS {
+        let w = labios_server::LaunchedWorker {
+            index: i,
+            locator: String::new(),
+        };
+        assert!(
+            !launcher.running(&w).await,
+            "worker {i} still runs after the manager stopped"
+        );
+    }
+    // Stopped gracefully: each published a final status.
+    for i in 0..WORKERS {
+        assert_eq!(state_of(i as WorkerId).await, Some(WorkerState::Suspended));
+    }
+}
