@@ -311,15 +311,27 @@ impl<T: Codec> JetStreamQueue<T> {
                 .unwrap_or(i64::MAX),
             ..Default::default()
         };
-        let mut stream = js.get_or_create_stream(want.clone()).await.map_err(|e| {
-            unavailable(
-                &url,
-                format!(
-                    "cannot create JetStream stream {stream_name} \
-                     (is nats-server running with -js?): {e}"
-                ),
-            )
-        })?;
+        // Processes starting together race to create the stream; the losers
+        // get an error from the server and simply find it on a retry.
+        let mut attempt = 0;
+        let mut stream = loop {
+            match js.get_or_create_stream(want.clone()).await {
+                Ok(stream) => break stream,
+                Err(_) if attempt < 5 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
+                }
+                Err(e) => {
+                    return Err(unavailable(
+                        &url,
+                        format!(
+                            "cannot create JetStream stream {stream_name} \
+                             (is nats-server running with -js?): {e}"
+                        ),
+                    ))
+                }
+            }
+        };
         let have = stream
             .info()
             .await
