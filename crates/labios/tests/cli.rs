@@ -3,69 +3,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_labios");
-
-struct Server {
-    child: Child,
-    endpoint: PathBuf,
-}
-
-impl Server {
-    fn start(data: &Path) -> Server {
-        let endpoint = data.join("labios.sock");
-        let child = Command::new(BIN)
-            .args(["serve", "--data-dir"])
-            .arg(data)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !endpoint.exists() {
-            assert!(Instant::now() < deadline, "serve did not create its socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Server { child, endpoint }
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .env("LABIOS_ENDPOINT", &self.endpoint)
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "labios {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn err(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(!out.status.success(), "labios {args:?} should fail");
-        String::from_utf8(out.stderr).unwrap()
-    }
-
-    fn stop(mut self) {
-        let status = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let exit = self.child.wait().unwrap();
-        assert!(exit.success(), "serve exited with {exit:?}");
-    }
-}
+use common::serve::{Server, BIN};
 
 #[test]
 fn put_get_ls_stat_rm_status_and_restart() {
@@ -75,21 +15,21 @@ fn put_get_ls_stat_rm_status_and_restart() {
     let local = dir.path().join("input.bin");
     let bytes = common::data(42, (5 << 20) + 3);
     std::fs::write(&local, &bytes).unwrap();
-    server.ok(&["put", local.to_str().unwrap(), "/sim/out.bin"]);
-    server.ok(&["put", local.to_str().unwrap(), "/sim/copy.bin"]);
+    server.ok(None, &["put", local.to_str().unwrap(), "/sim/out.bin"]);
+    server.ok(None, &["put", local.to_str().unwrap(), "/sim/copy.bin"]);
     let back = dir.path().join("back.bin");
-    server.ok(&["get", "/sim/out.bin", back.to_str().unwrap()]);
+    server.ok(None, &["get", "/sim/out.bin", back.to_str().unwrap()]);
     assert!(std::fs::read(&back).unwrap() == bytes.to_vec());
-    let ls = server.ok(&["ls", "/sim"]);
+    let ls = server.ok(None, &["ls", "/sim"]);
     assert!(
         ls.contains("/sim/out.bin") && ls.contains("/sim/copy.bin"),
         "{ls}"
     );
-    let stat = server.ok(&["stat", "/sim/out.bin"]);
+    let stat = server.ok(None, &["stat", "/sim/out.bin"]);
     assert!(stat.contains(&format!("size:  {}", bytes.len())), "{stat}");
-    server.ok(&["rm", "/sim/copy.bin"]);
-    assert!(!server.ok(&["ls", "/sim"]).contains("copy.bin"));
-    let status = server.ok(&["status"]);
+    server.ok(None, &["rm", "/sim/copy.bin"]);
+    assert!(!server.ok(None, &["ls", "/sim"]).contains("copy.bin"));
+    let status = server.ok(None, &["status"]);
     for tier in ["ram", "nvme", "ssd", "hdd"] {
         assert!(status.contains(tier), "status lacks tier {tier}: {status}");
     }
@@ -99,7 +39,7 @@ fn put_get_ls_stat_rm_status_and_restart() {
     // Same data directory, new process: the file is still there, byte-exact.
     let server = Server::start(&data);
     let again = dir.path().join("again.bin");
-    server.ok(&["get", "/sim/out.bin", again.to_str().unwrap()]);
+    server.ok(None, &["get", "/sim/out.bin", again.to_str().unwrap()]);
     assert!(std::fs::read(&again).unwrap() == bytes.to_vec());
     server.stop();
 }
@@ -108,19 +48,22 @@ fn put_get_ls_stat_rm_status_and_restart() {
 fn clear_errors_for_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("data"));
-    let e = server.err(&[
-        "get",
-        "/no/such/file",
-        dir.path().join("x").to_str().unwrap(),
-    ]);
+    let e = server.err(
+        None,
+        &[
+            "get",
+            "/no/such/file",
+            dir.path().join("x").to_str().unwrap(),
+        ],
+    );
     assert!(e.contains("not found"), "{e}");
-    let e = server.err(&["put", "/definitely/not/here.bin", "/x"]);
+    let e = server.err(None, &["put", "/definitely/not/here.bin", "/x"]);
     assert!(e.contains("not found"), "{e}");
     let local = dir.path().join("in");
     std::fs::write(&local, b"hi").unwrap();
-    let e = server.err(&["put", local.to_str().unwrap(), "/../../etc/passwd"]);
+    let e = server.err(None, &["put", local.to_str().unwrap(), "/../../etc/passwd"]);
     assert!(e.contains("escapes the namespace"), "{e}");
-    let e = server.err(&["stat", "/missing"]);
+    let e = server.err(None, &["stat", "/missing"]);
     assert!(e.contains("not found"), "{e}");
     server.stop();
 

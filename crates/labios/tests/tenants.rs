@@ -15,11 +15,9 @@ use labios_label::{
 };
 use labios_store::remote::{connect, serve, Endpoint, Listener};
 use labios_store::{client_queue, worker_queue, AppRecord, Stores};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_labios");
+use common::serve::Server;
 const A_DATA: &[u8] = b"application A's bytes, not to be touched";
 
 fn denied<T: std::fmt::Debug>(r: labios_label::Result<T>, what: &str) -> String {
@@ -401,87 +399,24 @@ async fn distributed_dispatcher_and_workers_refuse_forged_labels() {
     d.shutdown().await;
 }
 
-/// `labios serve` in one process, the CLI in others.
-struct Server {
-    child: Child,
-    endpoint: PathBuf,
-}
-
-impl Server {
-    fn start(data: &Path) -> Server {
-        let endpoint = data.join("labios.sock");
-        let child = Command::new(BIN)
-            .args(["serve", "--data-dir"])
-            .arg(data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !endpoint.exists() {
-            assert!(Instant::now() < deadline, "serve did not create its socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Server { child, endpoint }
-    }
-
-    fn run(&self, creds: Option<(&str, &str)>, args: &[&str]) -> Output {
-        let mut cmd = Command::new(BIN);
-        if let Some((k, s)) = creds {
-            cmd.args(["--key", k, "--secret", s]);
-        }
-        cmd.args(args)
-            .env("LABIOS_ENDPOINT", &self.endpoint)
-            .env_remove("LABIOS_KEY")
-            .env_remove("LABIOS_SECRET")
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, creds: Option<(&str, &str)>, args: &[&str]) -> String {
-        let out = self.run(creds, args);
-        assert!(
-            out.status.success(),
-            "labios {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn err(&self, creds: Option<(&str, &str)>, args: &[&str]) -> String {
-        let out = self.run(creds, args);
-        assert!(!out.status.success(), "labios {args:?} should fail");
-        String::from_utf8(out.stderr).unwrap()
-    }
-
-    /// `labios app create NAME` -> (key, secret).
-    fn create_app(&self, name: &str) -> (String, String) {
-        let out = self.ok(None, &["app", "create", name]);
-        let field = |f: &str| {
-            out.lines()
-                .find_map(|l| l.strip_prefix(f))
-                .map(|v| v.trim().to_string())
-                .unwrap_or_else(|| panic!("no {f} in {out}"))
-        };
-        (field("key:"), field("secret:"))
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
+/// `labios app create NAME` -> (key, secret).
+fn create_app(server: &Server, name: &str) -> (String, String) {
+    let out = server.ok(None, &["app", "create", name]);
+    let field = |f: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(f))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("no {f} in {out}"))
+    };
+    (field("key:"), field("secret:"))
 }
 
 #[test]
 fn cli_credentials_confine_put_and_get() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("data"));
-    let (ka, sa) = server.create_app("alpha");
-    let (kb, sb) = server.create_app("beta");
+    let (ka, sa) = create_app(&server, "alpha");
+    let (kb, sb) = create_app(&server, "beta");
     let a = Some((ka.as_str(), sa.as_str()));
     let b = Some((kb.as_str(), sb.as_str()));
     let local = dir.path().join("in.txt");

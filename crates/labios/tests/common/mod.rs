@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod deploy;
+pub mod serve;
 
 use bytes::Bytes;
 use labios::{Config, Runtime};

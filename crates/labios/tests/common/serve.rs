@@ -1,0 +1,91 @@
+//! `labios serve` in one process and the CLI in others, as a user runs them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_labios");
+
+/// Access key and secret a CLI call presents, if any.
+pub type Creds<'a> = Option<(&'a str, &'a str)>;
+
+pub struct Server {
+    child: Child,
+    pub endpoint: PathBuf,
+    stopped: bool,
+}
+
+impl Server {
+    pub fn start(data: &Path) -> Server {
+        let endpoint = data.join("labios.sock");
+        let child = Command::new(BIN)
+            .args(["serve", "--data-dir"])
+            .arg(data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !endpoint.exists() {
+            assert!(Instant::now() < deadline, "serve did not create its socket");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            child,
+            endpoint,
+            stopped: false,
+        }
+    }
+
+    pub fn run(&self, creds: Creds, args: &[&str]) -> Output {
+        let mut cmd = Command::new(BIN);
+        if let Some((k, s)) = creds {
+            cmd.args(["--key", k, "--secret", s]);
+        }
+        cmd.args(args)
+            .env("LABIOS_ENDPOINT", &self.endpoint)
+            .env_remove("LABIOS_KEY")
+            .env_remove("LABIOS_SECRET")
+            .output()
+            .unwrap()
+    }
+
+    pub fn ok(&self, creds: Creds, args: &[&str]) -> String {
+        let out = self.run(creds, args);
+        assert!(
+            out.status.success(),
+            "labios {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    pub fn err(&self, creds: Creds, args: &[&str]) -> String {
+        let out = self.run(creds, args);
+        assert!(!out.status.success(), "labios {args:?} should fail");
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// SIGTERM, and the server must exit cleanly.
+    pub fn stop(mut self) {
+        let status = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = self.child.wait().unwrap();
+        self.stopped = true;
+        assert!(exit.success(), "serve exited with {exit:?}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if !self.stopped {
+            let _ = Command::new("kill")
+                .arg(self.child.id().to_string())
+                .status();
+            let _ = self.child.wait();
+        }
+    }
+}
