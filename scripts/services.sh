@@ -2,7 +2,8 @@
 # External services of the distributed deployment (DESIGN "Deployments" 2):
 # NATS JetStream for label queues, Redis for warehouse and inventory.
 #
-#   bash scripts/services.sh install          install every service binary (and iproute2)
+#   bash scripts/services.sh install          install every service binary (and iproute2,
+#                                             openssl, the C/C++/Fortran toolchain)
 #   bash scripts/services.sh start-nats PORT DIR
 #   bash scripts/services.sh stop-nats DIR
 #   bash scripts/services.sh start-redis PORT DIR [redis-server args]
@@ -162,6 +163,22 @@ install_openssl() {
     openssl version
 }
 
+# C, C++ and Fortran compilers and pkg-config: crates/capi/tests/c_example.rs
+# builds the C API examples against labios.pc.
+install_c_toolchain() {
+    local missing=() tool pkg
+    for tool in cc:gcc c++:g++ gfortran:gfortran pkg-config:pkg-config; do
+        pkg=${tool#*:}
+        tool=${tool%%:*}
+        command -v "$tool" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} = 0 ]; then
+        echo "cc, c++, gfortran, pkg-config present"
+        return 0
+    fi
+    apt_install "${missing[@]}"
+}
+
 # ------------------------------------------------------------ commands ----
 
 case "${1:-}" in
@@ -170,6 +187,7 @@ install)
     install_redis
     install_netns_tools
     install_openssl
+    install_c_toolchain
     ;;
 start-redis)
     shift

@@ -628,6 +628,22 @@ impl Client {
         self.inner.catalog.mkdir(path).await
     }
 
+    /// Creates an empty file (with parents) if absent; an existing file is
+    /// returned as it is, so that `open(O_CREAT)` by many processes agrees.
+    pub async fn create(&self, path: &str) -> Result<FileMeta> {
+        self.file_for_write(path).await
+    }
+
+    /// Sets the size of a file: bytes past `size` are cut, a larger size
+    /// reads as zeros. Writes still in flight land first.
+    pub async fn truncate(&self, path: &str, size: u64) -> Result<()> {
+        let meta = self.file_for_write(path).await?;
+        if self.has_pending(meta.id) {
+            self.settle(meta.id).await?;
+        }
+        self.inner.catalog.inventory().set_size(meta.id, size).await
+    }
+
     /// Removes a file (its data on every worker) or an empty directory.
     pub async fn remove(&self, path: &str) -> Result<()> {
         let meta = self

@@ -73,6 +73,19 @@ pub enum Command {
     Rm { path: String },
     /// Workers (state, tier, score), queue depths and labels per second.
     Status,
+    /// Run an unmodified program with its I/O under the LABIOS prefixes
+    /// intercepted (LD_PRELOAD); exits with the program's status.
+    Run {
+        /// Writes return once published; fsync and close wait for them.
+        #[arg(long = "async")]
+        asynchronous: bool,
+        /// Mount point of the LABIOS namespace (repeatable).
+        #[arg(long = "prefix", default_value = "/labios")]
+        prefixes: Vec<String>,
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, required = true)]
+        program: Vec<String>,
+    },
     /// Run the CM1-like demo workload on an embedded runtime and verify it.
     Demo {
         /// Keep data here instead of a temporary directory.
@@ -121,6 +134,29 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Manager => crate::processes::manager(config, cli.config).await,
         Command::App(cmd) => app(&config, cmd).await,
+        Command::Run {
+            asynchronous,
+            prefixes,
+            program,
+        } => {
+            let options = crate::run::RunOptions {
+                asynchronous,
+                prefixes,
+                program,
+                config_file: cli.config,
+                key: cli.key,
+                secret: cli.secret,
+            };
+            let status = crate::run::run(config, options).await?;
+            if !status.success() {
+                use std::os::unix::process::ExitStatusExt;
+                let code = status
+                    .code()
+                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                std::process::exit(code);
+            }
+            Ok(())
+        }
         Command::Demo { data_dir } => crate::demo::run(config, data_dir).await,
         Command::Bench {
             scenario,

@@ -164,7 +164,17 @@ impl Config {
         }
         let fig = fig.merge(
             Env::prefixed("LABIOS_")
-                .ignore(&["ENDPOINT", "KEY", "SECRET", "CONFIG", "LOG"])
+                // Read by the CLI, `labios run` and the preload library.
+                .ignore(&[
+                    "ENDPOINT",
+                    "KEY",
+                    "SECRET",
+                    "CONFIG",
+                    "LOG",
+                    "PREFIXES",
+                    "CWD",
+                    "PRELOAD_LIB",
+                ])
                 .split("__"),
         );
         let config: Config = fig.extract().map_err(|e| {

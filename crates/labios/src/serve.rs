@@ -9,30 +9,56 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    let endpoint = Endpoint::parse(&config.endpoint())?;
-    let data_dir = config.data_dir.clone();
-    let runtime = Runtime::start(config).await?;
-    let listener = Listener::bind(&endpoint).await?;
-    let (stop, stopped) = watch::channel(false);
-    let auth = session_auth(runtime.admin.clone());
-    let server = tokio::spawn(remote::serve(
-        listener,
-        runtime.stores.clone(),
-        auth,
-        stopped,
-    ));
+    let served = Served::start(config).await?;
     println!(
-        "labios serve: listening on {endpoint} (data in {}, {} workers)",
-        data_dir.display(),
-        runtime.config.workers.len()
+        "labios serve: listening on {} (data in {}, {} workers)",
+        served.endpoint,
+        served.runtime.config.data_dir.display(),
+        served.runtime.config.workers.len()
     );
     crate::processes::stop_signal().await?;
     eprintln!("labios serve: stopping");
-    let _ = stop.send(true);
-    let _ = server.await;
-    runtime.shutdown().await?;
+    served.shutdown().await?;
     eprintln!("labios serve: stopped cleanly");
     Ok(())
+}
+
+/// An embedded runtime answering on its endpoint (`labios serve`, and
+/// `labios run` when nothing serves the endpoint yet).
+pub struct Served {
+    pub endpoint: Endpoint,
+    pub runtime: Runtime,
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<labios_label::Result<()>>,
+}
+
+impl Served {
+    pub async fn start(config: Config) -> anyhow::Result<Served> {
+        let endpoint = Endpoint::parse(&config.endpoint())?;
+        let runtime = Runtime::start(config).await?;
+        let listener = Listener::bind(&endpoint).await?;
+        let (stop, stopped) = watch::channel(false);
+        let auth = session_auth(runtime.admin.clone());
+        let server = tokio::spawn(remote::serve(
+            listener,
+            runtime.stores.clone(),
+            auth,
+            stopped,
+        ));
+        Ok(Served {
+            endpoint,
+            runtime,
+            stop,
+            server,
+        })
+    }
+
+    /// Stops accepting clients, then stops the runtime cleanly.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        self.runtime.shutdown().await
+    }
 }
 
 /// How `labios serve` admits a session: its credentials name its

@@ -1,0 +1,96 @@
+/*
+ * labios.h: the C API of LABIOS, label-based distributed I/O.
+ *
+ * Link with `pkg-config --cflags --libs labios` (scripts/install-capi.sh).
+ * Every function returns LABIOS_OK (0) or a negative labios_status;
+ * labios_last_error() gives the message of the calling thread's last failure.
+ * A handle may be used from several threads at once. C++ and Fortran
+ * (ISO_C_BINDING) call these functions as they are.
+ */
+#ifndef LABIOS_H
+#define LABIOS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct labios labios_t;
+/* An asynchronous write in flight; wait on it once. */
+typedef uint64_t labios_ticket_t;
+
+enum labios_status {
+    LABIOS_OK = 0,
+    LABIOS_ENOTFOUND = -1,
+    LABIOS_EEXIST = -2,
+    LABIOS_EINVAL = -3,
+    LABIOS_EPERM = -4,       /* another application's data */
+    LABIOS_EFULL = -5,       /* queue or warehouse full (backpressure) */
+    LABIOS_ETIMEDOUT = -6,
+    LABIOS_EFAILED = -7,     /* a label failed on a worker */
+    LABIOS_EIO = -8,
+    LABIOS_EUNAVAILABLE = -9 /* LABIOS cannot be reached */
+};
+
+typedef struct {
+    uint64_t size;
+    uint32_t mode;
+    int is_dir;
+    uint64_t mtime_ns; /* nanoseconds since the epoch */
+    uint64_t id;       /* file id in the inventory */
+} labios_stat_t;
+
+/* Connects to `labios serve` at `endpoint` (a Unix socket path or HOST:PORT)
+ * as the application with `key` and `secret`. NULL arguments come from
+ * LABIOS_ENDPOINT, LABIOS_KEY, LABIOS_SECRET and the file in LABIOS_CONFIG,
+ * as for the `labios` command. */
+int labios_connect(const char *endpoint, const char *key, const char *secret,
+                   labios_t **out);
+/* Connects as the TOML configuration file says (embedded or distributed). */
+int labios_connect_config(const char *config_path, const char *key,
+                          const char *secret, labios_t **out);
+/* Waits for everything in flight, then frees the handle (NULL is a no-op). */
+int labios_disconnect(labios_t *h);
+
+/* Synchronous: returns when the bytes are stored by a worker. */
+int labios_write(labios_t *h, const char *path, uint64_t offset,
+                 const void *buf, size_t len);
+/* Reads up to len bytes; *nread < len only at end of file. */
+int labios_read(labios_t *h, const char *path, uint64_t offset, void *buf,
+                size_t len, size_t *nread);
+
+/* Asynchronous: creates and publishes the write's labels, then returns.
+ * The bytes are copied; buf may be reused at once. */
+int labios_write_async(labios_t *h, const char *path, uint64_t offset,
+                       const void *buf, size_t len, labios_ticket_t *ticket);
+int labios_wait(labios_t *h, labios_ticket_t ticket);
+/* Waits for n tickets; returns the first failure among them. */
+int labios_wait_many(labios_t *h, const labios_ticket_t *tickets, size_t n);
+/* Waits for everything this handle has in flight. */
+int labios_wait_all(labios_t *h);
+
+int labios_stat(labios_t *h, const char *path, labios_stat_t *st);
+int labios_mkdir(labios_t *h, const char *path);
+/* A file and its data on every worker, or an empty directory. */
+int labios_remove(labios_t *h, const char *path);
+int labios_rename(labios_t *h, const char *from, const char *to);
+int labios_truncate(labios_t *h, const char *path, uint64_t size);
+/* Makes the file's writes durable on the workers' devices. */
+int labios_flush(labios_t *h, const char *path);
+/* Calls cb(ctx, name, is_dir) for each entry directly in dir; a non-zero
+ * return from cb stops the listing. */
+int labios_list(labios_t *h, const char *dir,
+                int (*cb)(void *ctx, const char *name, int is_dir), void *ctx);
+
+/* A fixed description of a status code. */
+const char *labios_strerror(int code);
+/* The message of this thread's last failure; valid until its next one. */
+const char *labios_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LABIOS_H */

@@ -1,0 +1,408 @@
+//! The C API of LABIOS (`include/labios.h`): new applications create labels
+//! directly (article 3.2.2) from C, C++ or Fortran through `liblabios_c.so`.
+//!
+//! Every call returns `LABIOS_OK` (0) or a negative `labios_status`; the
+//! message of the calling thread's last failure is kept for
+//! `labios_last_error`, because a code alone rarely tells a user what to fix.
+
+pub mod session;
+
+use bytes::Bytes;
+use labios_label::Error;
+pub use session::{errno_of, ConnectOptions, Session, Ticket};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::PathBuf;
+
+pub const LABIOS_OK: c_int = 0;
+pub const LABIOS_ENOTFOUND: c_int = -1;
+pub const LABIOS_EEXIST: c_int = -2;
+pub const LABIOS_EINVAL: c_int = -3;
+pub const LABIOS_EPERM: c_int = -4;
+pub const LABIOS_EFULL: c_int = -5;
+pub const LABIOS_ETIMEDOUT: c_int = -6;
+pub const LABIOS_EFAILED: c_int = -7;
+pub const LABIOS_EIO: c_int = -8;
+pub const LABIOS_EUNAVAILABLE: c_int = -9;
+
+/// `labios_stat_t` of the header.
+#[repr(C)]
+pub struct LabiosStat {
+    pub size: u64,
+    pub mode: u32,
+    pub is_dir: c_int,
+    pub mtime_ns: u64,
+    pub id: u64,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn code_of(e: &Error) -> c_int {
+    match e {
+        Error::NotFound(_) => LABIOS_ENOTFOUND,
+        Error::AlreadyExists(_) => LABIOS_EEXIST,
+        Error::InvalidPath { .. } | Error::InvalidArgument(_) | Error::Malformed(_) => {
+            LABIOS_EINVAL
+        }
+        Error::PermissionDenied(_) => LABIOS_EPERM,
+        Error::Full(_) => LABIOS_EFULL,
+        Error::Timeout(_) => LABIOS_ETIMEDOUT,
+        Error::LabelFailed { .. } => LABIOS_EFAILED,
+        Error::Storage(_) | Error::Protocol(_) => LABIOS_EIO,
+        Error::Unavailable(_) => LABIOS_EUNAVAILABLE,
+    }
+}
+
+fn fail(e: Error) -> c_int {
+    let msg = CString::new(e.to_string().replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|l| *l.borrow_mut() = msg);
+    code_of(&e)
+}
+
+/// Runs `f`, turning errors and panics into a status code; a panic must not
+/// unwind into C.
+fn guard(f: impl FnOnce() -> Result<(), Error>) -> c_int {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => LABIOS_OK,
+        Ok(Err(e)) => fail(e),
+        Err(_) => fail(Error::Storage("internal error (panic) in liblabios".into())),
+    }
+}
+
+fn arg(what: &str) -> Error {
+    Error::InvalidArgument(format!("{what} is NULL"))
+}
+
+unsafe fn opt_str(p: *const c_char, what: &str) -> Result<Option<String>, Error> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    CStr::from_ptr(p)
+        .to_str()
+        .map(|s| Some(s.to_owned()))
+        .map_err(|_| Error::InvalidArgument(format!("{what} is not valid UTF-8")))
+}
+
+unsafe fn req_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, Error> {
+    if p.is_null() {
+        return Err(arg(what));
+    }
+    CStr::from_ptr(p)
+        .to_str()
+        .map_err(|_| Error::InvalidArgument(format!("{what} is not valid UTF-8")))
+}
+
+unsafe fn session<'a>(h: *const Session) -> Result<&'a Session, Error> {
+    h.as_ref().ok_or_else(|| arg("the labios handle"))
+}
+
+unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> Result<&'a [u8], Error> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if buf.is_null() {
+        return Err(arg("buf"));
+    }
+    Ok(std::slice::from_raw_parts(buf.cast(), len))
+}
+
+unsafe fn open(options: ConnectOptions, out: *mut *mut Session) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(arg("out"));
+        }
+        let s = Session::connect(options)?;
+        *out = Box::into_raw(Box::new(s));
+        Ok(())
+    })
+}
+
+/// # Safety
+/// Strings are NULL or NUL-terminated; `out` points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn labios_connect(
+    endpoint: *const c_char,
+    key: *const c_char,
+    secret: *const c_char,
+    out: *mut *mut Session,
+) -> c_int {
+    let mut options = ConnectOptions::from_env();
+    let given = (|| {
+        Ok::<_, Error>((
+            opt_str(endpoint, "endpoint")?,
+            opt_str(key, "key")?,
+            opt_str(secret, "secret")?,
+        ))
+    })();
+    match given {
+        Ok((e, k, s)) => {
+            options.endpoint = e.or(options.endpoint);
+            options.key = k.or(options.key);
+            options.secret = s.or(options.secret);
+            open(options, out)
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// # Safety
+/// As [`labios_connect`].
+#[no_mangle]
+pub unsafe extern "C" fn labios_connect_config(
+    config_path: *const c_char,
+    key: *const c_char,
+    secret: *const c_char,
+    out: *mut *mut Session,
+) -> c_int {
+    let mut options = ConnectOptions::from_env();
+    let given = (|| {
+        Ok::<_, Error>((
+            req_str(config_path, "config_path")?.to_owned(),
+            opt_str(key, "key")?,
+            opt_str(secret, "secret")?,
+        ))
+    })();
+    match given {
+        Ok((c, k, s)) => {
+            options.config = Some(PathBuf::from(c));
+            options.key = k.or(options.key);
+            options.secret = s.or(options.secret);
+            open(options, out)
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Waits for everything in flight, then frees the handle.
+///
+/// # Safety
+/// `h` came from `labios_connect*` and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn labios_disconnect(h: *mut Session) -> c_int {
+    if h.is_null() {
+        return LABIOS_OK;
+    }
+    let s = Box::from_raw(h);
+    guard(|| s.wait_all())
+}
+
+/// # Safety
+/// `buf` holds `len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn labios_write(
+    h: *mut Session,
+    path: *const c_char,
+    offset: u64,
+    buf: *const c_void,
+    len: usize,
+) -> c_int {
+    guard(|| session(h)?.write(req_str(path, "path")?, offset, bytes(buf, len)?))
+}
+
+/// Reads up to `len` bytes; `*nread` is less than `len` only at end of file.
+///
+/// # Safety
+/// `buf` holds `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn labios_read(
+    h: *mut Session,
+    path: *const c_char,
+    offset: u64,
+    buf: *mut c_void,
+    len: usize,
+    nread: *mut usize,
+) -> c_int {
+    guard(|| {
+        let s = session(h)?;
+        if len > 0 && buf.is_null() {
+            return Err(arg("buf"));
+        }
+        let data = s.read(req_str(path, "path")?, offset, len as u64)?;
+        if !data.is_empty() {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), data.len());
+        }
+        if !nread.is_null() {
+            *nread = data.len();
+        }
+        Ok(())
+    })
+}
+
+/// Creates the write's labels, publishes them and returns at once; the
+/// bytes are copied, so `buf` may be reused immediately.
+///
+/// # Safety
+/// `buf` holds `len` readable bytes; `ticket` points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn labios_write_async(
+    h: *mut Session,
+    path: *const c_char,
+    offset: u64,
+    buf: *const c_void,
+    len: usize,
+    ticket: *mut u64,
+) -> c_int {
+    guard(|| {
+        if ticket.is_null() {
+            return Err(arg("ticket"));
+        }
+        let s = session(h)?;
+        let data = Bytes::copy_from_slice(bytes(buf, len)?);
+        *ticket = s.write_async(req_str(path, "path")?, offset, data)?;
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `h` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn labios_wait(h: *mut Session, ticket: u64) -> c_int {
+    guard(|| session(h)?.wait(&[ticket]))
+}
+
+/// Waits for `n` tickets; the first failure among them is returned.
+///
+/// # Safety
+/// `tickets` holds `n` values.
+#[no_mangle]
+pub unsafe extern "C" fn labios_wait_many(h: *mut Session, tickets: *const u64, n: usize) -> c_int {
+    guard(|| {
+        let s = session(h)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if tickets.is_null() {
+            return Err(arg("tickets"));
+        }
+        s.wait(std::slice::from_raw_parts(tickets, n))
+    })
+}
+
+/// # Safety
+/// `h` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn labios_wait_all(h: *mut Session) -> c_int {
+    guard(|| session(h)?.wait_all())
+}
+
+/// # Safety
+/// `st` points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn labios_stat(
+    h: *mut Session,
+    path: *const c_char,
+    st: *mut LabiosStat,
+) -> c_int {
+    guard(|| {
+        if st.is_null() {
+            return Err(arg("st"));
+        }
+        let path = req_str(path, "path")?;
+        let m = session(h)?
+            .stat(path)?
+            .ok_or_else(|| Error::NotFound(path.to_owned()))?;
+        *st = LabiosStat {
+            size: m.size,
+            mode: m.mode,
+            is_dir: c_int::from(m.kind == labios_store::FileKind::Dir),
+            mtime_ns: m.mtime,
+            id: m.id,
+        };
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `path` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn labios_mkdir(h: *mut Session, path: *const c_char) -> c_int {
+    guard(|| session(h)?.mkdir(req_str(path, "path")?).map(|_| ()))
+}
+
+/// Removes a file (its data on every worker) or an empty directory.
+///
+/// # Safety
+/// `path` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn labios_remove(h: *mut Session, path: *const c_char) -> c_int {
+    guard(|| session(h)?.remove(req_str(path, "path")?))
+}
+
+/// # Safety
+/// Paths are NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn labios_rename(
+    h: *mut Session,
+    from: *const c_char,
+    to: *const c_char,
+) -> c_int {
+    guard(|| session(h)?.rename(req_str(from, "from")?, req_str(to, "to")?))
+}
+
+/// # Safety
+/// `path` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn labios_truncate(h: *mut Session, path: *const c_char, size: u64) -> c_int {
+    guard(|| session(h)?.truncate(req_str(path, "path")?, size))
+}
+
+/// # Safety
+/// `path` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn labios_flush(h: *mut Session, path: *const c_char) -> c_int {
+    guard(|| session(h)?.flush(req_str(path, "path")?))
+}
+
+/// Calls `cb(ctx, name, is_dir)` for every entry directly inside `dir`;
+/// a non-zero return from `cb` stops the listing.
+///
+/// # Safety
+/// `cb` is a valid function pointer.
+#[no_mangle]
+pub unsafe extern "C" fn labios_list(
+    h: *mut Session,
+    dir: *const c_char,
+    cb: Option<unsafe extern "C" fn(*mut c_void, *const c_char, c_int) -> c_int>,
+    ctx: *mut c_void,
+) -> c_int {
+    guard(|| {
+        let cb = cb.ok_or_else(|| arg("cb"))?;
+        for m in session(h)?.read_dir(req_str(dir, "dir")?)? {
+            let name = m.path.rsplit('/').next().unwrap_or_default();
+            let name = CString::new(name).unwrap_or_default();
+            let is_dir = c_int::from(m.kind == labios_store::FileKind::Dir);
+            if cb(ctx, name.as_ptr(), is_dir) != 0 {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A fixed description of a status code.
+#[no_mangle]
+pub extern "C" fn labios_strerror(code: c_int) -> *const c_char {
+    let s: &'static CStr = match code {
+        LABIOS_OK => c"success",
+        LABIOS_ENOTFOUND => c"not found",
+        LABIOS_EEXIST => c"already exists",
+        LABIOS_EINVAL => c"invalid argument",
+        LABIOS_EPERM => c"permission denied",
+        LABIOS_EFULL => c"queue or warehouse full",
+        LABIOS_ETIMEDOUT => c"timed out",
+        LABIOS_EFAILED => c"label failed",
+        LABIOS_EIO => c"storage error",
+        LABIOS_EUNAVAILABLE => c"LABIOS unavailable",
+        _ => c"unknown status code",
+    };
+    s.as_ptr()
+}
+
+/// The message of this thread's last failed call (empty if none); valid
+/// until the thread's next failing call.
+#[no_mangle]
+pub extern "C" fn labios_last_error() -> *const c_char {
+    LAST_ERROR.with(|l| l.borrow().as_ptr())
+}

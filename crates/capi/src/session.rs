@@ -1,0 +1,235 @@
+//! A blocking LABIOS client for callers that are not async Rust: the C API,
+//! the `LD_PRELOAD` interception library and the Python package.
+//!
+//! A session owns a small tokio runtime of its own, so that a C program, a
+//! Python interpreter or an intercepted `read()` can call LABIOS from any
+//! thread without knowing about async Rust.
+
+use bytes::Bytes;
+use labios::cli::connect_client;
+use labios::config::Config;
+use labios_client::{Client, Handle, IoMode};
+use labios_label::{Error, Result};
+use labios_store::{FileKind, FileMeta};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where and as whom to connect; unset fields come from the configuration
+/// file and the `LABIOS_*` environment, as for the `labios` command.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// TOML configuration file (`LABIOS_CONFIG`).
+    pub config: Option<PathBuf>,
+    /// Unix socket path or HOST:PORT of `labios serve` (`LABIOS_ENDPOINT`).
+    pub endpoint: Option<String>,
+    /// Application key and secret (`LABIOS_KEY`, `LABIOS_SECRET`).
+    pub key: Option<String>,
+    pub secret: Option<String>,
+    /// Overrides `client.mode` of the configuration.
+    pub mode: Option<IoMode>,
+    /// Overrides `client.min_label_size` (0: no small-I/O cache, every
+    /// write is published at once).
+    pub min_label_size: Option<u64>,
+}
+
+impl ConnectOptions {
+    /// The options the `labios` command would use in this environment.
+    pub fn from_env() -> ConnectOptions {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        ConnectOptions {
+            config: var("LABIOS_CONFIG").map(PathBuf::from),
+            endpoint: var("LABIOS_ENDPOINT"),
+            key: var("LABIOS_KEY"),
+            secret: var("LABIOS_SECRET"),
+            mode: None,
+            min_label_size: None,
+        }
+    }
+}
+
+/// Outstanding asynchronous writes, named by a number C and Python can hold.
+pub type Ticket = u64;
+
+pub struct Session {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    tickets: Mutex<HashMap<Ticket, Handle>>,
+    next_ticket: AtomicU64,
+}
+
+impl Session {
+    pub fn connect(options: ConnectOptions) -> Result<Session> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("labios-session")
+            // No signal or process drivers: their process-wide state would
+            // be shared with a forked child's session.
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| Error::Unavailable(format!("cannot start the session runtime: {e}")))?;
+        let mut config = Config::load(options.config.as_deref())
+            .map_err(|e| Error::InvalidArgument(format!("{e:#}")))?;
+        if let Some(endpoint) = options.endpoint {
+            config.endpoint = Some(endpoint);
+        }
+        if let Some(mode) = options.mode {
+            config.client.mode = mode;
+        }
+        if let Some(min) = options.min_label_size {
+            config.client.min_label_size = min;
+        }
+        let client = runtime
+            .block_on(connect_client(&config, options.key, options.secret))
+            .map_err(|e| match e.downcast::<Error>() {
+                Ok(e) => e,
+                Err(e) => Error::Unavailable(format!("cannot connect to LABIOS: {e:#}")),
+            })?;
+        Ok(Session {
+            runtime,
+            client,
+            tickets: Mutex::new(HashMap::new()),
+            next_ticket: AtomicU64::new(1),
+        })
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn mode(&self) -> IoMode {
+        self.client.config().mode
+    }
+
+    /// Runs a client call to completion on the session's runtime.
+    pub fn run<F: Future>(&self, work: F) -> F::Output {
+        self.runtime.block_on(work)
+    }
+
+    /// Writes and returns when every byte is stored by a worker.
+    pub fn write(&self, path: &str, offset: u64, data: &[u8]) -> Result<()> {
+        let data = Bytes::copy_from_slice(data);
+        self.run(self.client.write_at_sync(path, offset, data))
+    }
+
+    /// Writes in the configured mode (asynchronous: returns once published).
+    pub fn write_in_mode(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
+        self.run(self.client.write_at(path, offset, data))
+    }
+
+    /// Publishes the write's labels and returns a ticket to wait on.
+    pub fn write_async(&self, path: &str, offset: u64, data: Bytes) -> Result<Ticket> {
+        let handle = self.run(self.client.write_at_async(path, offset, data))?;
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        self.tickets.lock().insert(ticket, handle);
+        Ok(ticket)
+    }
+
+    /// Waits for tickets; each is consumed whether it succeeded or failed.
+    pub fn wait(&self, tickets: &[Ticket]) -> Result<()> {
+        let handles = {
+            let mut map = self.tickets.lock();
+            if let Some(t) = tickets.iter().find(|t| !map.contains_key(t)) {
+                return Err(Error::InvalidArgument(format!(
+                    "ticket {t} is unknown or was already waited on"
+                )));
+            }
+            tickets
+                .iter()
+                .filter_map(|t| map.remove(t))
+                .collect::<Vec<_>>()
+        };
+        self.run(self.client.wait_many(&handles))
+    }
+
+    /// Waits for everything this session has in flight.
+    pub fn wait_all(&self) -> Result<()> {
+        self.tickets.lock().clear();
+        self.run(self.client.wait_all())
+    }
+
+    /// Up to `len` bytes at `offset`; fewer only at end of file.
+    pub fn read(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
+        self.run(self.client.read_at(path, offset, len))
+    }
+
+    /// The entry at `path`, or `None` if there is none.
+    pub fn stat(&self, path: &str) -> Result<Option<FileMeta>> {
+        match self.run(self.client.stat(path)) {
+            Ok(meta) => Ok(Some(meta)),
+            Err(Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Names of the entries directly inside directory `dir`.
+    pub fn read_dir(&self, dir: &str) -> Result<Vec<FileMeta>> {
+        let meta = self.run(self.client.stat(dir))?;
+        if meta.kind != FileKind::Dir {
+            return Err(Error::InvalidArgument(format!(
+                "{} is not a directory",
+                meta.path
+            )));
+        }
+        let parent = if meta.path == "/" {
+            "/".to_string()
+        } else {
+            format!("{}/", meta.path)
+        };
+        let all = self.run(self.client.list(&meta.path))?;
+        Ok(all
+            .into_iter()
+            .filter(|m| {
+                m.path
+                    .strip_prefix(&parent)
+                    .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+            })
+            .collect())
+    }
+
+    pub fn create(&self, path: &str) -> Result<FileMeta> {
+        self.run(self.client.create(path))
+    }
+
+    pub fn mkdir(&self, path: &str) -> Result<FileMeta> {
+        self.run(self.client.mkdir(path))
+    }
+
+    pub fn remove(&self, path: &str) -> Result<()> {
+        self.run(self.client.remove(path))
+    }
+
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        self.run(self.client.rename(from, to))
+    }
+
+    pub fn truncate(&self, path: &str, size: u64) -> Result<()> {
+        self.run(self.client.truncate(path, size))
+    }
+
+    /// Waits for the file's writes and makes them durable on the workers.
+    pub fn flush(&self, path: &str) -> Result<()> {
+        self.run(self.client.flush(path))
+    }
+}
+
+/// The POSIX errno closest to a LABIOS error, for intercepted calls.
+pub fn errno_of(e: &Error) -> i32 {
+    match e {
+        Error::NotFound(_) => libc::ENOENT,
+        Error::AlreadyExists(_) => libc::EEXIST,
+        Error::InvalidPath { .. } => libc::EINVAL,
+        Error::InvalidArgument(m) if m.ends_with("is a directory") => libc::EISDIR,
+        Error::InvalidArgument(m) if m.ends_with("is not a directory") => libc::ENOTDIR,
+        Error::InvalidArgument(m) if m.contains("not empty") => libc::ENOTEMPTY,
+        Error::InvalidArgument(_) | Error::Malformed(_) => libc::EINVAL,
+        Error::PermissionDenied(_) => libc::EACCES,
+        Error::Full(_) => libc::ENOSPC,
+        Error::Timeout(_) => libc::ETIMEDOUT,
+        Error::LabelFailed { .. } | Error::Storage(_) | Error::Protocol(_) => libc::EIO,
+        Error::Unavailable(_) => libc::EHOSTUNREACH,
+    }
+}

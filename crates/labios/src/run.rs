@@ -1,0 +1,135 @@
+//! `labios run [--async] -- PROGRAM ARGS...`: runs an unmodified program
+//! with `liblabios_preload.so`, so that its I/O on paths under the LABIOS
+//! prefixes becomes labels (article 3.2.2). In the embedded deployment the
+//! runtime is started here if no `labios serve` answers the endpoint yet,
+//! and stopped cleanly when the program ends.
+
+use crate::config::{Config, Deployment};
+use crate::serve::Served;
+use anyhow::Context;
+use labios_store::remote::Endpoint;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+
+pub struct RunOptions {
+    pub asynchronous: bool,
+    pub prefixes: Vec<String>,
+    pub program: Vec<String>,
+    pub config_file: Option<PathBuf>,
+    pub key: Option<String>,
+    pub secret: Option<String>,
+}
+
+const LIBRARY: &str = "liblabios_preload.so";
+
+/// The interception library: `LABIOS_PRELOAD_LIB`, or beside the `labios`
+/// executable, where cargo puts both.
+fn preload_library() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("LABIOS_PRELOAD_LIB") {
+        let p = PathBuf::from(p);
+        anyhow::ensure!(
+            p.is_file(),
+            "LABIOS_PRELOAD_LIB={} is not a file",
+            p.display()
+        );
+        return Ok(p);
+    }
+    let exe = std::env::current_exe().context("cannot find the labios executable")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let lib = dir.join(LIBRARY);
+    anyhow::ensure!(
+        lib.is_file(),
+        "{LIBRARY} is not beside {} : build it with `cargo build --release --workspace` (or set LABIOS_PRELOAD_LIB)",
+        exe.display()
+    );
+    Ok(lib)
+}
+
+fn check_prefix(p: &str) -> anyhow::Result<()> {
+    let ok = p.starts_with('/')
+        && p != "/"
+        && !p.ends_with('/')
+        && !p.contains(':')
+        && p.split('/')
+            .skip(1)
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    anyhow::ensure!(
+        ok,
+        "invalid prefix {p:?}: a prefix is an absolute path like /labios (not /, no trailing /, no . or .., no :)"
+    );
+    Ok(())
+}
+
+async fn reachable(endpoint: &Endpoint) -> bool {
+    match endpoint {
+        Endpoint::Unix(p) => tokio::net::UnixStream::connect(p).await.is_ok(),
+        Endpoint::Tcp(a) => tokio::net::TcpStream::connect(a).await.is_ok(),
+    }
+}
+
+/// Runs the program and returns its exit status; LABIOS stops cleanly
+/// afterwards even if it failed or was interrupted.
+pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<ExitStatus> {
+    let Some((program, args)) = opts.program.split_first() else {
+        anyhow::bail!(
+            "labios run: no program given (usage: labios run [--async] -- PROGRAM ARGS...)"
+        );
+    };
+    let lib = preload_library()?;
+    for p in &opts.prefixes {
+        check_prefix(p)?;
+    }
+    let mut served = None;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args);
+    if config.deployment == Deployment::Embedded {
+        let endpoint = Endpoint::parse(&config.endpoint())?;
+        if !reachable(&endpoint).await {
+            served = Some(Served::start(config.clone()).await?);
+        }
+        cmd.env("LABIOS_ENDPOINT", config.endpoint());
+    }
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(other) if !other.is_empty() => format!("{}:{other}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    cmd.env("LD_PRELOAD", preload)
+        .env("LABIOS_PREFIXES", opts.prefixes.join(":"));
+    if let Some(c) = &opts.config_file {
+        cmd.env("LABIOS_CONFIG", std::path::absolute(c)?);
+    }
+    if opts.asynchronous {
+        cmd.env("LABIOS_CLIENT__MODE", "async");
+    }
+    if let Some(k) = &opts.key {
+        cmd.env("LABIOS_KEY", k);
+    }
+    if let Some(s) = &opts.secret {
+        cmd.env("LABIOS_SECRET", s);
+    }
+    let status = async {
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("labios run: cannot run {program}"))?;
+        tokio::select! {
+            status = child.wait() => Ok::<_, anyhow::Error>(status?),
+            signal = crate::processes::stop_signal() => {
+                signal?;
+                // The program got the terminal's signal too; give it a
+                // moment, then make sure it ends before LABIOS does.
+                match tokio::time::timeout(std::time::Duration::from_secs(5), child.wait()).await {
+                    Ok(status) => Ok(status?),
+                    Err(_) => {
+                        child.kill().await?;
+                        Ok(child.wait().await?)
+                    }
+                }
+            }
+        }
+    }
+    .await;
+    if let Some(s) = served {
+        s.shutdown().await?;
+    }
+    status
+}

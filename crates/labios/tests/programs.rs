@@ -1,0 +1,428 @@
+//! Unmodified programs on LABIOS through `labios run` (LD_PRELOAD): each
+//! script runs once natively on a plain directory and once on the LABIOS
+//! prefix, against a `labios serve` process and against a cluster (NATS,
+//! Redis, dispatcher, manager, worker processes); what it prints and the
+//! files it leaves must be byte-identical.
+//!
+//! Needs what `bash scripts/test.sh` installs: mpich, sqlite3, nats-server,
+//! redis-server, and a Python with h5py (`LABIOS_TEST_PYTHON`, default the
+//! project's venv /var/tmp/labios-venv/bin/python).
+
+mod common;
+
+use common::deploy::{env_of, Deployed, Kind};
+use common::serve::{Server, BIN};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs");
+
+/// Where the programs' LABIOS files live: the default prefix.
+const PREFIX: &str = "/labios";
+
+enum Site {
+    Serve(Server),
+    Cluster(Box<Deployed>),
+}
+
+struct Bench {
+    site: Site,
+    /// Inputs, the native run's directory and the copies taken out.
+    tmp: tempfile::TempDir,
+    /// A directory of the LABIOS namespace of this test alone.
+    ns_dir: String,
+}
+
+fn python() -> String {
+    std::env::var("LABIOS_TEST_PYTHON")
+        .unwrap_or_else(|_| "/var/tmp/labios-venv/bin/python".to_string())
+}
+
+fn check(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+impl Bench {
+    async fn start(kind: Kind, name: &str) -> Bench {
+        let tmp = tempfile::tempdir().unwrap();
+        let site = match kind {
+            Kind::Embedded => Site::Serve(Server::start(&tmp.path().join("data"))),
+            Kind::Cluster => Site::Cluster(Box::new(Deployed::start(Kind::Cluster, |_| {}).await)),
+        };
+        for d in ["in", "native", "out"] {
+            std::fs::create_dir(tmp.path().join(d)).unwrap();
+        }
+        Bench {
+            site,
+            tmp,
+            ns_dir: format!("{PREFIX}/{name}"),
+        }
+    }
+
+    fn input(&self) -> PathBuf {
+        self.tmp.path().join("in")
+    }
+
+    fn out(&self) -> PathBuf {
+        self.tmp.path().join("out")
+    }
+
+    /// `labios run [--async] -- PROGRAM...` against this test's deployment.
+    fn labios_run(&self, asynchronous: bool, program: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run");
+        if asynchronous {
+            cmd.arg("--async");
+        }
+        cmd.arg("--").args(program);
+        cmd.env_remove("LABIOS_KEY").env_remove("LABIOS_SECRET");
+        match &self.site {
+            Site::Serve(s) => {
+                cmd.env("LABIOS_ENDPOINT", &s.endpoint);
+            }
+            Site::Cluster(d) => {
+                cmd.envs(env_of(d.config()));
+            }
+        }
+        cmd
+    }
+
+    /// Runs `script` with `sh`, once natively with ROOT a plain directory
+    /// and once under `labios run` with ROOT in LABIOS; IN holds inputs and
+    /// OUT receives copies. Returns both outputs after checking they match.
+    fn same(&self, asynchronous: bool, script: &str) -> String {
+        let native_out = self.tmp.path().join("out-native");
+        std::fs::create_dir_all(&native_out).unwrap();
+        let native = Command::new("sh")
+            .args(["-c", script])
+            .env("ROOT", self.tmp.path().join("native"))
+            .env("IN", self.input())
+            .env("OUT", &native_out)
+            .env("PROGRAMS", PROGRAMS)
+            .output()
+            .unwrap();
+        let native = check(&native, "native run");
+        let labios = self
+            .labios_run(asynchronous, &["sh", "-c", script])
+            .env("ROOT", &self.ns_dir)
+            .env("IN", self.input())
+            .env("OUT", self.out())
+            .env("PROGRAMS", PROGRAMS)
+            .output()
+            .unwrap();
+        let labios = check(&labios, "run on LABIOS");
+        assert_eq!(
+            labios, native,
+            "program output on LABIOS differs from the plain directory's"
+        );
+        assert_same_files(&native_out, &self.out());
+        labios
+    }
+
+    async fn stop(self) {
+        match self.site {
+            Site::Serve(s) => s.stop(),
+            Site::Cluster(d) => d.shutdown().await,
+        }
+    }
+}
+
+/// Every file under `a` is under `b` with the same bytes, and no others.
+fn assert_same_files(a: &Path, b: &Path) {
+    let list = |root: &Path| {
+        common::files_under(root)
+            .into_iter()
+            .map(|p| p.strip_prefix(root).unwrap().to_path_buf())
+            .collect::<Vec<_>>()
+    };
+    let (la, lb) = (list(a), list(b));
+    assert_eq!(la, lb, "files taken out differ");
+    for rel in la {
+        assert!(
+            std::fs::read(a.join(&rel)).unwrap() == std::fs::read(b.join(&rel)).unwrap(),
+            "{} differs",
+            rel.display()
+        );
+    }
+}
+
+fn write_input(dir: &Path, name: &str, data: &[u8]) {
+    std::fs::write(dir.join(name), data).unwrap();
+}
+
+/// `count` lines of pseudo-random words, for sort.
+fn lines(count: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for i in 0..count {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(format!("{:016x} line {i} {}\n", x, x % 977).as_bytes());
+    }
+    out
+}
+
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::Kind;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                super::$name(Kind::Embedded).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cluster() {
+                super::$name(Kind::Cluster).await
+            }
+        }
+    )*};
+}
+
+both!(coreutils, tar_tree, python_file_io, sqlite, hdf5, mpi);
+
+const COREUTILS: &str = r#"
+set -e
+mkdir -p "$ROOT/c"
+cp "$IN/big.bin" "$ROOT/c/big.bin"
+cat "$ROOT/c/big.bin" | sha256sum
+for bs in 4096 65536 1M; do
+  dd if="$IN/big.bin" of="$ROOT/c/dd.$bs" bs=$bs status=none
+done
+dd if="$IN/big.bin" of="$ROOT/c/dd.512" bs=512 count=300 status=none
+dd if="$IN/small.bin" of="$ROOT/c/dd.4096" bs=1000 seek=3 conv=notrunc status=none
+dd if="$ROOT/c/dd.65536" of="$OUT/dd.back" bs=3000 status=none
+cd "$ROOT/c"
+sha256sum big.bin dd.*
+sort "$IN/lines.txt" > sorted.txt
+sort -r sorted.txt -o rsorted.txt
+sha256sum < sorted.txt
+head -c 300 rsorted.txt
+echo
+printf 'one\n' > log.txt
+printf 'two\n' >> log.txt
+cat log.txt
+ls
+wc -c big.bin sorted.txt
+cp big.bin rsorted.txt "$OUT/"
+mv log.txt renamed.txt
+rm dd.512
+ls
+"#;
+
+async fn coreutils(kind: Kind) {
+    let b = Bench::start(kind, "coreutils").await;
+    write_input(&b.input(), "big.bin", &common::data(1, (2 << 20) + 4321));
+    write_input(&b.input(), "small.bin", &common::data(2, 10_000));
+    write_input(&b.input(), "lines.txt", &lines(40_000));
+    let out = b.same(false, COREUTILS);
+    assert!(out.contains("renamed.txt"), "{out}");
+    b.stop().await;
+}
+
+/// The same programs with asynchronous labels: close waits for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coreutils_async() {
+    let b = Bench::start(Kind::Embedded, "coreutils-async").await;
+    write_input(&b.input(), "big.bin", &common::data(3, (2 << 20) + 17));
+    write_input(&b.input(), "small.bin", &common::data(4, 10_000));
+    write_input(&b.input(), "lines.txt", &lines(20_000));
+    b.same(true, COREUTILS);
+    b.stop().await;
+}
+
+async fn tar_tree(kind: Kind) {
+    let b = Bench::start(kind, "tar").await;
+    let tree = b.input().join("tree");
+    for (i, dir) in ["", "a", "a/b", "a/b/c", "empty", "d"].iter().enumerate() {
+        std::fs::create_dir_all(tree.join(dir)).unwrap();
+        for j in 0..3 {
+            let len = [0, 1, 4096, 65_537, 300_001][(i + j) % 5];
+            write_input(
+                &tree.join(dir),
+                &format!("f{j}.dat"),
+                &common::data((i * 10 + j) as u64, len),
+            );
+        }
+    }
+    std::fs::remove_dir_all(tree.join("empty")).unwrap();
+    std::fs::create_dir(tree.join("empty")).unwrap();
+    let script = r#"
+set -e
+mkdir -p "$ROOT"
+det="--sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner"
+tar -cf "$ROOT/t.tar" -C "$IN/tree" $det .
+tar -tvf "$ROOT/t.tar"
+mkdir -p "$ROOT/x"
+tar -xf "$ROOT/t.tar" -C "$ROOT/x"
+diff -r "$IN/tree" "$ROOT/x" && echo trees equal
+tar -cf "$OUT/again.tar" -C "$ROOT/x" $det .
+cp "$ROOT/t.tar" "$OUT/t.tar"
+find "$ROOT/x" -type f | sed "s|$ROOT||" | sort
+"#;
+    let out = b.same(false, script);
+    assert!(out.contains("trees equal"), "{out}");
+    b.stop().await;
+}
+
+async fn python_file_io(kind: Kind) {
+    let b = Bench::start(kind, "python").await;
+    let out = b.same(false, r#"python3 "$PROGRAMS/file_io.py" "$ROOT""#);
+    assert!(
+        out.contains("fork parent-before;child;parent-after"),
+        "{out}"
+    );
+    b.stop().await;
+}
+
+async fn sqlite(kind: Kind) {
+    let b = Bench::start(kind, "sqlite").await;
+    let mut sql =
+        String::from("CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);\nBEGIN;\n");
+    for i in 0..10_000 {
+        sql.push_str(&format!(
+            "INSERT INTO t VALUES({i}, 'row-{i}-{}', {});\n",
+            i * 7 % 13,
+            i as f64 * 1.5
+        ));
+    }
+    sql.push_str("COMMIT;\nCREATE INDEX t_name ON t(name);\n");
+    write_input(&b.input(), "load.sql", sql.as_bytes());
+    let script = r#"
+set -e
+mkdir -p "$ROOT/db"
+sqlite3 "$ROOT/db/test.db" < "$IN/load.sql"
+sqlite3 "$ROOT/db/test.db" "SELECT count(*), sum(v), min(name), max(name) FROM t;"
+sqlite3 "$ROOT/db/test.db" "SELECT id % 13 AS k, count(*) FROM t GROUP BY k ORDER BY k;"
+sqlite3 "$ROOT/db/test.db" "UPDATE t SET v = -v WHERE id < 100; DELETE FROM t WHERE id >= 9990;"
+sqlite3 "$ROOT/db/test.db" "SELECT count(*), sum(v) FROM t WHERE name LIKE 'row-12%'; PRAGMA integrity_check;"
+cp "$ROOT/db/test.db" "$OUT/copy.db"
+sqlite3 "$OUT/copy.db" "SELECT count(*) FROM t;"
+ls "$ROOT/db"
+"#;
+    let out = b.same(false, script);
+    assert!(out.contains("10000|"), "{out}");
+    assert!(out.contains("ok\n"), "{out}");
+    b.stop().await;
+}
+
+async fn hdf5(kind: Kind) {
+    let py = python();
+    let probe = Command::new(&py).args(["-c", "import h5py"]).output();
+    assert!(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "{py} cannot import h5py: run `bash scripts/python-tests.sh` or set LABIOS_TEST_PYTHON"
+    );
+    let b = Bench::start(kind, "hdf5").await;
+    let script = format!(
+        r#"set -e; mkdir -p "$ROOT/h5"; {py} "$PROGRAMS/h5.py" "$ROOT/h5"; cp "$ROOT/h5/data.h5" "$OUT/data.h5"; {py} -c "import h5py,sys; print(h5py.File(sys.argv[1])['sim/ids'][-1])" "$OUT/data.h5""#
+    );
+    let out = b.same(false, &script);
+    assert!(out.contains("step 42 shape (400, 500)"), "{out}");
+    b.stop().await;
+}
+
+async fn mpi(kind: Kind) {
+    let b = Bench::start(kind, "mpi").await;
+    let exe = b.input().join("mpi_io");
+    let cc = Command::new("mpicc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("{PROGRAMS}/mpi_io.c"))
+        .output()
+        .expect("mpicc (mpich) is installed: bash scripts/services.sh install");
+    check(&cc, "mpicc");
+    let script = r#"
+set -e
+mkdir -p "$ROOT/mpi"
+mpiexec -n 4 "$IN/mpi_io" "$ROOT/mpi"
+ls "$ROOT/mpi"
+cp "$ROOT/mpi/cm1.out" "$ROOT/mpi/hacc.3" "$OUT/"
+"#;
+    let out = b.same(false, script);
+    assert!(
+        out.contains("ranks 4,") && out.contains("mismatches 0"),
+        "{out}"
+    );
+    b.stop().await;
+}
+
+/// A program that never touches a LABIOS path behaves exactly as without
+/// the library, and does not even connect (the endpoint here is dead).
+#[test]
+fn programs_outside_labios_are_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = r#"set -e; cd "$D"; printf 'x%.0s' $(seq 1 5000) > a; cp a b; sha256sum a b; ls -la /proc/self/fd | wc -l; sort -r a b | wc -c; python3 -c 'import os; print(sorted(os.listdir(".")))'; cat /nonexistent 2>&1 || true"#;
+    let run = |preload: bool| {
+        let d = tmp.path().join(if preload { "p" } else { "n" });
+        std::fs::create_dir(&d).unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]).env("D", &d);
+        if preload {
+            cmd.env("LD_PRELOAD", preload_library())
+                .env("LABIOS_ENDPOINT", tmp.path().join("nobody-here.sock"));
+        }
+        let out = cmd.output().unwrap();
+        (
+            check(&out, "sh"),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (native, _) = run(false);
+    let (preloaded, stderr) = run(true);
+    assert_eq!(preloaded, native);
+    assert_eq!(stderr, "", "the library printed something");
+}
+
+fn preload_library() -> PathBuf {
+    let lib = Path::new(BIN).with_file_name("liblabios_preload.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: `cargo build --workspace` builds it",
+        lib.display()
+    );
+    lib
+}
+
+/// Without any `labios serve`, `labios run` starts the embedded runtime for
+/// the program and stops it cleanly after; the data stays for the next run.
+#[test]
+fn run_starts_the_embedded_runtime_when_nothing_serves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let run = |script: &str| {
+        Command::new(BIN)
+            .args(["run", "--", "sh", "-c", script])
+            .env("LABIOS_DATA_DIR", &data)
+            .env_remove("LABIOS_ENDPOINT")
+            .output()
+            .unwrap()
+    };
+    check(&run("echo persisted > /labios/note.txt"), "first run");
+    assert_eq!(
+        check(&run("cat /labios/note.txt"), "second run"),
+        "persisted\n"
+    );
+    let out = run("cat /labios/none.txt");
+    assert_eq!(out.status.code(), Some(1), "exit status is the program's");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No such file or directory"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = Command::new(BIN)
+        .args(["run", "--prefix", "relative", "--", "true"])
+        .env("LABIOS_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid prefix \"relative\""));
+}

@@ -1,0 +1,206 @@
+//! Descriptors of open LABIOS files.
+//!
+//! Each one is a real descriptor of a memfd, so that its number is the
+//! kernel's to hand out and the kernel's file description does what POSIX
+//! asks of it: the file position lives in the memfd's offset, which `dup`,
+//! `fork` and `exec` share exactly as they would for a real file. The memfd
+//! also holds the file's path, so a program started by `exec` finds its
+//! inherited LABIOS descriptors again (see [`restore`]).
+
+use crate::mount::{self, Vpath};
+use crate::real::real;
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::raw::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+
+/// Descriptors past this number are never LABIOS's (open fails with EMFILE).
+pub const MAX_FD: usize = 1 << 16;
+const MAGIC: &str = "LABIOS-FD 1";
+const MEMFD_NAME: &str = "labios";
+
+#[derive(Debug)]
+pub struct OpenFile {
+    pub path: Vpath,
+    pub dir: bool,
+    /// The open flags; `fcntl(F_SETFL)` may change O_APPEND.
+    pub flags: AtomicI32,
+}
+
+impl OpenFile {
+    pub fn readable(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & libc::O_ACCMODE != libc::O_WRONLY
+    }
+    pub fn writable(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & libc::O_ACCMODE != libc::O_RDONLY
+    }
+}
+
+/// One flag per descriptor number, so that the calls of a program on its
+/// own descriptors cost one atomic load before going to libc.
+static MARK: [AtomicBool; MAX_FD] = [const { AtomicBool::new(false) }; MAX_FD];
+static FILES: RwLock<BTreeMap<c_int, Arc<OpenFile>>> = parking_lot::const_rwlock(BTreeMap::new());
+
+pub fn get(fd: c_int) -> Option<Arc<OpenFile>> {
+    let i = usize::try_from(fd).ok().filter(|&i| i < MAX_FD)?;
+    if !MARK[i].load(Ordering::Acquire) {
+        return None;
+    }
+    FILES.read().get(&fd).cloned()
+}
+
+pub fn is_labios(fd: c_int) -> bool {
+    usize::try_from(fd)
+        .ok()
+        .filter(|&i| i < MAX_FD)
+        .is_some_and(|i| MARK[i].load(Ordering::Acquire))
+}
+
+pub fn insert(fd: c_int, file: Arc<OpenFile>) {
+    FILES.write().insert(fd, file);
+    MARK[fd as usize].store(true, Ordering::Release);
+}
+
+pub fn remove(fd: c_int) -> Option<Arc<OpenFile>> {
+    if !is_labios(fd) {
+        return None;
+    }
+    MARK[fd as usize].store(false, Ordering::Release);
+    FILES.write().remove(&fd)
+}
+
+/// A new descriptor for a LABIOS file; errno on failure.
+pub fn open(path: Vpath, dir: bool, flags: c_int) -> Result<c_int, c_int> {
+    let cloexec = if flags & libc::O_CLOEXEC != 0 {
+        libc::MFD_CLOEXEC
+    } else {
+        0
+    };
+    let name = CString::new(MEMFD_NAME).expect("no NUL");
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), (cloexec | libc::MFD_ALLOW_SEALING) as c_uint) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    if fd as usize >= MAX_FD {
+        unsafe { close_real(fd) };
+        return Err(libc::EMFILE);
+    }
+    let record = format!(
+        "{MAGIC}\n{}\n{flags}\n{}\n{}",
+        u8::from(dir),
+        path.full,
+        path.ns
+    );
+    let wrote = unsafe {
+        real!(pwrite64: fn(c_int, *const c_void, usize, i64) -> isize)(
+            fd,
+            record.as_ptr().cast(),
+            record.len(),
+            0,
+        )
+    };
+    // Sealed, so that a write LABIOS does not see (libc writing to a stream
+    // internally) fails loudly instead of landing in the placeholder.
+    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    let sealed =
+        unsafe { real!(fcntl: fn(c_int, c_int, c_int) -> c_int)(fd, libc::F_ADD_SEALS, seals) };
+    if wrote != record.len() as isize || sealed != 0 {
+        unsafe { close_real(fd) };
+        return Err(libc::EIO);
+    }
+    insert(
+        fd,
+        Arc::new(OpenFile {
+            path,
+            dir,
+            flags: AtomicI32::new(flags),
+        }),
+    );
+    Ok(fd)
+}
+
+/// # Safety
+/// `fd` is a descriptor this library owns.
+pub unsafe fn close_real(fd: c_int) -> c_int {
+    real!(close: fn(c_int) -> c_int)(fd)
+}
+
+pub fn errno() -> c_int {
+    unsafe { *libc::__errno_location() }
+}
+
+/// The file position (the memfd's offset).
+pub fn position(fd: c_int) -> i64 {
+    unsafe { real!(lseek64: fn(c_int, i64, c_int) -> i64)(fd, 0, libc::SEEK_CUR) }
+}
+
+pub fn set_position(fd: c_int, pos: i64) -> i64 {
+    unsafe { real!(lseek64: fn(c_int, i64, c_int) -> i64)(fd, pos, libc::SEEK_SET) }
+}
+
+/// Finds the LABIOS descriptors this process inherited through `exec`.
+pub fn restore() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<c_int>().ok())
+        else {
+            continue;
+        };
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        if !target.to_string_lossy().starts_with("/memfd:labios ") || fd as usize >= MAX_FD {
+            continue;
+        }
+        if let Some(file) = read_record(fd) {
+            insert(fd, Arc::new(file));
+        }
+    }
+}
+
+fn read_record(fd: c_int) -> Option<OpenFile> {
+    let mut buf = vec![0u8; 8192];
+    let n = unsafe {
+        real!(pread64: fn(c_int, *mut c_void, usize, i64) -> isize)(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            0,
+        )
+    };
+    buf.truncate(usize::try_from(n).ok()?);
+    let text = String::from_utf8(buf).ok()?;
+    let mut lines = text.splitn(5, '\n');
+    if lines.next()? != MAGIC {
+        return None;
+    }
+    let dir = lines.next()? == "1";
+    let flags = lines.next()?.parse().ok()?;
+    let full = lines.next()?.to_string();
+    let ns = lines.next()?.to_string();
+    mount::normalize(&full)?;
+    Some(OpenFile {
+        path: Vpath { full, ns },
+        dir,
+        flags: AtomicI32::new(flags),
+    })
+}
+
+/// Fork must not copy the table while another thread changes it.
+pub fn lock_for_fork() {
+    std::mem::forget(FILES.write());
+}
+
+/// # Safety
+/// Only after [`lock_for_fork`], in the parent and in the child.
+pub unsafe fn unlock_after_fork() {
+    FILES.force_unlock_write();
+}

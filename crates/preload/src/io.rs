@@ -1,0 +1,242 @@
+//! What an intercepted call does to a LABIOS file, independent of which C
+//! entry point (POSIX, stdio, directory streams) it came through.
+
+use crate::conn;
+use crate::fdtable::{self, OpenFile};
+use crate::mount::Vpath;
+use bytes::Bytes;
+use labios_client::IoMode;
+use labios_store::{FileKind, FileMeta};
+use std::os::raw::c_int;
+
+pub type Errno = c_int;
+
+fn parent(ns: &str) -> Option<&str> {
+    match ns.rfind('/') {
+        Some(0) if ns.len() > 1 => Some("/"),
+        Some(i) if i > 0 => Some(&ns[..i]),
+        _ => None,
+    }
+}
+
+/// The parent directory must exist, as POSIX asks of open(O_CREAT) and mkdir.
+fn check_parent(s: &labios_c::Session, ns: &str) -> Result<(), labios_label::Error> {
+    let Some(p) = parent(ns) else { return Ok(()) };
+    if p == "/" {
+        return Ok(());
+    }
+    match s.stat(p)? {
+        Some(m) if m.kind == FileKind::Dir => Ok(()),
+        Some(_) => Err(labios_label::Error::InvalidArgument(format!(
+            "{p} is not a directory"
+        ))),
+        None => Err(labios_label::Error::NotFound(p.to_string())),
+    }
+}
+
+pub fn open(path: Vpath, flags: c_int) -> Result<c_int, Errno> {
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
+    let create = flags & libc::O_CREAT != 0;
+    let excl = create && flags & libc::O_EXCL != 0;
+    let meta = conn::with(&format!("open {}", path.full), |s| s.stat(&path.ns))?;
+    let dir = match meta {
+        Some(m) if m.kind == FileKind::Dir => {
+            if excl {
+                return Err(libc::EEXIST);
+            }
+            if writes {
+                return Err(libc::EISDIR);
+            }
+            true
+        }
+        Some(m) => {
+            if excl {
+                return Err(libc::EEXIST);
+            }
+            if flags & libc::O_DIRECTORY != 0 {
+                return Err(libc::ENOTDIR);
+            }
+            if writes && flags & libc::O_TRUNC != 0 && m.size > 0 {
+                conn::with(&format!("truncate {}", path.full), |s| {
+                    s.truncate(&path.ns, 0)
+                })?;
+            }
+            false
+        }
+        None if !create => return Err(libc::ENOENT),
+        None => {
+            conn::with(&format!("create {}", path.full), |s| {
+                check_parent(s, &path.ns)?;
+                s.create(&path.ns)
+            })?;
+            false
+        }
+    };
+    fdtable::open(path, dir, flags)
+}
+
+/// Reads at `at`, or at the file position (then advanced) when `None`.
+pub fn read(fd: c_int, f: &OpenFile, buf: &mut [u8], at: Option<i64>) -> Result<usize, Errno> {
+    if f.dir {
+        return Err(libc::EISDIR);
+    }
+    if !f.readable() {
+        return Err(libc::EBADF);
+    }
+    let pos = at.unwrap_or_else(|| fdtable::position(fd));
+    let pos = u64::try_from(pos).map_err(|_| libc::EINVAL)?;
+    let data = conn::with(&format!("read {}", f.path.full), |s| {
+        s.read(&f.path.ns, pos, buf.len() as u64)
+    })?;
+    buf[..data.len()].copy_from_slice(&data);
+    if at.is_none() {
+        fdtable::set_position(fd, (pos + data.len() as u64) as i64);
+    }
+    Ok(data.len())
+}
+
+/// Writes at `at`, or at the file position (then advanced); O_APPEND writes
+/// at the end of the file.
+pub fn write(fd: c_int, f: &OpenFile, data: &[u8], at: Option<i64>) -> Result<usize, Errno> {
+    if f.dir {
+        return Err(libc::EISDIR);
+    }
+    if !f.writable() {
+        return Err(libc::EBADF);
+    }
+    let append = f.flags.load(std::sync::atomic::Ordering::Relaxed) & libc::O_APPEND != 0;
+    let pos = if append {
+        size(f)?
+    } else {
+        let p = at.unwrap_or_else(|| fdtable::position(fd));
+        u64::try_from(p).map_err(|_| libc::EINVAL)?
+    };
+    let bytes = Bytes::copy_from_slice(data);
+    conn::with(&format!("write {}", f.path.full), |s| {
+        s.write_in_mode(&f.path.ns, pos, bytes)
+    })?;
+    if at.is_none() || append {
+        fdtable::set_position(fd, (pos + data.len() as u64) as i64);
+    }
+    Ok(data.len())
+}
+
+pub fn size(f: &OpenFile) -> Result<u64, Errno> {
+    conn::with(&format!("stat {}", f.path.full), |s| s.stat(&f.path.ns))?
+        .map(|m| m.size)
+        .ok_or(libc::ENOENT)
+}
+
+pub fn seek(fd: c_int, f: &OpenFile, offset: i64, whence: c_int) -> Result<i64, Errno> {
+    let base = match whence {
+        libc::SEEK_SET => 0,
+        libc::SEEK_CUR => fdtable::position(fd),
+        libc::SEEK_END => size(f)? as i64,
+        libc::SEEK_DATA | libc::SEEK_HOLE => {
+            // No holes are reported: the whole file is data.
+            let end = size(f)? as i64;
+            if offset < 0 || offset >= end {
+                return Err(libc::ENXIO);
+            }
+            let to = if whence == libc::SEEK_DATA {
+                offset
+            } else {
+                end
+            };
+            return Ok(fdtable::set_position(fd, to));
+        }
+        _ => return Err(libc::EINVAL),
+    };
+    let to = base
+        .checked_add(offset)
+        .filter(|&p| p >= 0)
+        .ok_or(libc::EINVAL)?;
+    Ok(fdtable::set_position(fd, to))
+}
+
+/// Closes a LABIOS descriptor; in asynchronous mode the writes in flight
+/// complete first, and their failure is close's.
+pub fn close(fd: c_int) -> Result<(), Errno> {
+    let Some(f) = fdtable::remove(fd) else {
+        return Err(libc::EBADF);
+    };
+    let waited = if !f.dir && f.writable() {
+        conn::with(&format!("close {}", f.path.full), |s| {
+            if s.mode() == IoMode::Async {
+                s.wait_all()
+            } else {
+                Ok(())
+            }
+        })
+    } else {
+        Ok(())
+    };
+    unsafe { fdtable::close_real(fd) };
+    waited
+}
+
+pub fn fsync(f: &OpenFile) -> Result<(), Errno> {
+    if f.dir {
+        return Ok(());
+    }
+    conn::with(&format!("fsync {}", f.path.full), |s| s.flush(&f.path.ns))
+}
+
+pub fn truncate(path: &Vpath, len: i64) -> Result<(), Errno> {
+    let len = u64::try_from(len).map_err(|_| libc::EINVAL)?;
+    let meta = conn::with(&format!("truncate {}", path.full), |s| s.stat(&path.ns))?;
+    match meta {
+        None => Err(libc::ENOENT),
+        Some(m) if m.kind == FileKind::Dir => Err(libc::EISDIR),
+        Some(_) => conn::with(&format!("truncate {}", path.full), |s| {
+            s.truncate(&path.ns, len)
+        }),
+    }
+}
+
+pub fn mkdir(path: &Vpath) -> Result<(), Errno> {
+    conn::with(&format!("mkdir {}", path.full), |s| {
+        if s.stat(&path.ns)?.is_some() {
+            return Err(labios_label::Error::AlreadyExists(path.ns.clone()));
+        }
+        check_parent(s, &path.ns)?;
+        s.mkdir(&path.ns).map(|_| ())
+    })
+}
+
+/// unlink (`dir` false) or rmdir (`dir` true).
+pub fn remove(path: &Vpath, dir: bool) -> Result<(), Errno> {
+    let meta = conn::with(&format!("stat {}", path.full), |s| s.stat(&path.ns))?;
+    match meta {
+        None => Err(libc::ENOENT),
+        Some(m) if (m.kind == FileKind::Dir) != dir => {
+            Err(if dir { libc::ENOTDIR } else { libc::EISDIR })
+        }
+        Some(_) if path.ns == "/" => Err(libc::EBUSY),
+        Some(_) => conn::with(&format!("remove {}", path.full), |s| s.remove(&path.ns)),
+    }
+}
+
+pub fn rename(from: &Vpath, to: &Vpath) -> Result<(), Errno> {
+    let meta = conn::with(&format!("stat {}", from.full), |s| s.stat(&from.ns))?;
+    match meta {
+        None => Err(libc::ENOENT),
+        // Directories move by copy (mv does that on EXDEV).
+        Some(m) if m.kind == FileKind::Dir => Err(libc::EXDEV),
+        Some(_) => conn::with(&format!("rename {} {}", from.full, to.full), |s| {
+            s.rename(&from.ns, &to.ns)
+        }),
+    }
+}
+
+pub fn stat(path: &Vpath) -> Result<FileMeta, Errno> {
+    conn::with(&format!("stat {}", path.full), |s| s.stat(&path.ns))?.ok_or(libc::ENOENT)
+}
+
+/// Whether the entry exists (access, chmod and friends).
+pub fn exists(path: &Vpath) -> Result<(), Errno> {
+    stat(path).map(|_| ())
+}

@@ -1,0 +1,1167 @@
+//! POSIX entry points. Each one asks whether its descriptor or path is
+//! LABIOS's (one atomic load for descriptors, a prefix comparison for
+//! paths) and otherwise calls libc's function unchanged.
+
+use crate::conn;
+use crate::fdtable;
+use crate::io::{self, Errno};
+use crate::mount::{self, Target, Vpath};
+use crate::real::real;
+use libc::{mode_t, off64_t, off_t, size_t, ssize_t};
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_uint, c_ulong, c_void};
+
+pub fn set_errno(e: Errno) {
+    unsafe { *libc::__errno_location() = e }
+}
+
+pub fn ret(r: Result<c_int, Errno>) -> c_int {
+    r.unwrap_or_else(|e| {
+        set_errno(e);
+        -1
+    })
+}
+
+fn ret0(r: Result<(), Errno>) -> c_int {
+    ret(r.map(|()| 0))
+}
+
+fn rets(r: Result<usize, Errno>) -> ssize_t {
+    match r {
+        Ok(n) => n as ssize_t,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// The path to hand libc: the caller's, or its absolute form when it was
+/// relative to a LABIOS working directory.
+fn real_path(p: &Option<CString>, orig: *const c_char) -> *const c_char {
+    p.as_ref().map_or(orig, |c| c.as_ptr())
+}
+
+/// Resolves a path argument; `Err` carries the libc path to use instead.
+unsafe fn labios_path_at(dirfd: c_int, path: *const c_char) -> Result<Vpath, Option<CString>> {
+    if conn::bypass() {
+        return Err(None);
+    }
+    match mount::resolve_at(dirfd, path) {
+        Target::Labios(v) => Ok(v),
+        Target::Real(p) => Err(p),
+    }
+}
+
+unsafe fn labios_path(path: *const c_char) -> Result<Vpath, Option<CString>> {
+    labios_path_at(libc::AT_FDCWD, path)
+}
+
+// ---- open and close ------------------------------------------------------
+
+unsafe fn open_at(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    real: impl FnOnce(*const c_char) -> c_int,
+) -> c_int {
+    match labios_path_at(dirfd, path) {
+        Ok(v) => ret(io::open(v, flags)),
+        Err(p) => real(real_path(&p, path)),
+    }
+}
+
+// The mode is C-variadic; on the Linux ABIs Rust targets it arrives where a
+// third fixed argument would, and it is only read with O_CREAT.
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    open_at(libc::AT_FDCWD, path, flags, |p| {
+        real!(open: fn(*const c_char, c_int, mode_t) -> c_int)(p, flags, mode)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+    open_at(libc::AT_FDCWD, path, flags, |p| {
+        real!(open64: fn(*const c_char, c_int, mode_t) -> c_int)(p, flags, mode)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    open_at(libc::AT_FDCWD, path, flags, |p| {
+        real!(__open_2: fn(*const c_char, c_int) -> c_int)(p, flags)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    open_at(libc::AT_FDCWD, path, flags, |p| {
+        real!(__open64_2: fn(*const c_char, c_int) -> c_int)(p, flags)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    open_at(dirfd, path, flags, |p| {
+        real!(openat: fn(c_int, *const c_char, c_int, mode_t) -> c_int)(dirfd, p, flags, mode)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    open_at(dirfd, path, flags, |p| {
+        real!(openat64: fn(c_int, *const c_char, c_int, mode_t) -> c_int)(dirfd, p, flags, mode)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    open_at(dirfd, path, flags, |p| {
+        real!(__openat_2: fn(c_int, *const c_char, c_int) -> c_int)(dirfd, p, flags)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    open_at(dirfd, path, flags, |p| {
+        real!(__openat64_2: fn(c_int, *const c_char, c_int) -> c_int)(dirfd, p, flags)
+    })
+}
+
+const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    open_at(libc::AT_FDCWD, path, CREAT, |p| {
+        real!(creat: fn(*const c_char, mode_t) -> c_int)(p, mode)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    open_at(libc::AT_FDCWD, path, CREAT, |p| {
+        real!(creat64: fn(*const c_char, mode_t) -> c_int)(p, mode)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fdtable::is_labios(fd) {
+        return ret0(io::close(fd));
+    }
+    real!(close: fn(c_int) -> c_int)(fd)
+}
+
+/// mkstemp and friends on a LABIOS template: O_EXCL creation under fresh
+/// names until one is free.
+unsafe fn make_temp(template: *mut c_char, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
+    if conn::bypass() || template.is_null() {
+        return real();
+    }
+    if !matches!(mount::resolve(template), Target::Labios(_)) {
+        return real();
+    }
+    let len = libc::strlen(template);
+    if len < 6 || std::slice::from_raw_parts(template.add(len - 6), 6) != [b'X' as c_char; 6] {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    for _ in 0..100 {
+        for i in 0..6 {
+            *template.add(len - 6 + i) = CHARS[fastrand_index(CHARS.len())] as c_char;
+        }
+        let Target::Labios(v) = mount::resolve(template) else {
+            break;
+        };
+        let flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+        match io::open(v, flags) {
+            Err(libc::EEXIST) => continue,
+            r => return ret(r),
+        }
+    }
+    set_errno(libc::EEXIST);
+    -1
+}
+
+fn fastrand_index(n: usize) -> usize {
+    let mut b = [0u8; 8];
+    unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    (u64::from_ne_bytes(b) % n as u64) as usize
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
+    make_temp(template, 0, || {
+        real!(mkstemp: fn(*mut c_char) -> c_int)(template)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
+    make_temp(template, 0, || {
+        real!(mkstemp64: fn(*mut c_char) -> c_int)(template)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
+    make_temp(template, flags, || {
+        real!(mkostemp: fn(*mut c_char, c_int) -> c_int)(template, flags)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
+    make_temp(template, flags, || {
+        real!(mkostemp64: fn(*mut c_char, c_int) -> c_int)(template, flags)
+    })
+}
+
+// ---- data ----------------------------------------------------------------
+
+unsafe fn read_fd(fd: c_int, buf: *mut c_void, n: size_t, at: Option<i64>) -> Option<ssize_t> {
+    let f = fdtable::get(fd)?;
+    let slice: &mut [u8] = if n == 0 {
+        &mut []
+    } else {
+        std::slice::from_raw_parts_mut(buf.cast(), n)
+    };
+    Some(rets(io::read(fd, &f, slice, at)))
+}
+
+unsafe fn write_fd(fd: c_int, buf: *const c_void, n: size_t, at: Option<i64>) -> Option<ssize_t> {
+    let f = fdtable::get(fd)?;
+    let slice: &[u8] = if n == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(buf.cast(), n)
+    };
+    Some(rets(io::write(fd, &f, slice, at)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    read_fd(fd, buf, n, None)
+        .unwrap_or_else(|| real!(read: fn(c_int, *mut c_void, size_t) -> ssize_t)(fd, buf, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    cap: size_t,
+) -> ssize_t {
+    read_fd(fd, buf, n.min(cap), None).unwrap_or_else(|| {
+        real!(__read_chk: fn(c_int, *mut c_void, size_t, size_t) -> ssize_t)(fd, buf, n, cap)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    read_fd(fd, buf, n, Some(off)).unwrap_or_else(|| {
+        real!(pread: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t)(fd, buf, n, off)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
+    read_fd(fd, buf, n, Some(off)).unwrap_or_else(|| {
+        real!(pread64: fn(c_int, *mut c_void, size_t, off64_t) -> ssize_t)(fd, buf, n, off)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off64_t,
+    cap: size_t,
+) -> ssize_t {
+    read_fd(fd, buf, n.min(cap), Some(off)).unwrap_or_else(|| {
+        real!(__pread64_chk: fn(c_int, *mut c_void, size_t, off64_t, size_t) -> ssize_t)(
+            fd, buf, n, off, cap,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    write_fd(fd, buf, n, None)
+        .unwrap_or_else(|| real!(write: fn(c_int, *const c_void, size_t) -> ssize_t)(fd, buf, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    write_fd(fd, buf, n, Some(off)).unwrap_or_else(|| {
+        real!(pwrite: fn(c_int, *const c_void, size_t, off_t) -> ssize_t)(fd, buf, n, off)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    off: off64_t,
+) -> ssize_t {
+    write_fd(fd, buf, n, Some(off)).unwrap_or_else(|| {
+        real!(pwrite64: fn(c_int, *const c_void, size_t, off64_t) -> ssize_t)(fd, buf, n, off)
+    })
+}
+
+/// Vectored I/O on LABIOS files gathers into one label.
+unsafe fn readv_fd(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    at: Option<i64>,
+) -> Option<ssize_t> {
+    let f = fdtable::get(fd)?;
+    let iov = std::slice::from_raw_parts(iov, usize::try_from(cnt).unwrap_or(0));
+    let total: usize = iov.iter().map(|v| v.iov_len).sum();
+    let mut buf = vec![0u8; total];
+    let n = match io::read(fd, &f, &mut buf, at) {
+        Ok(n) => n,
+        Err(e) => return Some(rets(Err(e))),
+    };
+    let mut done = 0;
+    for v in iov {
+        let take = v.iov_len.min(n - done);
+        std::ptr::copy_nonoverlapping(buf[done..].as_ptr(), v.iov_base.cast(), take);
+        done += take;
+    }
+    Some(n as ssize_t)
+}
+
+unsafe fn writev_fd(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    at: Option<i64>,
+) -> Option<ssize_t> {
+    let f = fdtable::get(fd)?;
+    let iov = std::slice::from_raw_parts(iov, usize::try_from(cnt).unwrap_or(0));
+    let mut buf = Vec::with_capacity(iov.iter().map(|v| v.iov_len).sum());
+    for v in iov.iter().filter(|v| v.iov_len > 0) {
+        buf.extend_from_slice(std::slice::from_raw_parts(v.iov_base.cast(), v.iov_len));
+    }
+    Some(rets(io::write(fd, &f, &buf, at)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    readv_fd(fd, iov, cnt, None).unwrap_or_else(|| {
+        real!(readv: fn(c_int, *const libc::iovec, c_int) -> ssize_t)(fd, iov, cnt)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    writev_fd(fd, iov, cnt, None).unwrap_or_else(|| {
+        real!(writev: fn(c_int, *const libc::iovec, c_int) -> ssize_t)(fd, iov, cnt)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+) -> ssize_t {
+    readv_fd(fd, iov, cnt, Some(off)).unwrap_or_else(|| {
+        real!(preadv: fn(c_int, *const libc::iovec, c_int, off_t) -> ssize_t)(fd, iov, cnt, off)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+) -> ssize_t {
+    writev_fd(fd, iov, cnt, Some(off)).unwrap_or_else(|| {
+        real!(pwritev: fn(c_int, *const libc::iovec, c_int, off_t) -> ssize_t)(fd, iov, cnt, off)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off64_t,
+) -> ssize_t {
+    readv_fd(fd, iov, cnt, Some(off)).unwrap_or_else(|| {
+        real!(preadv64: fn(c_int, *const libc::iovec, c_int, off64_t) -> ssize_t)(fd, iov, cnt, off)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off64_t,
+) -> ssize_t {
+    writev_fd(fd, iov, cnt, Some(off)).unwrap_or_else(|| {
+        real!(pwritev64: fn(c_int, *const libc::iovec, c_int, off64_t) -> ssize_t)(
+            fd, iov, cnt, off,
+        )
+    })
+}
+
+fn seek_fd(fd: c_int, off: i64, whence: c_int) -> Option<i64> {
+    let f = fdtable::get(fd)?;
+    Some(io::seek(fd, &f, off, whence).unwrap_or_else(|e| {
+        set_errno(e);
+        -1
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    seek_fd(fd, off, whence)
+        .unwrap_or_else(|| real!(lseek: fn(c_int, off_t, c_int) -> off_t)(fd, off, whence))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+    seek_fd(fd, off, whence)
+        .unwrap_or_else(|| real!(lseek64: fn(c_int, off64_t, c_int) -> off64_t)(fd, off, whence))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => ret0(io::fsync(&f)),
+        None => real!(fsync: fn(c_int) -> c_int)(fd),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) => ret0(io::fsync(&f)),
+        None => real!(fdatasync: fn(c_int) -> c_int)(fd),
+    }
+}
+
+fn ftruncate_fd(fd: c_int, len: i64) -> Option<c_int> {
+    let f = fdtable::get(fd)?;
+    if f.dir || !f.writable() {
+        return Some(ret(Err(libc::EINVAL)));
+    }
+    Some(ret0(io::truncate(&f.path, len)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    ftruncate_fd(fd, len).unwrap_or_else(|| real!(ftruncate: fn(c_int, off_t) -> c_int)(fd, len))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
+    ftruncate_fd(fd, len)
+        .unwrap_or_else(|| real!(ftruncate64: fn(c_int, off64_t) -> c_int)(fd, len))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    match labios_path(path) {
+        Ok(v) => ret0(io::truncate(&v, len)),
+        Err(p) => real!(truncate: fn(*const c_char, off_t) -> c_int)(real_path(&p, path), len),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
+    match labios_path(path) {
+        Ok(v) => ret0(io::truncate(&v, len)),
+        Err(p) => real!(truncate64: fn(*const c_char, off64_t) -> c_int)(real_path(&p, path), len),
+    }
+}
+
+/// Preallocation is growth: the file is extended to cover the range.
+fn allocate_fd(fd: c_int, off: i64, len: i64) -> Option<Result<(), Errno>> {
+    let f = fdtable::get(fd)?;
+    Some((|| {
+        let end = off
+            .checked_add(len)
+            .filter(|&e| off >= 0 && len > 0 && e > 0)
+            .ok_or(libc::EINVAL)?;
+        if io::size(&f)? < end as u64 {
+            io::truncate(&f.path, end)?;
+        }
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
+    match allocate_fd(fd, off, len) {
+        Some(r) => r.err().unwrap_or(0),
+        None => real!(posix_fallocate: fn(c_int, off_t, off_t) -> c_int)(fd, off, len),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+    match allocate_fd(fd, off, len) {
+        Some(r) => r.err().unwrap_or(0),
+        None => real!(posix_fallocate64: fn(c_int, off64_t, off64_t) -> c_int)(fd, off, len),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    if fdtable::is_labios(fd) && mode != 0 {
+        return ret(Err(libc::EOPNOTSUPP));
+    }
+    match allocate_fd(fd, off, len) {
+        Some(r) => ret0(r),
+        None => real!(fallocate: fn(c_int, c_int, off_t, off_t) -> c_int)(fd, mode, off, len),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+    if fdtable::is_labios(fd) && mode != 0 {
+        return ret(Err(libc::EOPNOTSUPP));
+    }
+    match allocate_fd(fd, off, len) {
+        Some(r) => ret0(r),
+        None => real!(fallocate64: fn(c_int, c_int, off64_t, off64_t) -> c_int)(fd, mode, off, len),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    if fdtable::is_labios(fd) {
+        return 0;
+    }
+    real!(posix_fadvise: fn(c_int, off_t, off_t, c_int) -> c_int)(fd, off, len, advice)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise64(
+    fd: c_int,
+    off: off64_t,
+    len: off64_t,
+    advice: c_int,
+) -> c_int {
+    if fdtable::is_labios(fd) {
+        return 0;
+    }
+    real!(posix_fadvise64: fn(c_int, off64_t, off64_t, c_int) -> c_int)(fd, off, len, advice)
+}
+
+// ---- descriptors -----------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(old: c_int) -> c_int {
+    let fd = real!(dup: fn(c_int) -> c_int)(old);
+    if fd >= 0 {
+        if let Some(f) = fdtable::get(old) {
+            fdtable::insert(fd, f);
+        }
+    }
+    fd
+}
+
+unsafe fn dup_onto(old: c_int, new: c_int, real: impl FnOnce() -> c_int) -> c_int {
+    if old == new {
+        return real();
+    }
+    let from = fdtable::get(old);
+    let fd = real();
+    if fd >= 0 {
+        fdtable::remove(new);
+        if let Some(f) = from {
+            fdtable::insert(new, f);
+        }
+        crate::stdio::standard_fd_changed(new);
+    }
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    dup_onto(old, new, || {
+        real!(dup2: fn(c_int, c_int) -> c_int)(old, new)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    dup_onto(old, new, || {
+        real!(dup3: fn(c_int, c_int, c_int) -> c_int)(old, new, flags)
+    })
+}
+
+/// fcntl on a LABIOS descriptor: status flags are LABIOS's, locks always
+/// succeed (LABIOS has no byte-range locks; README "Interception"), the rest
+/// (close-on-exec, duplication) is the memfd's.
+unsafe fn fcntl_fd(fd: c_int, cmd: c_int, arg: c_ulong, real: impl Fn(c_ulong) -> c_int) -> c_int {
+    let Some(f) = fdtable::get(fd) else {
+        return real(arg);
+    };
+    use std::sync::atomic::Ordering::Relaxed;
+    match cmd {
+        libc::F_GETFL => f.flags.load(Relaxed) & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC),
+        libc::F_SETFL => {
+            let settable = libc::O_APPEND | libc::O_NONBLOCK;
+            let old = f.flags.load(Relaxed);
+            f.flags
+                .store((old & !settable) | (arg as c_int & settable), Relaxed);
+            0
+        }
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let new = real(arg);
+            if new >= 0 {
+                fdtable::insert(new, f);
+            }
+            new
+        }
+        libc::F_GETLK | libc::F_OFD_GETLK => {
+            if let Some(lock) = (arg as *mut libc::flock).as_mut() {
+                lock.l_type = libc::F_UNLCK as _;
+            }
+            0
+        }
+        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => 0,
+        _ => real(arg),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    fcntl_fd(fd, cmd, arg, |a| {
+        real!(fcntl: fn(c_int, c_int, c_ulong) -> c_int)(fd, cmd, a)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    fcntl_fd(fd, cmd, arg, |a| {
+        real!(fcntl64: fn(c_int, c_int, c_ulong) -> c_int)(fd, cmd, a)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
+    if fdtable::is_labios(fd) {
+        return 0;
+    }
+    real!(flock: fn(c_int, c_int) -> c_int)(fd, op)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
+    if fdtable::is_labios(fd) {
+        return ret(Err(libc::ENOTTY));
+    }
+    real!(ioctl: fn(c_int, c_ulong, *mut c_void) -> c_int)(fd, req, arg)
+}
+
+/// LABIOS files cannot be mapped; programs that try fall back to read.
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS == 0 && fdtable::is_labios(fd) {
+        set_errno(libc::ENODEV);
+        return libc::MAP_FAILED;
+    }
+    real!(mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void)(
+        addr, len, prot, flags, fd, off,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS == 0 && fdtable::is_labios(fd) {
+        set_errno(libc::ENODEV);
+        return libc::MAP_FAILED;
+    }
+    real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void)(
+        addr, len, prot, flags, fd, off,
+    )
+}
+
+/// In-kernel copies cannot reach LABIOS; EXDEV makes cp and friends copy
+/// with read and write.
+#[no_mangle]
+pub unsafe extern "C" fn copy_file_range(
+    fd_in: c_int,
+    off_in: *mut off64_t,
+    fd_out: c_int,
+    off_out: *mut off64_t,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    if fdtable::is_labios(fd_in) || fdtable::is_labios(fd_out) {
+        set_errno(libc::EXDEV);
+        return -1;
+    }
+    real!(copy_file_range: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t)(
+        fd_in, off_in, fd_out, off_out, len, flags,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(out: c_int, fd_in: c_int, off: *mut off_t, n: size_t) -> ssize_t {
+    if fdtable::is_labios(out) || fdtable::is_labios(fd_in) {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    real!(sendfile: fn(c_int, c_int, *mut off_t, size_t) -> ssize_t)(out, fd_in, off, n)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    fd_in: c_int,
+    off: *mut off64_t,
+    n: size_t,
+) -> ssize_t {
+    if fdtable::is_labios(out) || fdtable::is_labios(fd_in) {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    real!(sendfile64: fn(c_int, c_int, *mut off64_t, size_t) -> ssize_t)(out, fd_in, off, n)
+}
+
+// ---- namespace -------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    match labios_path(path) {
+        Ok(v) => ret0(io::remove(&v, false)),
+        Err(p) => real!(unlink: fn(*const c_char) -> c_int)(real_path(&p, path)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    match labios_path_at(dirfd, path) {
+        Ok(v) => ret0(io::remove(&v, flags & libc::AT_REMOVEDIR != 0)),
+        Err(p) => real!(unlinkat: fn(c_int, *const c_char, c_int) -> c_int)(
+            dirfd,
+            real_path(&p, path),
+            flags,
+        ),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    match labios_path(path) {
+        Ok(v) => ret0(io::remove(&v, true)),
+        Err(p) => real!(rmdir: fn(*const c_char) -> c_int)(real_path(&p, path)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    match labios_path(path) {
+        Ok(v) => ret0(io::mkdir(&v)),
+        Err(p) => real!(mkdir: fn(*const c_char, mode_t) -> c_int)(real_path(&p, path), mode),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    match labios_path_at(dirfd, path) {
+        Ok(v) => ret0(io::mkdir(&v)),
+        Err(p) => real!(mkdirat: fn(c_int, *const c_char, mode_t) -> c_int)(
+            dirfd,
+            real_path(&p, path),
+            mode,
+        ),
+    }
+}
+
+/// Both sides in LABIOS: a LABIOS rename. One side only: EXDEV, as between
+/// two file systems, so that mv copies.
+unsafe fn rename_at(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+    real: impl FnOnce(*const c_char, *const c_char) -> c_int,
+) -> c_int {
+    match (labios_path_at(olddir, old), labios_path_at(newdir, new)) {
+        (Ok(a), Ok(b)) => ret0(io::rename(&a, &b)),
+        (Err(a), Err(b)) => real(real_path(&a, old), real_path(&b, new)),
+        _ => ret(Err(libc::EXDEV)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
+    rename_at(libc::AT_FDCWD, old, libc::AT_FDCWD, new, |a, b| {
+        real!(rename: fn(*const c_char, *const c_char) -> c_int)(a, b)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+) -> c_int {
+    rename_at(olddir, old, newdir, new, |a, b| {
+        real!(renameat: fn(c_int, *const c_char, c_int, *const c_char) -> c_int)(
+            olddir, a, newdir, b,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    if flags != 0 {
+        if let (Ok(_), _) | (_, Ok(_)) = (labios_path_at(olddir, old), labios_path_at(newdir, new))
+        {
+            return ret(Err(libc::EINVAL));
+        }
+    }
+    rename_at(olddir, old, newdir, new, |a, b| {
+        real!(renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int)(
+            olddir, a, newdir, b, flags,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    match labios_path(path) {
+        Ok(v) => ret0(io::exists(&v)),
+        Err(p) => real!(access: fn(*const c_char, c_int) -> c_int)(real_path(&p, path), mode),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    match labios_path(path) {
+        Ok(v) => ret0(io::exists(&v)),
+        Err(p) => real!(euidaccess: fn(*const c_char, c_int) -> c_int)(real_path(&p, path), mode),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    match labios_path(path) {
+        Ok(v) => ret0(io::exists(&v)),
+        Err(p) => real!(eaccess: fn(*const c_char, c_int) -> c_int)(real_path(&p, path), mode),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    match labios_path_at(dirfd, path) {
+        Ok(v) => ret0(io::exists(&v)),
+        Err(p) => real!(faccessat: fn(c_int, *const c_char, c_int, c_int) -> c_int)(
+            dirfd,
+            real_path(&p, path),
+            mode,
+            flags,
+        ),
+    }
+}
+
+// Modes, owners and times are LABIOS's own (README "Interception"): these
+// succeed on any existing entry without changing it.
+
+macro_rules! attr_path {
+    ($name:ident ( $($a:ident : $t:ty),* )) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> c_int {
+            match labios_path(path) {
+                Ok(v) => ret0(io::exists(&v)),
+                Err(p) => real!($name: fn(*const c_char $(, $t)*) -> c_int)(real_path(&p, path) $(, $a)*),
+            }
+        }
+    };
+}
+
+macro_rules! attr_at {
+    ($name:ident ( $($a:ident : $t:ty),* )) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char $(, $a: $t)*) -> c_int {
+            // A NULL or empty path means the descriptor itself.
+            if (path.is_null() || *path == 0) && fdtable::is_labios(dirfd) {
+                return 0;
+            }
+            match labios_path_at(dirfd, path) {
+                Ok(v) => ret0(io::exists(&v)),
+                Err(p) => real!($name: fn(c_int, *const c_char $(, $t)*) -> c_int)(
+                    dirfd, real_path(&p, path) $(, $a)*
+                ),
+            }
+        }
+    };
+}
+
+macro_rules! attr_fd {
+    ($name:ident ( $($a:ident : $t:ty),* )) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> c_int {
+            if fdtable::is_labios(fd) {
+                return 0;
+            }
+            real!($name: fn(c_int $(, $t)*) -> c_int)(fd $(, $a)*)
+        }
+    };
+}
+
+attr_path!(chmod(mode: mode_t));
+attr_path!(chown(uid: libc::uid_t, gid: libc::gid_t));
+attr_path!(lchown(uid: libc::uid_t, gid: libc::gid_t));
+attr_path!(utime(times: *const libc::utimbuf));
+attr_path!(utimes(times: *const libc::timeval));
+attr_path!(lutimes(times: *const libc::timeval));
+attr_at!(fchmodat(mode: mode_t, flags: c_int));
+attr_at!(fchownat(uid: libc::uid_t, gid: libc::gid_t, flags: c_int));
+attr_at!(utimensat(times: *const libc::timespec, flags: c_int));
+attr_fd!(fchmod(mode: mode_t));
+attr_fd!(fchown(uid: libc::uid_t, gid: libc::gid_t));
+attr_fd!(futimens(times: *const libc::timespec));
+attr_fd!(futimes(times: *const libc::timeval));
+
+/// LABIOS has no symbolic links.
+#[no_mangle]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
+    match labios_path(path) {
+        Ok(v) => rets(io::exists(&v).and(Err(libc::EINVAL))),
+        Err(p) => real!(readlink: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(
+            real_path(&p, path),
+            buf,
+            n,
+        ),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    n: size_t,
+) -> ssize_t {
+    match labios_path_at(dirfd, path) {
+        Ok(v) => rets(io::exists(&v).and(Err(libc::EINVAL))),
+        Err(p) => real!(readlinkat: fn(c_int, *const c_char, *mut c_char, size_t) -> ssize_t)(
+            dirfd,
+            real_path(&p, path),
+            buf,
+            n,
+        ),
+    }
+}
+
+/// A C string in `buf` (of `cap` bytes), or in fresh malloc'd memory when
+/// `buf` is NULL, as realpath and getcwd return theirs.
+unsafe fn give_string(s: &str, buf: *mut c_char, cap: usize) -> Result<*mut c_char, Errno> {
+    let out = if buf.is_null() {
+        libc::malloc(s.len() + 1).cast::<c_char>()
+    } else if cap < s.len() + 1 {
+        return Err(libc::ERANGE);
+    } else {
+        buf
+    };
+    if out.is_null() {
+        return Err(libc::ENOMEM);
+    }
+    std::ptr::copy_nonoverlapping(s.as_ptr().cast(), out, s.len());
+    *out.add(s.len()) = 0;
+    Ok(out)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
+    match labios_path(path) {
+        Ok(v) => match io::exists(&v)
+            .and_then(|()| give_string(&v.full, resolved, libc::PATH_MAX as usize))
+        {
+            Ok(p) => p,
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        },
+        Err(p) => real!(realpath: fn(*const c_char, *mut c_char) -> *mut c_char)(
+            real_path(&p, path),
+            resolved,
+        ),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    match labios_path(path) {
+        Ok(v) => ret0(io::stat(&v).and_then(|m| {
+            if m.kind != labios_store::FileKind::Dir {
+                return Err(libc::ENOTDIR);
+            }
+            mount::set_cwd(Some(v.full));
+            Ok(())
+        })),
+        Err(p) => {
+            let r = real!(chdir: fn(*const c_char) -> c_int)(real_path(&p, path));
+            if r == 0 {
+                mount::set_cwd(None);
+            }
+            r
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    match fdtable::get(fd) {
+        Some(f) if f.dir => {
+            mount::set_cwd(Some(f.path.full.clone()));
+            0
+        }
+        Some(_) => ret(Err(libc::ENOTDIR)),
+        None => {
+            let r = real!(fchdir: fn(c_int) -> c_int)(fd);
+            if r == 0 {
+                mount::set_cwd(None);
+            }
+            r
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
+    match mount::cwd() {
+        Some(c) => give_string(&c, buf, if buf.is_null() { usize::MAX } else { size })
+            .unwrap_or_else(|e| {
+                set_errno(e);
+                std::ptr::null_mut()
+            }),
+        None => real!(getcwd: fn(*mut c_char, size_t) -> *mut c_char)(buf, size),
+    }
+}
+
+// ---- extended attributes ---------------------------------------------------
+// LABIOS keeps none: reads find none (as on a file system without xattrs)
+// and writes are refused with ENOTSUP, which cp -a and tar accept.
+
+macro_rules! xattr_path {
+    ($name:ident ( $($a:ident : $t:ty),* ) -> $ret:ty, $errno:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> $ret {
+            match labios_path(path) {
+                Ok(v) => {
+                    set_errno(io::exists(&v).err().unwrap_or($errno));
+                    -1
+                }
+                Err(p) => real!($name: fn(*const c_char $(, $t)*) -> $ret)(real_path(&p, path) $(, $a)*),
+            }
+        }
+    };
+}
+
+macro_rules! xattr_fd {
+    ($name:ident ( $($a:ident : $t:ty),* ) -> $ret:ty, $errno:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> $ret {
+            if fdtable::is_labios(fd) {
+                set_errno($errno);
+                return -1;
+            }
+            real!($name: fn(c_int $(, $t)*) -> $ret)(fd $(, $a)*)
+        }
+    };
+}
+
+xattr_path!(getxattr(name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t, libc::ENODATA);
+xattr_path!(lgetxattr(name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t, libc::ENODATA);
+xattr_fd!(fgetxattr(name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t, libc::ENODATA);
+xattr_path!(setxattr(name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int, libc::ENOTSUP);
+xattr_path!(lsetxattr(name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int, libc::ENOTSUP);
+xattr_fd!(fsetxattr(name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int, libc::ENOTSUP);
+
+/// No attributes: an empty list.
+#[no_mangle]
+pub unsafe extern "C" fn listxattr(
+    path: *const c_char,
+    list: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    match labios_path(path) {
+        Ok(v) => rets(io::exists(&v).map(|()| 0)),
+        Err(p) => real!(listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(
+            real_path(&p, path),
+            list,
+            size,
+        ),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llistxattr(
+    path: *const c_char,
+    list: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    match labios_path(path) {
+        Ok(v) => rets(io::exists(&v).map(|()| 0)),
+        Err(p) => real!(llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(
+            real_path(&p, path),
+            list,
+            size,
+        ),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: size_t) -> ssize_t {
+    if fdtable::is_labios(fd) {
+        return 0;
+    }
+    real!(flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t)(fd, list, size)
+}

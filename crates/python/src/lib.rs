@@ -1,0 +1,343 @@
+//! `labios._labios`, the native half of the `labios` Python package: a
+//! blocking LABIOS session (the one the C API uses) behind Python objects.
+//!
+//! Every call that waits on LABIOS releases the interpreter (`detach`), so
+//! other Python threads run meanwhile. Writes take any object with the buffer
+//! protocol and hand its memory to LABIOS as it is: the export is held until
+//! LABIOS has stored or copied the bytes, and the caller must not change the
+//! contents before the call (or, for `write_async`, the ticket) completes.
+
+use bytes::Bytes;
+use labios_c::{errno_of, ConnectOptions, Session};
+use labios_label::Error;
+use labios_store::{FileKind, FileMeta};
+use parking_lot::RwLock;
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyBufferError, PyConnectionError, PyOSError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyMemoryView};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// LABIOS errors as the Python exceptions a file API raises. `OSError(errno,
+/// message)` becomes its errno's subclass: FileNotFoundError,
+/// FileExistsError, PermissionError, IsADirectoryError, TimeoutError, ...
+fn py_err(e: Error) -> PyErr {
+    let errno = errno_of(&e);
+    let message = e.to_string();
+    match e {
+        // Bad arguments are ValueError in Python; "is a directory" and the
+        // like keep their OSError subclass.
+        Error::InvalidPath { .. } => PyValueError::new_err(message),
+        Error::InvalidArgument(_) if errno == libc::EINVAL => PyValueError::new_err(message),
+        Error::Unavailable(_) => PyConnectionError::new_err((errno, message)),
+        _ => PyOSError::new_err((errno, message)),
+    }
+}
+
+/// A Python buffer lent to LABIOS; dropping it releases the export (pyo3
+/// attaches to the interpreter for that, from whichever thread drops it).
+struct Lent(PyUntypedBuffer);
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `lend` only keeps C-contiguous, non-empty buffers, whose
+        // exporter keeps `len_bytes` bytes at `buf_ptr` valid until release.
+        unsafe { std::slice::from_raw_parts(self.0.buf_ptr().cast::<u8>(), self.0.len_bytes()) }
+    }
+}
+
+/// The bytes of a buffer-protocol object without copying them.
+fn lend(data: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+    let buffer = PyUntypedBuffer::get(data)?;
+    if buffer.len_bytes() == 0 {
+        return Ok(Bytes::new());
+    }
+    if buffer.is_c_contiguous() {
+        return Ok(Bytes::from_owner(Lent(buffer)));
+    }
+    // A strided view (a numpy slice with a step, a transposed array) has no
+    // single run of memory to lend: one copy in C order, lent in turn.
+    drop(buffer);
+    let copy = PyMemoryView::from(data)?.call_method0("tobytes")?;
+    lend(&copy)
+}
+
+fn file_info<'py>(py: Python<'py>, meta: &FileMeta) -> PyResult<Bound<'py, PyDict>> {
+    let info = PyDict::new(py);
+    info.set_item("name", &meta.path)?;
+    info.set_item("size", meta.size)?;
+    let kind = match meta.kind {
+        FileKind::File => "file",
+        FileKind::Dir => "directory",
+    };
+    info.set_item("type", kind)?;
+    info.set_item("mode", meta.mode)?;
+    info.set_item("owner", meta.owner)?;
+    info.set_item("id", meta.id)?;
+    info.set_item("ctime_ns", meta.ctime)?;
+    info.set_item("mtime_ns", meta.mtime)?;
+    info.set_item("atime_ns", meta.atime)?;
+    Ok(info)
+}
+
+/// A connection to LABIOS (see `labios.connect`). Thread-safe: one client
+/// can serve every thread of the process.
+#[pyclass(module = "labios", frozen)]
+struct Client {
+    session: RwLock<Option<Arc<Session>>>,
+}
+
+impl Client {
+    /// Runs `work` on the session with the interpreter released. The session
+    /// handle moves into the closure so that, should `close` race with it,
+    /// the last reference (and the runtime's shutdown) drops detached too.
+    fn call<T, F>(&self, py: Python<'_>, work: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(&Session) -> Result<T, Error> + Send,
+    {
+        let session = self
+            .session
+            .read()
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("I/O operation on a closed LABIOS client"))?;
+        py.detach(move || work(&session)).map_err(py_err)
+    }
+}
+
+#[pymethods]
+impl Client {
+    /// Connects; unset arguments come from `LABIOS_ENDPOINT`, `LABIOS_KEY`,
+    /// `LABIOS_SECRET`, `LABIOS_CONFIG` and the configuration file, as for
+    /// the `labios` command.
+    #[new]
+    #[pyo3(signature = (endpoint=None, *, key=None, secret=None, config=None))]
+    fn new(
+        py: Python<'_>,
+        endpoint: Option<String>,
+        key: Option<String>,
+        secret: Option<String>,
+        config: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let env = ConnectOptions::from_env();
+        let options = ConnectOptions {
+            config: config.or(env.config),
+            endpoint: endpoint.or(env.endpoint),
+            key: key.or(env.key),
+            secret: secret.or(env.secret),
+            mode: None,
+            min_label_size: None,
+        };
+        let session = py.detach(|| Session::connect(options)).map_err(py_err)?;
+        Ok(Client {
+            session: RwLock::new(Some(Arc::new(session))),
+        })
+    }
+
+    /// Writes `data` (bytes, bytearray, memoryview, numpy array, ...) at
+    /// `offset` and returns once every byte is stored; returns its length.
+    #[pyo3(signature = (path, data, offset=0))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        data: &Bound<'_, PyAny>,
+        offset: u64,
+    ) -> PyResult<usize> {
+        let data = lend(data)?;
+        let len = data.len();
+        self.call(py, |s| s.run(s.client().write_at_sync(path, offset, data)))?;
+        Ok(len)
+    }
+
+    /// Publishes the write's labels and returns a `Ticket` at once; the
+    /// buffer must stay unchanged until the ticket is waited on.
+    #[pyo3(signature = (path, data, offset=0))]
+    fn write_async(
+        slf: &Bound<'_, Self>,
+        path: &str,
+        data: &Bound<'_, PyAny>,
+        offset: u64,
+    ) -> PyResult<Ticket> {
+        let data = lend(data)?;
+        let id = slf
+            .get()
+            .call(slf.py(), |s| s.write_async(path, offset, data))?;
+        Ok(Ticket {
+            client: slf.clone().unbind(),
+            id,
+        })
+    }
+
+    /// Waits for several tickets at once; each is consumed.
+    fn wait(&self, py: Python<'_>, tickets: Vec<PyRef<'_, Ticket>>) -> PyResult<()> {
+        let ids: Vec<u64> = tickets.iter().map(|t| t.id).collect();
+        self.call(py, |s| s.wait(&ids))
+    }
+
+    /// Waits for every write this client has in flight.
+    fn wait_all(&self, py: Python<'_>) -> PyResult<()> {
+        self.call(py, |s| s.wait_all())
+    }
+
+    /// Up to `size` bytes at `offset` (all to the end of the file when
+    /// `size` is None); fewer only at the end of the file.
+    #[pyo3(signature = (path, offset=0, size=None))]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        path: &str,
+        offset: u64,
+        size: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let data = self.call(py, |s| s.read(path, offset, size.unwrap_or(u64::MAX)))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Reads into a writable buffer from `offset`, as many bytes as it holds
+    /// or the file has; returns how many.
+    #[pyo3(signature = (path, buffer, offset=0))]
+    fn readinto(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        buffer: &Bound<'_, PyAny>,
+        offset: u64,
+    ) -> PyResult<usize> {
+        let target = PyUntypedBuffer::get(buffer)?;
+        if target.readonly() {
+            return Err(PyTypeError::new_err("readinto needs a writable buffer"));
+        }
+        if !target.is_c_contiguous() {
+            return Err(PyBufferError::new_err(
+                "readinto needs a C-contiguous buffer",
+            ));
+        }
+        let len = target.len_bytes() as u64;
+        let data = self.call(py, |s| s.read(path, offset, len))?;
+        // SAFETY: the export is writable, C-contiguous and holds `len` bytes;
+        // LABIOS returns at most `len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), target.buf_ptr().cast::<u8>(), data.len());
+        }
+        Ok(data.len())
+    }
+
+    /// The entry's metadata as a dict (name, size, type "file" or
+    /// "directory", mode, owner, id, ctime_ns, mtime_ns, atime_ns).
+    fn stat<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
+        let meta = self.call(py, |s| s.run(s.client().stat(path)))?;
+        file_info(py, &meta)
+    }
+
+    fn exists(&self, py: Python<'_>, path: &str) -> PyResult<bool> {
+        Ok(self.call(py, |s| s.stat(path))?.is_some())
+    }
+
+    /// The entries directly inside a directory, as `stat` dicts.
+    fn listdir<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let entries = self.call(py, |s| s.read_dir(path))?;
+        entries.iter().map(|m| file_info(py, m)).collect()
+    }
+
+    /// Creates an empty file (and its parents) unless one exists.
+    fn create(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        self.call(py, |s| s.create(path).map(drop))
+    }
+
+    /// Creates a directory and its parents; an existing one is fine.
+    fn mkdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        self.call(py, |s| s.mkdir(path).map(drop))
+    }
+
+    /// Removes a file or an empty directory.
+    fn remove(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        self.call(py, |s| s.remove(path))
+    }
+
+    fn rename(&self, py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
+        self.call(py, |s| s.rename(src, dst))
+    }
+
+    fn truncate(&self, py: Python<'_>, path: &str, size: u64) -> PyResult<()> {
+        self.call(py, |s| s.truncate(path, size))
+    }
+
+    /// Waits for the file's writes and makes them durable on the workers.
+    fn flush(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        self.call(py, |s| s.flush(path))
+    }
+
+    /// Waits for everything in flight, then disconnects; idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(session) = self.session.write().take() else {
+            return Ok(());
+        };
+        py.detach(move || session.wait_all()).map_err(py_err)
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.session.read().is_none()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
+        self.close(py)
+    }
+}
+
+impl Drop for Client {
+    /// An unclosed client still lands its asynchronous writes (errors have
+    /// nobody to go to). Detached: the runtime's threads may need the
+    /// interpreter to release lent buffers while it shuts down. When the
+    /// interpreter is finalizing there is no attaching, and no Python left
+    /// to wait for.
+    fn drop(&mut self) {
+        if let Some(session) = self.session.get_mut().take() {
+            Python::try_attach(move |py| {
+                py.detach(move || {
+                    let _ = session.wait_all();
+                })
+            });
+        }
+    }
+}
+
+/// One asynchronous write in flight.
+#[pyclass(module = "labios", frozen)]
+struct Ticket {
+    client: Py<Client>,
+    id: u64,
+}
+
+#[pymethods]
+impl Ticket {
+    /// Returns when the write is stored; raises its error if it failed. A
+    /// ticket can be waited on once (or covered by `Client.wait_all`).
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        let id = self.id;
+        self.client.get().call(py, |s| s.wait(&[id]))
+    }
+
+    #[getter]
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<labios.Ticket {}>", self.id)
+    }
+}
+
+#[pymodule]
+fn _labios(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()?;
+    m.add_class::<Ticket>()?;
+    Ok(())
+}
