@@ -179,6 +179,22 @@ install_c_toolchain() {
     apt_install "${missing[@]}"
 }
 
+# The unmodified programs tests/programs.rs runs on LABIOS (issue 4):
+# sqlite3, MPI (mpich), coreutils and tar are in the base system.
+install_programs() {
+    local missing=() tool pkg
+    for tool in sqlite3:sqlite3 mpicc:libmpich-dev mpiexec:mpich tar:tar; do
+        pkg=${tool#*:}
+        tool=${tool%%:*}
+        command -v "$tool" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} = 0 ]; then
+        echo "sqlite3, mpicc, mpiexec, tar present"
+        return 0
+    fi
+    apt_install "${missing[@]}"
+}
+
 # ------------------------------------------------------------ commands ----
 
 case "${1:-}" in
@@ -188,6 +204,7 @@ install)
     install_netns_tools
     install_openssl
     install_c_toolchain
+    install_programs
     ;;
 start-redis)
     shift

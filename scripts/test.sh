@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up what the test suite needs on a fresh Debian machine and runs all of
-# it: formatting, lints, unit and integration tests of every crate.
+# it: formatting, lints, unit and integration tests of every crate, the
+# Python package's pytest suite and unmodified programs on LABIOS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,4 +19,10 @@ bash scripts/services.sh install
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# Libraries the tests load from the build tree: liblabios_preload.so (beside
+# the labios binary, for `labios run`) and liblabios_c.so.
+cargo build --workspace
+# The Python package and its pytest suite; the virtualenv it leaves (with
+# h5py) is also the Python the real-program tests run.
+bash scripts/python-tests.sh -q
 cargo test --workspace --no-fail-fast

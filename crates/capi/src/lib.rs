@@ -119,25 +119,26 @@ unsafe fn open(options: ConnectOptions, out: *mut *mut Session) -> c_int {
     })
 }
 
-/// # Safety
-/// Strings are NULL or NUL-terminated; `out` points to writable storage.
-#[no_mangle]
-pub unsafe extern "C" fn labios_connect(
+/// Connects with `options` completed by the given C strings (NULL: keep).
+unsafe fn connect_with(
+    mut options: ConnectOptions,
+    config: *const c_char,
     endpoint: *const c_char,
     key: *const c_char,
     secret: *const c_char,
     out: *mut *mut Session,
 ) -> c_int {
-    let mut options = ConnectOptions::from_env();
     let given = (|| {
         Ok::<_, Error>((
+            opt_str(config, "config_path")?,
             opt_str(endpoint, "endpoint")?,
             opt_str(key, "key")?,
             opt_str(secret, "secret")?,
         ))
     })();
     match given {
-        Ok((e, k, s)) => {
+        Ok((c, e, k, s)) => {
+            options.config = c.map(PathBuf::from).or(options.config);
             options.endpoint = e.or(options.endpoint);
             options.key = k.or(options.key);
             options.secret = s.or(options.secret);
@@ -148,7 +149,20 @@ pub unsafe extern "C" fn labios_connect(
 }
 
 /// # Safety
-/// As [`labios_connect`].
+/// Strings are NULL or NUL-terminated; `out` points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn labios_connect(
+    endpoint: *const c_char,
+    key: *const c_char,
+    secret: *const c_char,
+    out: *mut *mut Session,
+) -> c_int {
+    let none = std::ptr::null();
+    connect_with(ConnectOptions::from_env(), none, endpoint, key, secret, out)
+}
+
+/// # Safety
+/// As [`labios_connect`]; `config_path` is required.
 #[no_mangle]
 pub unsafe extern "C" fn labios_connect_config(
     config_path: *const c_char,
@@ -156,23 +170,18 @@ pub unsafe extern "C" fn labios_connect_config(
     secret: *const c_char,
     out: *mut *mut Session,
 ) -> c_int {
-    let mut options = ConnectOptions::from_env();
-    let given = (|| {
-        Ok::<_, Error>((
-            req_str(config_path, "config_path")?.to_owned(),
-            opt_str(key, "key")?,
-            opt_str(secret, "secret")?,
-        ))
-    })();
-    match given {
-        Ok((c, k, s)) => {
-            options.config = Some(PathBuf::from(c));
-            options.key = k.or(options.key);
-            options.secret = s.or(options.secret);
-            open(options, out)
-        }
-        Err(e) => fail(e),
+    if config_path.is_null() {
+        return fail(arg("config_path"));
     }
+    let none = std::ptr::null();
+    connect_with(
+        ConnectOptions::from_env(),
+        config_path,
+        none,
+        key,
+        secret,
+        out,
+    )
 }
 
 /// Waits for everything in flight, then frees the handle.

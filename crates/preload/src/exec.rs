@@ -60,65 +60,30 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: Env, envp: Env) -> c_int {
     real!(fexecve: fn(c_int, Env, Env) -> c_int)(fd, argv, envp)
 }
 
-type Spawn = unsafe extern "C" fn(
-    *mut libc::pid_t,
-    *const c_char,
-    *const libc::posix_spawn_file_actions_t,
-    *const libc::posix_spawnattr_t,
-    Env,
-    Env,
-) -> c_int;
-
-unsafe fn spawn(
-    real: Spawn,
-    pid: *mut libc::pid_t,
-    path: *const c_char,
-    actions: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: Env,
-    envp: Env,
-) -> c_int {
-    let fixed = fixed_env(envp);
-    let envp = fixed.as_ref().map_or(envp, |(_, p)| p.as_ptr());
-    real(pid, path, actions, attr, argv, envp)
+macro_rules! spawn {
+    ($name:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            pid: *mut libc::pid_t,
+            path: *const c_char,
+            actions: *const libc::posix_spawn_file_actions_t,
+            attr: *const libc::posix_spawnattr_t,
+            argv: Env,
+            envp: Env,
+        ) -> c_int {
+            let fixed = fixed_env(envp);
+            let envp = fixed.as_ref().map_or(envp, |(_, p)| p.as_ptr());
+            real!($name: fn(
+                *mut libc::pid_t,
+                *const c_char,
+                *const libc::posix_spawn_file_actions_t,
+                *const libc::posix_spawnattr_t,
+                Env,
+                Env
+            ) -> c_int)(pid, path, actions, attr, argv, envp)
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawn(
-    pid: *mut libc::pid_t,
-    path: *const c_char,
-    actions: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: Env,
-    envp: Env,
-) -> c_int {
-    let real: Spawn = real!(posix_spawn: fn(
-        *mut libc::pid_t,
-        *const c_char,
-        *const libc::posix_spawn_file_actions_t,
-        *const libc::posix_spawnattr_t,
-        Env,
-        Env
-    ) -> c_int);
-    spawn(real, pid, path, actions, attr, argv, envp)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(
-    pid: *mut libc::pid_t,
-    file: *const c_char,
-    actions: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: Env,
-    envp: Env,
-) -> c_int {
-    let real: Spawn = real!(posix_spawnp: fn(
-        *mut libc::pid_t,
-        *const c_char,
-        *const libc::posix_spawn_file_actions_t,
-        *const libc::posix_spawnattr_t,
-        Env,
-        Env
-    ) -> c_int);
-    spawn(real, pid, file, actions, attr, argv, envp)
-}
+spawn!(posix_spawn);
+spawn!(posix_spawnp);

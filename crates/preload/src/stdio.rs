@@ -41,8 +41,11 @@ struct Cookie {
     stream: usize,
 }
 
-fn fd_of_cookie(c: &Cookie) -> Option<c_int> {
-    STREAMS.lock().get(&c.stream).copied()
+/// The descriptor and open file behind a cookie, while it has one.
+unsafe fn cookie_file(c: *mut c_void) -> Option<(c_int, std::sync::Arc<fdtable::OpenFile>)> {
+    let c = &*c.cast::<Cookie>();
+    let fd = STREAMS.lock().get(&c.stream).copied()?;
+    Some((fd, fdtable::get(fd)?))
 }
 
 fn errno_out(e: c_int) -> isize {
@@ -51,8 +54,7 @@ fn errno_out(e: c_int) -> isize {
 }
 
 unsafe extern "C" fn cookie_read(c: *mut c_void, buf: *mut c_char, n: usize) -> isize {
-    let Some((fd, f)) = fd_of_cookie(&*c.cast()).and_then(|fd| Some((fd, fdtable::get(fd)?)))
-    else {
+    let Some((fd, f)) = cookie_file(c) else {
         return errno_out(libc::EBADF);
     };
     let slice = std::slice::from_raw_parts_mut(buf.cast::<u8>(), n);
@@ -60,8 +62,7 @@ unsafe extern "C" fn cookie_read(c: *mut c_void, buf: *mut c_char, n: usize) -> 
 }
 
 unsafe extern "C" fn cookie_write(c: *mut c_void, buf: *const c_char, n: usize) -> isize {
-    let Some((fd, f)) = fd_of_cookie(&*c.cast()).and_then(|fd| Some((fd, fdtable::get(fd)?)))
-    else {
+    let Some((fd, f)) = cookie_file(c) else {
         return errno_out(libc::EBADF);
     };
     let slice = std::slice::from_raw_parts(buf.cast::<u8>(), n);
@@ -69,8 +70,7 @@ unsafe extern "C" fn cookie_write(c: *mut c_void, buf: *const c_char, n: usize) 
 }
 
 unsafe extern "C" fn cookie_seek(c: *mut c_void, pos: *mut i64, whence: c_int) -> c_int {
-    let Some((fd, f)) = fd_of_cookie(&*c.cast()).and_then(|fd| Some((fd, fdtable::get(fd)?)))
-    else {
+    let Some((fd, f)) = cookie_file(c) else {
         set_errno(libc::EBADF);
         return -1;
     };
