@@ -74,6 +74,11 @@ impl Session {
         let mut config = Config::load(options.config.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("{e:#}")))?;
         if let Some(endpoint) = options.endpoint {
+            if config.deployment == labios::config::Deployment::Distributed {
+                return Err(Error::InvalidArgument(format!(
+                    "endpoint {endpoint} given, but the configuration is a distributed deployment (clients reach NATS and Redis, not an endpoint): drop one of them"
+                )));
+            }
             config.endpoint = Some(endpoint);
         }
         if let Some(mode) = options.mode {

@@ -1,8 +1,10 @@
-"""The native client against a real `labios serve`: round trips of every
-buffer kind, asynchronous publish and wait, the namespace, and errors."""
+"""The native client against both real deployments (conftest.py: `labios
+serve`, and a cluster of NATS, Redis and LABIOS processes): round trips of
+every buffer kind, asynchronous publish and wait, the namespace, and errors."""
 
 import errno
 import os
+import socket
 import threading
 import tracemalloc
 
@@ -77,10 +79,10 @@ def test_wait_all_and_consumed_tickets(client, root):
         tickets[0].wait()
 
 
-def test_close_lands_unwaited_async_writes(labios_endpoint, client, root):
+def test_close_lands_unwaited_async_writes(deployment, client, root):
     # Small asynchronous writes sit in the client's cache until a wait:
     # close must publish and wait for them.
-    other = labios.connect(labios_endpoint)
+    other = deployment.connect()
     other.write_async(f"{root}/late", b"x" * 100)
     other.close()
     assert other.closed
@@ -206,6 +208,29 @@ def test_wrong_kinds(client, root):
         client.write(f"{root}/s", "text is not bytes")
 
 
-def test_connect_errors(tmp_path):
+@pytest.fixture
+def no_labios_env(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("LABIOS_"):
+            monkeypatch.delenv(k)
+
+
+def test_connect_errors(tmp_path, no_labios_env):
     with pytest.raises(ConnectionError, match="labios serve"):
         labios.connect(str(tmp_path / "nobody.sock"))
+
+
+def test_connect_errors_cluster(tmp_path, no_labios_env):
+    """A distributed configuration whose NATS server is not there."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "cluster.toml"
+    config.write_text(
+        'deployment = "distributed"\n'
+        f'data_dir = "{tmp_path}"\n'
+        f'[nats]\nurl = "nats://127.0.0.1:{port}"\n'
+        f'[redis]\nurls = ["redis://127.0.0.1:{port}"]\n'
+    )
+    with pytest.raises(ConnectionError, match=f"cannot reach NATS at nats://127.0.0.1:{port}"):
+        labios.connect(config=config)

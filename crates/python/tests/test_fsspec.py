@@ -1,5 +1,7 @@
 """`labios://` through fsspec: registration, file objects, pandas, pyarrow
-and xarray, and fsspec's own abstract filesystem tests."""
+and xarray, and fsspec's own abstract filesystem tests, each against both
+deployments (conftest.py: `labios serve`, and a cluster of NATS, Redis and
+LABIOS processes)."""
 
 import os
 import subprocess
@@ -19,14 +21,16 @@ from labios.fsspec import LabiosFileSystem
 
 
 @pytest.fixture
-def fs(labios_endpoint):
-    return fsspec.filesystem("labios", endpoint=labios_endpoint)
+def fs(deployment):
+    return fsspec.filesystem("labios", **deployment.options)
 
 
-def test_registered_through_entry_point(labios_endpoint):
-    # A fresh interpreter that never imports labios itself.
+def test_registered_through_entry_point(deployment):
+    # A fresh interpreter that never imports labios itself; it finds the
+    # deployment in the environment (LABIOS_ENDPOINT or LABIOS_CONFIG).
     code = "import fsspec; print(fsspec.url_to_fs('labios:///x')[0].__class__.__module__)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "labios.fsspec"
 
 
@@ -114,20 +118,20 @@ def _frame():
     )
 
 
-def test_pandas_parquet_round_trip(root):
-    # Bare URLs: the filesystem comes from the registry, the endpoint from
-    # LABIOS_ENDPOINT.
+def test_pandas_parquet_round_trip(deployment, root):
+    # Bare URLs: the filesystem comes from the registry, the deployment from
+    # LABIOS_ENDPOINT or LABIOS_CONFIG.
     df = _frame()
     url = f"labios://{root}/df.parquet"
     df.to_parquet(url)
     pd.testing.assert_frame_equal(pd.read_parquet(url), df)
 
 
-def test_pandas_csv_round_trip(labios_endpoint, root):
+def test_pandas_csv_round_trip(deployment, root):
     df = _frame()[["i", "x", "s"]]
     url = f"labios://{root}/df.csv.gz"
-    df.to_csv(url, index=False, storage_options={"endpoint": labios_endpoint})
-    back = pd.read_csv(url, storage_options={"endpoint": labios_endpoint})
+    df.to_csv(url, index=False, storage_options=deployment.options)
+    back = pd.read_csv(url, storage_options=deployment.options)
     pd.testing.assert_frame_equal(back, df)
 
 
@@ -159,7 +163,7 @@ def test_pyarrow_dataset(fs, root):
     assert part.num_rows == 400
 
 
-def test_xarray_zarr_round_trip(root):
+def test_xarray_zarr_round_trip(deployment, root):
     ds = xr.Dataset(
         {"temperature": (("time", "x"), np.random.default_rng(0).normal(size=(24, 50)))},
         coords={"time": pd.date_range("2024-01-01", periods=24, freq="h"), "x": np.arange(50)},
@@ -171,12 +175,13 @@ def test_xarray_zarr_round_trip(root):
 
 
 # ---- fsspec's abstract filesystem tests ----------------------------------
+# On both deployments too: on a 2-core machine the cluster adds about 25 s.
 
 
 class LabiosFixtures(abstract.AbstractFixtures):
     @pytest.fixture
-    def fs(self, labios_endpoint):
-        return LabiosFileSystem(endpoint=labios_endpoint)
+    def fs(self, deployment):
+        return LabiosFileSystem(**deployment.options)
 
     @pytest.fixture
     def fs_path(self):
