@@ -442,6 +442,32 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     i.put_app(app.clone()).await.unwrap();
     assert_eq!(i.app(wid).await.unwrap(), Some(app.clone()));
     assert!(i.apps().await.unwrap().contains(&app));
+    // Program repository: per application, replaceable, removable.
+    let other = wid + 1;
+    let m1 = Bytes::from_static(b"\0asm module one");
+    i.put_function(wid, "b-fn", Some(m1.clone())).await.unwrap();
+    i.put_function(wid, "a-fn", Some(Bytes::from_static(b"x")))
+        .await
+        .unwrap();
+    i.put_function(other, "b-fn", Some(Bytes::from_static(b"theirs")))
+        .await
+        .unwrap();
+    assert_eq!(i.function(wid, "b-fn").await.unwrap(), Some(m1));
+    assert_eq!(i.functions(wid).await.unwrap(), vec!["a-fn", "b-fn"]);
+    i.put_function(wid, "b-fn", Some(Bytes::from_static(b"v2")))
+        .await
+        .unwrap();
+    assert_eq!(
+        i.function(wid, "b-fn").await.unwrap().as_deref(),
+        Some(&b"v2"[..])
+    );
+    i.put_function(wid, "a-fn", None).await.unwrap();
+    assert_eq!(i.functions(wid).await.unwrap(), vec!["b-fn"]);
+    assert_eq!(i.function(wid, "a-fn").await.unwrap(), None);
+    assert_eq!(
+        i.function(other, "b-fn").await.unwrap().as_deref(),
+        Some(&b"theirs"[..])
+    );
     let counter = unique("ctr");
     let a = i.next_id(&counter).await.unwrap();
     let b = i.next_id(&counter).await.unwrap();

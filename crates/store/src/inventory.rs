@@ -7,6 +7,7 @@
 //! what keeps write-after-write correct when labels run in parallel.
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use labios_label::{AppId, FileId, LabelId, LabelStatus, Result, WorkerId, WorkerStatus};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -101,6 +102,15 @@ pub trait Inventory: Send + Sync {
     async fn put_app(&self, app: AppRecord) -> Result<()>;
     async fn app(&self, id: AppId) -> Result<Option<AppRecord>>;
     async fn apps(&self) -> Result<Vec<AppRecord>>;
+
+    // ---- program repository (software-defined storage, 3.6.2d) ----------
+    /// Registers application `app`'s function `name` (a WebAssembly module),
+    /// replacing one of that name; `None` removes it. No other application
+    /// can see or run it.
+    async fn put_function(&self, app: AppId, name: &str, module: Option<Bytes>) -> Result<()>;
+    async fn function(&self, app: AppId, name: &str) -> Result<Option<Bytes>>;
+    /// Names of the application's functions, sorted.
+    async fn functions(&self, app: AppId) -> Result<Vec<String>>;
 
     /// A fresh value of a named counter (file ids, client origins, app ids).
     async fn next_id(&self, counter: &str) -> Result<u64>;

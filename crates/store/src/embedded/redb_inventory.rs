@@ -9,6 +9,7 @@ mod tests;
 
 use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory};
 use async_trait::async_trait;
+use bytes::Bytes;
 use labios_label::id::now_nanos;
 use labios_label::{
     decode, normalize_path, AppId, Error, FileId, LabelId, LabelState, LabelStatus, Result,
@@ -31,6 +32,8 @@ const FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("files");
 const EXTENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("extents");
 const WORKERS: TableDefinition<u32, &[u8]> = TableDefinition::new("workers");
 const APPS: TableDefinition<u32, &[u8]> = TableDefinition::new("apps");
+/// The program repository: (application, function name) -> wasm module.
+const FUNCTIONS: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("functions");
 /// Per counter, the largest value that may have been handed out.
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
@@ -92,6 +95,7 @@ pub struct RedbInventory {
     ns: RwLock<Namespace>,
     workers: RwLock<BTreeMap<WorkerId, WorkerStatus>>,
     apps: RwLock<BTreeMap<AppId, AppRecord>>,
+    functions: RwLock<BTreeMap<(AppId, String), Bytes>>,
     counters: Mutex<HashMap<String, Counter>>,
     log: Arc<Log>,
     writer: Option<JoinHandle<()>>,
@@ -325,6 +329,7 @@ struct Loaded {
     ns: Namespace,
     workers: BTreeMap<WorkerId, WorkerStatus>,
     apps: BTreeMap<AppId, AppRecord>,
+    functions: BTreeMap<(AppId, String), Bytes>,
     counters: HashMap<String, Counter>,
 }
 
@@ -334,6 +339,7 @@ fn load(db: &Database) -> Result<Loaded> {
     {
         tx.open_table(WORKERS).map_err(storage)?;
         tx.open_table(APPS).map_err(storage)?;
+        tx.open_table(FUNCTIONS).map_err(storage)?;
         tx.open_table(EXTENTS).map_err(storage)?;
         let mut paths = tx.open_table(PATHS).map_err(storage)?;
         let mut files = tx.open_table(FILES).map_err(storage)?;
@@ -430,6 +436,17 @@ fn load(db: &Database) -> Result<Loaded> {
         let (id, v) = e.map_err(storage)?;
         apps.insert(id.value(), decode(v.value())?);
     }
+    let mut functions = BTreeMap::new();
+    for e in tx
+        .open_table(FUNCTIONS)
+        .map_err(storage)?
+        .iter()
+        .map_err(storage)?
+    {
+        let (k, v) = e.map_err(storage)?;
+        let (app, name) = k.value();
+        functions.insert((app, name.to_string()), Bytes::copy_from_slice(v.value()));
+    }
     let mut counters = HashMap::new();
     for e in tx
         .open_table(COUNTERS)
@@ -451,6 +468,7 @@ fn load(db: &Database) -> Result<Loaded> {
         ns,
         workers,
         apps,
+        functions,
         counters,
     })
 }
@@ -482,6 +500,7 @@ impl RedbInventory {
             ns: RwLock::new(loaded.ns),
             workers: RwLock::new(loaded.workers),
             apps: RwLock::new(loaded.apps),
+            functions: RwLock::new(loaded.functions),
             counters: Mutex::new(loaded.counters),
             log,
             writer: Some(writer),
@@ -957,6 +976,33 @@ impl Inventory for RedbInventory {
 
     async fn apps(&self) -> Result<Vec<AppRecord>> {
         Ok(self.apps.read().values().cloned().collect())
+    }
+
+    async fn put_function(&self, app: AppId, name: &str, module: Option<Bytes>) -> Result<()> {
+        self.log.check()?;
+        let mut functions = self.functions.write();
+        let key = (app, name.to_string());
+        match &module {
+            Some(m) => functions.insert(key, m.clone()),
+            None => functions.remove(&key),
+        };
+        self.log
+            .append(&mut vec![Op::PutFunction(app, name.to_string(), module)]);
+        Ok(())
+    }
+
+    async fn function(&self, app: AppId, name: &str) -> Result<Option<Bytes>> {
+        Ok(self.functions.read().get(&(app, name.to_string())).cloned())
+    }
+
+    async fn functions(&self, app: AppId) -> Result<Vec<String>> {
+        Ok(self
+            .functions
+            .read()
+            .range((app, String::new())..)
+            .take_while(|((a, _), _)| *a == app)
+            .map(|((_, n), _)| n.clone())
+            .collect())
     }
 
     /// Served from memory; once per `COUNTER_BLOCK` values it waits for a

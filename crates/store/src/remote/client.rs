@@ -393,6 +393,17 @@ impl Inventory for RemoteInventory {
     async fn apps(&self) -> Result<Vec<AppRecord>> {
         expect!(self.0.call(Request::Apps).await?, Reply::Apps(v) => v)
     }
+    async fn put_function(&self, app: AppId, name: &str, module: Option<Bytes>) -> Result<()> {
+        let name = name.to_string();
+        expect!(self.0.call(Request::PutFunction { app, name, module }).await?, Reply::Unit => ())
+    }
+    async fn function(&self, app: AppId, name: &str) -> Result<Option<Bytes>> {
+        let name = name.to_string();
+        expect!(self.0.call(Request::Function { app, name }).await?, Reply::Data(d) => d)
+    }
+    async fn functions(&self, app: AppId) -> Result<Vec<String>> {
+        expect!(self.0.call(Request::Functions(app)).await?, Reply::Names(n) => n)
+    }
     async fn next_id(&self, counter: &str) -> Result<u64> {
         expect!(self.0.call(Request::NextId(counter.into())).await?, Reply::Count(n) => n)
     }

@@ -123,6 +123,16 @@ pub enum Request {
     PutApp(AppRecord),
     App(AppId),
     Apps,
+    PutFunction {
+        app: AppId,
+        name: String,
+        module: Option<Bytes>,
+    },
+    Function {
+        app: AppId,
+        name: String,
+    },
+    Functions(AppId),
     NextId(String),
     Sync,
 }

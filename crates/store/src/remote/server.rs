@@ -317,6 +317,12 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
         Request::PutApp(app) => i.put_app(app).await.map(|_| Reply::Unit)?,
         Request::App(id) => Reply::App(i.app(id).await?),
         Request::Apps => Reply::Apps(i.apps().await?),
+        Request::PutFunction { app, name, module } => i
+            .put_function(app, &name, module)
+            .await
+            .map(|_| Reply::Unit)?,
+        Request::Function { app, name } => Reply::Data(i.function(app, &name).await?),
+        Request::Functions(app) => Reply::Names(i.functions(app).await?),
         Request::NextId(name) => Reply::Count(i.next_id(&name).await?),
         Request::Sync => i.sync().await.map(|_| Reply::Unit)?,
     })
@@ -409,6 +415,15 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
         Request::Keys { prefix } if !own_key(app, prefix, false) => {
             return Err(denied(format!(
                 "application {app} may only list keys under a{app}/ or room/{app}/"
+            )));
+        }
+        Request::PutFunction { app: owner, .. }
+        | Request::Function { app: owner, .. }
+        | Request::Functions(owner)
+            if *owner != app =>
+        {
+            return Err(denied(format!(
+                "the functions of application {owner} are private to it"
             )));
         }
         Request::Create { owner, path, .. } if *owner != app => {

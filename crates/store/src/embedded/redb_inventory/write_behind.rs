@@ -9,8 +9,9 @@
 //! whole log at once, so a mutation is never split across transactions:
 //! whatever redb holds is the state after some prefix of the log.
 
-use super::{storage, APPS, EXTENTS, FILES, PATHS, WORKERS};
+use super::{storage, APPS, EXTENTS, FILES, FUNCTIONS, PATHS, WORKERS};
 use crate::inventory::{AppRecord, Extent, FileMeta};
+use bytes::Bytes;
 use labios_label::{encode, AppId, Error, FileId, Result, WorkerId, WorkerStatus};
 use parking_lot::{Condvar, Mutex};
 use redb::{Database, Durability, WriteTransaction};
@@ -49,6 +50,7 @@ pub(super) enum Op {
     PutWorker(WorkerStatus),
     DelWorker(WorkerId),
     PutApp(AppRecord),
+    PutFunction(AppId, String, Option<Bytes>),
 }
 
 type SyncReply = oneshot::Sender<Result<()>>;
@@ -250,6 +252,7 @@ struct Pending {
     extents: BTreeMap<(FileId, u64), Option<Extent>>,
     workers: BTreeMap<WorkerId, Option<WorkerStatus>>,
     apps: BTreeMap<AppId, Option<AppRecord>>,
+    functions: BTreeMap<(AppId, String), Option<Bytes>>,
 }
 
 impl Pending {
@@ -293,6 +296,9 @@ impl Pending {
             Op::PutApp(a) => {
                 self.apps.insert(a.id, Some(a));
             }
+            Op::PutFunction(app, name, module) => {
+                self.functions.insert((app, name), module);
+            }
         }
     }
 
@@ -318,6 +324,7 @@ impl Pending {
         self.extents.clear();
         self.workers.clear();
         self.apps.clear();
+        self.functions.clear();
     }
 
     fn write(&mut self, tx: &WriteTransaction) -> Result<()> {
@@ -366,6 +373,15 @@ impl Pending {
             match a {
                 Some(a) => t.insert(*id, encode(a).as_slice()).map(drop),
                 None => t.remove(*id).map(drop),
+            }
+            .map_err(storage)?;
+        }
+        drop(t);
+        let mut t = tx.open_table(FUNCTIONS).map_err(storage)?;
+        for ((app, name), m) in &self.functions {
+            match m {
+                Some(m) => t.insert((*app, name.as_str()), m.as_ref()).map(drop),
+                None => t.remove((*app, name.as_str())).map(drop),
             }
             .map_err(storage)?;
         }
