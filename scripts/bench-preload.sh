@@ -3,7 +3,10 @@
 # under 5 % more than native). Runs crates/preload/bench/overhead.c and two
 # whole programs natively and with the library in LD_PRELOAD, alternating,
 # ROUNDS times each; prints medians and appends JSON lines to
-# benchmarks/DATE-preload.jsonl.
+# benchmarks/DATE-preload.jsonl. On a virtual machine whole-program times
+# swing by +-10 % between runs, more than the library could cost, so where
+# `perf` exists the library's own share of each program's CPU time is also
+# measured (sampled profile), which does not depend on that noise.
 #
 #   bash scripts/bench-preload.sh [ROUNDS]
 set -euo pipefail
@@ -13,7 +16,9 @@ ROUNDS="${1:-7}"
 
 cargo build --release -p labios-preload
 LIB="$CARGO_TARGET_DIR/release/liblabios_preload.so"
-WORK="$(mktemp -d)"
+# tmpfs when there is one: disk writeback makes whole-program times vary by
+# more than the library could cost.
+WORK="$(mktemp -d -p "$( [ -d /dev/shm ] && echo /dev/shm || echo /tmp )")"
 trap 'rm -rf "$WORK"' EXIT
 cc -O2 -o "$WORK/overhead" crates/preload/bench/overhead.c
 mkdir -p "$WORK/io" benchmarks
@@ -50,6 +55,27 @@ for r in range(rounds):
         for k, s in programs.items():
             samples.setdefault((k, label), []).append(whole(env, s))
 
+def profile_share(cmd):
+    """Percent of the program's CPU samples spent in liblabios_preload.so."""
+    data = os.path.join(work, "perf.data")
+    try:
+        subprocess.run(["perf", "record", "-q", "-F", "4999", "-o", data, "--"] + cmd,
+                       env=pre, check=True, capture_output=True)
+        rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--sort", "dso"],
+                             check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    for line in rep.splitlines():
+        if "liblabios_preload.so" in line:
+            return float(line.split("%")[0])
+    return 0.0
+
+shares = {
+    "overhead_micro": profile_share([os.path.join(work, "overhead"), io]),
+    "tar_c_usr_include": profile_share(["sh", "-c", programs["tar_c_usr_include"]]),
+    "dd_4k_x100k": profile_share(["sh", "-c", programs["dd_4k_x100k"]]),
+}
+
 date = datetime.date.today().isoformat()
 machine = f"{platform.node()} {os.cpu_count()} cores {platform.machine()} {platform.release()}"
 names = list(dict.fromkeys(k for k, _ in samples))
@@ -62,6 +88,12 @@ with open(f"benchmarks/{date}-preload.jsonl", "a") as f:
         print(f"{n:22} {nat:12.1f} {pl:12.1f} {pct:8.1f}%")
         f.write(json.dumps({"scenario": "preload-overhead", "call": n, "native_ns": nat,
                             "preload_ns": pl, "overhead_pct": round(pct, 2), "rounds": rounds,
+                            "command": "bash scripts/bench-preload.sh", "date": date,
+                            "machine": machine}) + "\n")
+    print(f"{'profile':22} {'library share of CPU samples':>35}")
+    for k, v in shares.items():
+        print(f"{k:22} {'n/a' if v is None else f'{v:.2f}%':>35}")
+        f.write(json.dumps({"scenario": "preload-profile", "program": k, "library_cpu_pct": v,
                             "command": "bash scripts/bench-preload.sh", "date": date,
                             "machine": machine}) + "\n")
 PY

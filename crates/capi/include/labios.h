@@ -84,6 +84,25 @@ int labios_flush(labios_t *h, const char *path);
 int labios_list(labios_t *h, const char *dir,
                 int (*cb)(void *ctx, const char *name, int is_dir), void *ctx);
 
+/* Software-defined storage. A pipeline is text: functions separated by '|',
+ * each NAME or NAME:KEY=VALUE,KEY=VALUE ("sort:dtype=i64|zstd:level=19");
+ * `labios function builtins` lists the built-ins.
+ *
+ * Computational storage: the worker stores what the pipeline makes of buf;
+ * returns once the data is staged, wait on the ticket for the write. */
+int labios_write_pipeline(labios_t *h, const char *path, uint64_t offset,
+                          const void *buf, size_t len, const char *pipeline,
+                          labios_ticket_t *ticket);
+/* In-situ analytics: runs the pipeline over the whole file where it is
+ * stored; *out receives only the result (free it with labios_free). */
+int labios_query(labios_t *h, const char *path, const char *pipeline,
+                 void **out, size_t *out_len);
+void labios_free(void *p);
+/* Registers a WebAssembly module (binary or WAT) as this application's
+ * private function NAME, usable in its pipelines only. */
+int labios_register_function(labios_t *h, const char *name, const void *module,
+                             size_t len);
+
 /* A fixed description of a status code. */
 const char *labios_strerror(int code);
 /* The message of this thread's last failure; valid until its next one. */

@@ -390,6 +390,95 @@ pub unsafe extern "C" fn labios_list(
     })
 }
 
+/// Computational storage: publishes a write whose bytes the worker passes
+/// through `pipeline` (e.g. "sort:dtype=i64|zstd:level=19") before storing
+/// them; returns once the data is staged. Wait on the ticket for the write.
+///
+/// # Safety
+/// `buf` holds `len` readable bytes; strings are NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn labios_write_pipeline(
+    h: *mut Session,
+    path: *const c_char,
+    offset: u64,
+    buf: *const c_void,
+    len: usize,
+    pipeline: *const c_char,
+    ticket: *mut u64,
+) -> c_int {
+    guard(|| {
+        if ticket.is_null() {
+            return Err(arg("ticket"));
+        }
+        let s = session(h)?;
+        let data = Bytes::copy_from_slice(bytes(buf, len)?);
+        *ticket = s.write_through(
+            req_str(path, "path")?,
+            offset,
+            data,
+            req_str(pipeline, "pipeline")?,
+        )?;
+        Ok(())
+    })
+}
+
+/// In-situ analytics: runs `pipeline` over the whole file where it is
+/// stored; `*out` receives a malloc'd buffer of `*out_len` bytes with only
+/// the result (free it with `labios_free`).
+///
+/// # Safety
+/// Strings are NUL-terminated; `out` and `out_len` point to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn labios_query(
+    h: *mut Session,
+    path: *const c_char,
+    pipeline: *const c_char,
+    out: *mut *mut c_void,
+    out_len: *mut usize,
+) -> c_int {
+    guard(|| {
+        if out.is_null() || out_len.is_null() {
+            return Err(arg("out"));
+        }
+        let result = session(h)?.query(req_str(path, "path")?, req_str(pipeline, "pipeline")?)?;
+        let p = libc::malloc(result.len().max(1));
+        if p.is_null() {
+            return Err(Error::Storage("out of memory for the query result".into()));
+        }
+        std::ptr::copy_nonoverlapping(result.as_ptr(), p.cast::<u8>(), result.len());
+        *out = p;
+        *out_len = result.len();
+        Ok(())
+    })
+}
+
+/// Frees a buffer LABIOS returned (`labios_query`).
+///
+/// # Safety
+/// `p` came from LABIOS, or is NULL.
+#[no_mangle]
+pub unsafe extern "C" fn labios_free(p: *mut c_void) {
+    libc::free(p);
+}
+
+/// Registers a WebAssembly module (binary or WAT text) as this
+/// application's private function `name`.
+///
+/// # Safety
+/// `module` holds `len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn labios_register_function(
+    h: *mut Session,
+    name: *const c_char,
+    module: *const c_void,
+    len: usize,
+) -> c_int {
+    guard(|| {
+        let m = Bytes::copy_from_slice(bytes(module, len)?);
+        session(h)?.register_function(req_str(name, "name")?, m)
+    })
+}
+
 /// A fixed description of a status code.
 #[no_mangle]
 pub extern "C" fn labios_strerror(code: c_int) -> *const c_char {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use labios::cli::connect_client;
 use labios::config::Config;
 use labios_client::{Client, Handle, IoMode};
-use labios_label::{Error, Result};
+use labios_label::{Error, Operation, Result};
 use labios_store::{FileKind, FileMeta};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -218,6 +218,43 @@ impl Session {
     /// Waits for the file's writes and makes them durable on the workers.
     pub fn flush(&self, path: &str) -> Result<()> {
         self.run(self.client.flush(path))
+    }
+}
+
+impl Session {
+    /// Computational storage: the worker stores what the pipeline (text,
+    /// as [`Operation::parse_pipeline`] reads it) makes of `data`; the
+    /// ticket completes once it is written.
+    pub fn write_through(
+        &self,
+        path: &str,
+        offset: u64,
+        data: Bytes,
+        pipeline: &str,
+    ) -> Result<Ticket> {
+        let ops = Operation::parse_pipeline(pipeline)?;
+        let handle = self.run(self.client.write_through(path, offset, data, ops))?;
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        self.tickets.lock().insert(ticket, handle);
+        Ok(ticket)
+    }
+
+    /// In-situ analytics: the pipeline's result over the whole file.
+    pub fn query(&self, path: &str, pipeline: &str) -> Result<Bytes> {
+        let ops = Operation::parse_pipeline(pipeline)?;
+        self.run(self.client.query(path, ops))
+    }
+
+    pub fn register_function(&self, name: &str, module: Bytes) -> Result<()> {
+        self.run(self.client.register_function(name, module))
+    }
+
+    pub fn remove_function(&self, name: &str) -> Result<()> {
+        self.run(self.client.remove_function(name))
+    }
+
+    pub fn functions(&self) -> Result<Vec<String>> {
+        self.run(self.client.functions())
     }
 }
 

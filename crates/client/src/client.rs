@@ -34,6 +34,8 @@ impl Handle {
     }
 }
 
+mod pipelines;
+
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,

@@ -64,6 +64,12 @@ impl LabelManager {
         self.app
     }
 
+    /// A fresh label of this application, for callers that set its
+    /// pointers and operations themselves (pipelines).
+    pub fn new_label(&self, kind: LabelKind) -> Label {
+        self.label(kind)
+    }
+
     fn label(&self, kind: LabelKind) -> Label {
         let mut label = Label::new(self.ids.next(), kind, self.app);
         label.flags = StateFlags::default().with(StateFlags::QUEUED);

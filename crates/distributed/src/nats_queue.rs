@@ -36,6 +36,15 @@
 //! * Redelivery: a delivery not acknowledged within `ack_wait_ms` (because
 //!   its consumer died) is delivered again to whoever pulls the queue next.
 //!   That is how a killed worker's labels are re-dispatched.
+//! * Pulls never outlive their caller: a pull request whose batch exceeds
+//!   the consumer's free `max_ack_pending` room is not ended by the server
+//!   (nats-server 2.9 keeps a `no_wait` request open at that limit and
+//!   fills it as acknowledgements free room), so a request without an
+//!   expiry that the caller gave up on goes on taking messages into an
+//!   inbox nobody reads, where they block the queue until `ack_wait`.
+//!   Every request therefore asks for at most the room this process has
+//!   left (`bound` minus its own unacknowledged deliveries of the queue)
+//!   and carries an expiry, so the server always ends it.
 
 use async_nats::jetstream::{
     self,
@@ -113,6 +122,38 @@ struct Held {
     /// The delivery's ack subject (`$JS.ACK.<stream>.<consumer>...`).
     reply: async_nats::Subject,
     at: Instant,
+    queue: Arc<str>,
+}
+
+/// Unacknowledged deliveries by token, and how many each queue has: they
+/// count against the queue consumer's `max_ack_pending`, which is the room
+/// left for the next pull request.
+#[derive(Default)]
+struct HeldSet {
+    by_token: HashMap<u64, Held>,
+    per_queue: HashMap<Arc<str>, usize>,
+}
+
+impl HeldSet {
+    fn insert(&mut self, token: u64, held: Held) {
+        *self.per_queue.entry(held.queue.clone()).or_default() += 1;
+        self.by_token.insert(token, held);
+    }
+
+    fn remove(&mut self, token: u64) -> Option<Held> {
+        let held = self.by_token.remove(&token)?;
+        if let Some(n) = self.per_queue.get_mut(&*held.queue) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_queue.remove(&*held.queue);
+            }
+        }
+        Some(held)
+    }
+
+    fn of(&self, queue: &str) -> usize {
+        self.per_queue.get(queue).copied().unwrap_or(0)
+    }
 }
 
 /// What this process knows about a queue's room: the undelivered count the
@@ -130,6 +171,11 @@ struct Room {
 /// How long a push trusts its own room estimate before asking the server
 /// again (so that producers in other processes are noticed).
 const ROOM_TRUST: Duration = Duration::from_millis(50);
+/// Shortest expiry of a pull request (a pull with no wait at all still
+/// needs one, so that the server always ends the request).
+const MIN_EXPIRES: Duration = Duration::from_millis(1);
+/// Pause before asking again after a pull request ended early with nothing.
+const RETRY_PAUSE: Duration = Duration::from_millis(5);
 
 struct Inner {
     cfg: NatsConfig,
@@ -141,7 +187,10 @@ struct Inner {
     op_timeout: Duration,
     consumers: Mutex<HashMap<String, PullConsumer>>,
     push_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Room>>>>,
-    held: Mutex<HashMap<u64, Held>>,
+    held: Mutex<HeldSet>,
+    /// Signalled whenever deliveries are acknowledged or forgotten, for
+    /// pulls waiting for room.
+    released: tokio::sync::Notify,
     last_prune: Mutex<Instant>,
     next_token: AtomicU64,
     malformed: AtomicU64,
@@ -360,7 +409,8 @@ impl<T: Codec> JetStreamQueue<T> {
                 op_timeout,
                 consumers: Mutex::new(HashMap::new()),
                 push_locks: Mutex::new(HashMap::new()),
-                held: Mutex::new(HashMap::new()),
+                held: Mutex::new(HeldSet::default()),
+                released: tokio::sync::Notify::new(),
                 last_prune: Mutex::new(Instant::now()),
                 next_token: AtomicU64::new(1),
                 malformed: AtomicU64::new(0),
@@ -388,7 +438,7 @@ impl<T> JetStreamQueue<T> {
 
     /// Deliveries pulled but not yet acknowledged by this instance.
     pub fn unacked(&self) -> usize {
-        self.inner.held.lock().len()
+        self.inner.held.lock().by_token.len()
     }
 
     fn url(&self) -> &str {
@@ -539,65 +589,83 @@ impl<T> JetStreamQueue<T> {
             .clone()
     }
 
-    /// One pull request to the queue's durable consumer: `no_wait`
-    /// (whatever is there now, ended by a 404/408 status from the server)
-    /// or waiting up to `wait` for the messages. Returns the messages and
-    /// whether the server declined (409, e.g. too many unacknowledged
-    /// deliveries).
+    /// One pull request to the queue's durable consumer for at most `max`
+    /// messages, `no_wait` with `expires`: the server hands over what is
+    /// there and ends the request at once, or, on an empty queue, waits up
+    /// to `wait` for the first message. Either way the server ends it by
+    /// the expiry, so no request is left behind to take messages later.
+    /// A request the server declines (409) returns what came before.
     async fn fetch_once(
         &self,
         queue: &str,
         max: usize,
-        wait: Option<Duration>,
-    ) -> Result<(Vec<async_nats::Message>, bool)> {
+        wait: Duration,
+    ) -> Result<Vec<async_nats::Message>> {
         let client = &self.inner.client;
-        let op = self.inner.op_timeout;
-        let limit = wait.map_or(op, |w| w + op);
-        let request = match wait {
-            None => format!("{{\"batch\":{max},\"no_wait\":true}}"),
-            Some(w) => format!("{{\"batch\":{max},\"expires\":{}}}", w.as_nanos()),
-        };
+        let expires = wait.max(MIN_EXPIRES);
+        let request = format!(
+            "{{\"batch\":{max},\"no_wait\":true,\"expires\":{}}}",
+            expires.as_nanos()
+        );
         let api = format!(
             "$JS.API.CONSUMER.MSG.NEXT.{}.{}",
             self.inner.stream_name,
             consumer_name(queue)
         );
-        let work = async {
+        // The server ends the request by its expiry; this deadline only
+        // catches a server that stopped answering.
+        let limit = expires + self.inner.op_timeout;
+        let deadline = Instant::now() + limit;
+        let no_answer =
+            || self.unavailable(format!("pull from {queue}: no answer within {limit:?}"));
+        let start = async {
             let inbox = client.new_inbox();
-            let mut sub = client
-                .subscribe(inbox.clone())
-                .await
-                .map_err(|e| self.unavailable(format!("pull from {queue}: {e}")))?;
+            let sub = client.subscribe(inbox.clone()).await?;
             client
                 .publish_with_reply(api, inbox, Bytes::from(request))
-                .await
-                .map_err(|e| self.unavailable(format!("pull from {queue}: {e}")))?;
-            let mut out = Vec::with_capacity(max.min(1024));
-            while out.len() < max {
-                let Some(m) = sub.next().await else { break };
-                match m.status {
-                    None | Some(async_nats::StatusCode::OK) => out.push(m),
-                    Some(async_nats::StatusCode::IDLE_HEARTBEAT) => {}
-                    Some(async_nats::StatusCode::NOT_FOUND)
-                    | Some(async_nats::StatusCode::TIMEOUT) => break,
-                    Some(async_nats::StatusCode::NO_RESPONDERS) => {
-                        // The consumer may have been deleted behind our
-                        // back: re-create it on the next call.
-                        self.inner.consumers.lock().remove(queue);
-                        return Err(self
-                            .unavailable(format!("pull from {queue}: JetStream does not answer")));
-                    }
-                    Some(status) => {
-                        tracing::debug!(queue, "pull declined: {status} {:?}", m.description);
-                        return Ok((out, true));
-                    }
+                .await?;
+            Ok::<_, async_nats::Error>(sub)
+        };
+        let mut sub = tokio::time::timeout_at(deadline, start)
+            .await
+            .map_err(|_| no_answer())?
+            .map_err(|e| self.unavailable(format!("pull from {queue}: {e}")))?;
+        let mut out = Vec::with_capacity(max.min(1024));
+        while out.len() < max {
+            let m = match tokio::time::timeout_at(deadline, sub.next()).await {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(_) if out.is_empty() => return Err(no_answer()),
+                // What was delivered is handed over: its consumer holds it
+                // as unacknowledged until the caller acks.
+                Err(_) => break,
+            };
+            match m.status {
+                None | Some(async_nats::StatusCode::OK) => out.push(m),
+                Some(async_nats::StatusCode::IDLE_HEARTBEAT) => {}
+                Some(async_nats::StatusCode::NOT_FOUND) | Some(async_nats::StatusCode::TIMEOUT) => {
+                    break
+                }
+                Some(async_nats::StatusCode::NO_RESPONDERS) => {
+                    // The consumer may have been deleted behind our
+                    // back: re-create it on the next call.
+                    self.inner.consumers.lock().remove(queue);
+                    return Err(
+                        self.unavailable(format!("pull from {queue}: JetStream does not answer"))
+                    );
+                }
+                Some(status) => {
+                    tracing::debug!(queue, "pull declined: {status} {:?}", m.description);
+                    break;
                 }
             }
-            Ok::<_, Error>((out, false))
-        };
-        self.timed("pull", limit, work).await?
+        }
+        Ok(out)
     }
 
+    /// Forgets deliveries older than twice `ack_wait` (at most once per
+    /// `ack_wait`): they have been redelivered long ago, and forgetting them
+    /// keeps the map bounded and gives their room back if a caller never acks.
     fn prune_held(&self) {
         let ack_wait = Duration::from_millis(self.inner.cfg.ack_wait_ms.max(1));
         let now = Instant::now();
@@ -608,12 +676,19 @@ impl<T> JetStreamQueue<T> {
             }
             *last = now;
         }
-        // Deliveries older than twice ack_wait have been redelivered long
-        // ago; forgetting them keeps the map bounded if a caller never acks.
-        self.inner
-            .held
-            .lock()
-            .retain(|_, h| now.duration_since(h.at) < ack_wait * 2);
+        {
+            let mut held = self.inner.held.lock();
+            let old: Vec<u64> = held
+                .by_token
+                .iter()
+                .filter(|(_, h)| now.duration_since(h.at) >= ack_wait * 2)
+                .map(|(t, _)| *t)
+                .collect();
+            for t in old {
+                held.remove(t);
+            }
+        }
+        self.inner.released.notify_waiters();
     }
 }
 
@@ -699,38 +774,24 @@ impl<T: Codec> LabelQueue<T> for JetStreamQueue<T> {
         }
         self.prune_held();
         self.consumer(queue).await?;
+        let name: Arc<str> = queue.into();
         let deadline = Instant::now() + wait;
         loop {
-            // Whatever is there now, without waiting.
-            let (mut msgs, mut refused) = self.fetch_once(queue, max, None).await?;
-            if msgs.is_empty() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left < Duration::from_millis(1) {
+            let released = self.inner.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let held = self.inner.held.lock().of(queue);
+            let room = self.inner.cfg.bound.saturating_sub(held).min(max);
+            if room == 0 {
+                // The consumer's whole `max_ack_pending` is unacknowledged
+                // here: a request now could only wait at the server.
+                if tokio::time::timeout_at(deadline, released).await.is_err() {
                     return Ok(Vec::new());
                 }
-                if refused {
-                    // The server declined (e.g. too many unacknowledged
-                    // deliveries): poll again shortly.
-                    tokio::time::sleep(left.min(Duration::from_millis(10))).await;
-                    continue;
-                }
-                // Empty: wait for the first message only, then take what
-                // else is there, so that we never wait for a full batch.
-                let (first, r) = self.fetch_once(queue, 1, Some(left)).await?;
-                refused = r;
-                msgs = first;
-                if !msgs.is_empty() && max > 1 {
-                    let (more, _) = self.fetch_once(queue, max - 1, None).await?;
-                    msgs.extend(more);
-                }
-                if msgs.is_empty() {
-                    if refused {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        tokio::time::sleep(left.min(Duration::from_millis(10))).await;
-                    }
-                    continue;
-                }
+                continue;
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msgs = self.fetch_once(queue, room, left).await?;
             let now = Instant::now();
             let mut out = Vec::with_capacity(msgs.len());
             let mut bad = Vec::new();
@@ -744,7 +805,15 @@ impl<T: Codec> LabelQueue<T> for JetStreamQueue<T> {
                     match T::from_bytes(&msg.payload) {
                         Ok(item) => {
                             let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
-                            held.insert(token, Held { reply, at: now });
+                            let queue = name.clone();
+                            held.insert(
+                                token,
+                                Held {
+                                    reply,
+                                    at: now,
+                                    queue,
+                                },
+                            );
                             out.push(Delivery { item, token });
                         }
                         Err(e) => bad.push((reply, msg.payload.len(), e)),
@@ -771,9 +840,14 @@ impl<T: Codec> LabelQueue<T> for JetStreamQueue<T> {
             if !out.is_empty() {
                 return Ok(out);
             }
-            if Instant::now() >= deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return Ok(Vec::new());
             }
+            // Ended early with nothing usable: declined, another puller's
+            // request waits ahead of ours (408 "Requests Pending"), or only
+            // malformed messages came. Ask again shortly.
+            tokio::time::sleep(left.min(RETRY_PAUSE)).await;
         }
     }
 
@@ -787,7 +861,7 @@ impl<T: Codec> LabelQueue<T> for JetStreamQueue<T> {
             let mut held = self.inner.held.lock();
             tokens
                 .iter()
-                .filter_map(|t| held.remove(t).map(|h| h.reply))
+                .filter_map(|t| held.remove(*t).map(|h| h.reply))
                 .collect()
         };
         if replies.len() < tokens.len() {
@@ -811,9 +885,11 @@ impl<T: Codec> LabelQueue<T> for JetStreamQueue<T> {
             self.inner.client.flush().await?;
             Ok::<_, async_nats::Error>(())
         };
-        self.timed("ack", op, send)
-            .await?
-            .map_err(|e| self.unavailable(format!("ack on {queue}: {e}")))
+        let sent = self.timed("ack", op, send).await;
+        // After the flush, so that the server has freed the room a waiting
+        // pull is about to ask for.
+        self.inner.released.notify_waiters();
+        sent?.map_err(|e| self.unavailable(format!("ack on {queue}: {e}")))
     }
 
     async fn depth(&self, queue: &str) -> Result<usize> {

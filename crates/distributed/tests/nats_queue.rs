@@ -236,6 +236,83 @@ async fn nats_two_consumers_share_a_queue() {
     assert_eq!(a.depth("labels.1").await.unwrap(), 0);
 }
 
+/// A queue's consumer allows `bound` unacknowledged deliveries. A pull
+/// asking for more takes what fits at once, waits while the room is held,
+/// and never leaves a request at the server that takes later messages into
+/// an inbox nobody reads (which stalled a cluster running at bound 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_pulls_beyond_the_unacknowledged_limit_never_stall() {
+    let s = NatsServer::start();
+    let cfg = NatsConfig {
+        bound: 8,
+        ..s.config()
+    };
+    let q = label_queue(cfg.clone()).await;
+    let items = labels(16);
+    q.push("worker.5", items[..8].to_vec()).await.unwrap();
+    let t = Instant::now();
+    let first = q
+        .pull("worker.5", 32, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 8);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    q.push("worker.5", items[8..].to_vec()).await.unwrap();
+
+    // The whole room is held here: a pull waits out its time, takes nothing.
+    let t = Instant::now();
+    let none = q
+        .pull("worker.5", 32, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // A waiting pull gets the room back as soon as some is acknowledged.
+    let waiting = {
+        let q = q.clone();
+        tokio::spawn(async move { q.pull("worker.5", 32, Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let tokens: Vec<u64> = first.iter().map(|d| d.token).collect();
+    let t = Instant::now();
+    q.ack("worker.5", &tokens[..3]).await.unwrap();
+    let second = waiting.await.unwrap().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let got: Vec<Label> = second.iter().map(|d| d.item.clone()).collect();
+    assert_eq!(got, items[8..11]);
+
+    // Another process on the same consumer cannot know the room is held
+    // here: its request waits at the server, but only until its expiry.
+    let other = label_queue(cfg).await;
+    let t = Instant::now();
+    let none = other
+        .pull("worker.5", 32, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // Once everything is acknowledged, the rest comes out, none swallowed.
+    let held: Vec<u64> = tokens[3..]
+        .iter()
+        .copied()
+        .chain(second.iter().map(|d| d.token))
+        .collect();
+    q.ack("worker.5", &held).await.unwrap();
+    let rest = drain(&q, "worker.5", 5, Duration::from_secs(5)).await;
+    assert_eq!(rest, items[11..]);
+    assert_eq!(q.depth("worker.5").await.unwrap(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_redelivery_after_a_consumer_dies() {
     let s = NatsServer::start();

@@ -81,6 +81,48 @@ pub struct Operation {
     pub args: Vec<(String, String)>,
 }
 
+impl Operation {
+    /// A pipeline written as text: functions separated by `|`, each
+    /// `NAME` or `NAME:KEY=VALUE,KEY=VALUE` (`sort:dtype=i64|zstd:level=19`),
+    /// as the CLI, the C API and the Python package take it.
+    pub fn parse_pipeline(spec: &str) -> crate::Result<Vec<Operation>> {
+        spec.split('|')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|op| {
+                let (function, args) = op.split_once(':').unwrap_or((op, ""));
+                let args = args
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| {
+                        a.split_once('=')
+                            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                            .ok_or_else(|| {
+                                crate::Error::InvalidArgument(format!(
+                                    "pipeline {spec:?}: argument {a:?} of {function} is not KEY=VALUE"
+                                ))
+                            })
+                    })
+                    .collect::<crate::Result<Vec<_>>>()?;
+                Ok(Operation {
+                    function: function.trim().to_string(),
+                    args,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Warehouse key of part `i` of a gathered read: a read label with
+/// operations and an index assembles its input from these parts (one per
+/// index segment, left by earlier reads on the workers holding the bytes)
+/// instead of reading its own device, so that a pipeline can run on data
+/// spread over several workers without it ever reaching the client.
+pub fn part_key(result_key: &str, i: usize) -> String {
+    format!("{result_key}.{i}")
+}
+
 /// One piece of an indexed (aggregated) label: `len` bytes at `buf_offset` of
 /// the label's data go to `file_offset` of the destination file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,5 +211,31 @@ impl Label {
     /// Whether the label changes stored data (for dependency tracking).
     pub fn mutates(&self) -> bool {
         !matches!(self.kind, LabelKind::Read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Operation;
+
+    #[test]
+    fn pipelines_parse_from_text() {
+        let ops = Operation::parse_pipeline("sort:dtype=i64,order=desc | zstd").unwrap();
+        assert_eq!(ops.len(), 2);
+        assert_eq!(ops[0].function, "sort");
+        assert_eq!(
+            ops[0].args,
+            vec![
+                ("dtype".into(), "i64".into()),
+                ("order".into(), "desc".into())
+            ]
+        );
+        assert_eq!(ops[1].function, "zstd");
+        assert!(ops[1].args.is_empty());
+        let e = Operation::parse_pipeline("zstd:level").unwrap_err();
+        assert!(
+            e.to_string().contains("\"level\" of zstd is not KEY=VALUE"),
+            "{e}"
+        );
     }
 }

@@ -105,6 +105,7 @@ mod tests {
             energy,
             capacity: 100,
             max_queue: 10,
+            functions: true,
         };
         WorkerStatus {
             state,

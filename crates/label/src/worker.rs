@@ -18,6 +18,9 @@ pub struct WorkerSpec {
     pub capacity: u64,
     /// Maximum queue length used to normalize load.
     pub max_queue: u32,
+    /// Runs labels with operations (software-defined storage, 3.5.3); the
+    /// dispatcher gives such labels only to workers that do.
+    pub functions: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -62,7 +62,28 @@ pub enum Command {
     #[command(subcommand)]
     App(AppCommand),
     /// Copy a local file into LABIOS.
-    Put { local: PathBuf, path: String },
+    Put {
+        local: PathBuf,
+        path: String,
+        /// Functions the worker applies before storing (computational
+        /// storage), e.g. `zstd:level=19` or `sort:dtype=i64|lz4`; repeatable.
+        #[arg(long)]
+        pipeline: Vec<String>,
+        /// With --pipeline: return once the data is staged; the worker
+        /// finishes the pipeline and the write in the background.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Run a pipeline over a file where it is stored and print only the
+    /// result (in-situ analytics), e.g. `--pipeline median:dtype=i64`.
+    Query {
+        path: String,
+        #[arg(long, required = true)]
+        pipeline: Vec<String>,
+    },
+    /// The application's own functions (WebAssembly) and the built-ins.
+    #[command(subcommand)]
+    Function(FunctionCommand),
     /// Copy a LABIOS file to a local file ("-" for standard output).
     Get { path: String, local: PathBuf },
     /// List files under a prefix.
@@ -114,6 +135,18 @@ pub enum AppCommand {
     Create { name: String },
     /// List registered applications.
     Ls,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum FunctionCommand {
+    /// Register MODULE (.wasm or .wat) as function NAME of this application.
+    Add { name: String, module: PathBuf },
+    /// This application's functions.
+    Ls,
+    /// Remove function NAME of this application.
+    Rm { name: String },
+    /// The built-in functions and what they do.
+    Builtins,
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -173,14 +206,30 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             crate::bench::run(config, target, &scenario, json, bytes).await
         }
-        Command::Put { local, path } => {
-            put(
-                &connect_client(&config, cli.key, cli.secret).await?,
-                &local,
-                &path,
-            )
-            .await
+        Command::Put {
+            local,
+            path,
+            pipeline,
+            no_wait,
+        } => {
+            let client = connect_client(&config, cli.key, cli.secret).await?;
+            if pipeline.is_empty() {
+                put(&client, &local, &path).await
+            } else {
+                put_through(&client, &local, &path, &pipeline, !no_wait).await
+            }
         }
+        Command::Query { path, pipeline } => {
+            let client = connect_client(&config, cli.key, cli.secret).await?;
+            let result = client.query(&path, parse_pipeline(&pipeline)?).await?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(&result)?;
+            if std::io::IsTerminal::is_terminal(&out) && !result.ends_with(b"\n") {
+                out.write_all(b"\n")?;
+            }
+            Ok(())
+        }
+        Command::Function(cmd) => function(&config, cli.key, cli.secret, cmd).await,
         Command::Get { path, local } => {
             get(
                 &connect_client(&config, cli.key, cli.secret).await?,
@@ -351,6 +400,79 @@ async fn put(client: &Client, local: &Path, path: &str) -> anyhow::Result<()> {
         "{} -> {path}: {offset} bytes in {secs:.3} s",
         local.display()
     );
+    Ok(())
+}
+
+fn parse_pipeline(specs: &[String]) -> anyhow::Result<Vec<labios_label::Operation>> {
+    let mut ops = Vec::new();
+    for spec in specs {
+        ops.extend(labios_label::Operation::parse_pipeline(spec)?);
+    }
+    Ok(ops)
+}
+
+/// One label with the whole file: a pipeline transforms the data as a
+/// whole (a compressed frame, a sorted array), not chunk by chunk.
+async fn put_through(
+    client: &Client,
+    local: &Path,
+    path: &str,
+    pipeline: &[String],
+    wait: bool,
+) -> anyhow::Result<()> {
+    let ops = parse_pipeline(pipeline)?;
+    let started = Instant::now();
+    let data = std::fs::read(local)
+        .with_context(|| format!("{}: not found or unreadable", local.display()))?;
+    let len = data.len();
+    let handle = client
+        .write_through(path, 0, Bytes::from(data), ops)
+        .await?;
+    let staged = started.elapsed().as_secs_f64();
+    if wait {
+        client.wait(&handle).await?;
+        eprintln!(
+            "{} -> {path}: {len} bytes staged in {staged:.3} s, stored through the pipeline in {:.3} s",
+            local.display(),
+            started.elapsed().as_secs_f64()
+        );
+    } else {
+        eprintln!(
+            "{} -> {path}: {len} bytes staged in {staged:.3} s; the worker finishes in the background",
+            local.display()
+        );
+    }
+    Ok(())
+}
+
+async fn function(
+    config: &Config,
+    key: Option<String>,
+    secret: Option<String>,
+    cmd: FunctionCommand,
+) -> anyhow::Result<()> {
+    if let FunctionCommand::Builtins = cmd {
+        for (name, what) in labios_functions::builtins() {
+            println!("{name:10} {what}");
+        }
+        return Ok(());
+    }
+    let client = connect_client(config, key, secret).await?;
+    match cmd {
+        FunctionCommand::Add { name, module } => {
+            let bytes = std::fs::read(&module)
+                .with_context(|| format!("{}: not found or unreadable", module.display()))?;
+            client.register_function(&name, Bytes::from(bytes)).await?;
+            println!("registered {name}");
+        }
+        FunctionCommand::Ls => {
+            for name in client.functions().await? {
+                println!("{name}");
+            }
+        }
+        FunctionCommand::Rm { name } => client.remove_function(&name).await?,
+        FunctionCommand::Builtins => {}
+    }
     Ok(())
 }
 

@@ -63,6 +63,14 @@ pub struct WorkerDecl {
     /// RAM tier at a tmpfs mount to make it RAM-backed.
     #[serde(default)]
     pub dir: Option<PathBuf>,
+    /// Runs pipelines of functions (software-defined storage); a worker on a
+    /// weak or shared node may decline them.
+    #[serde(default = "yes")]
+    pub functions: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,6 +108,7 @@ impl Default for Config {
             energy,
             capacity: 64 * GIB,
             dir: None,
+            functions: true,
         };
         Config {
             deployment: Deployment::Embedded,
@@ -262,6 +271,7 @@ impl Config {
             energy: w.energy,
             capacity: w.capacity,
             max_queue: self.worker.max_queue,
+            functions: w.functions,
         })
     }
 

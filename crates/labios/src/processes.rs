@@ -33,8 +33,14 @@ pub async fn stop_signal() -> anyhow::Result<()> {
 /// dispatcher processes share the queues (each label goes to one of them).
 pub async fn dispatcher(config: Config) -> anyhow::Result<()> {
     let stores = distributed_stores(&config).await?;
-    let directory: Arc<dyn WorkerDirectory> =
-        Arc::new(InventoryDirectory::start(stores.inventory.clone(), DIRECTORY_REFRESH).await?);
+    let directory: Arc<dyn WorkerDirectory> = Arc::new(
+        InventoryDirectory::start(
+            stores.inventory.clone(),
+            DIRECTORY_REFRESH,
+            config.manager.elastic(),
+        )
+        .await?,
+    );
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
     for _ in 0..config.dispatchers {

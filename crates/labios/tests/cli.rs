@@ -144,3 +144,94 @@ fn demo_runs_and_verifies() {
         "{stdout}"
     );
 }
+
+/// Software-defined storage from the command line: a compressed put, an
+/// in-situ query, a user function, and clear errors.
+#[test]
+fn pipelines_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let local = dir.path().join("numbers.i64");
+    let values: Vec<i64> = (1..=1001).rev().collect();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(&local, &bytes).unwrap();
+    let f = local.to_str().unwrap();
+    server.ok(
+        None,
+        &["put", f, "/sds/n.zst", "--pipeline", "zstd:level=19"],
+    );
+    let stored = dir.path().join("stored.zst");
+    server.ok(None, &["get", "/sds/n.zst", stored.to_str().unwrap()]);
+    let stored = std::fs::read(&stored).unwrap();
+    assert_eq!(&stored[..4], &[0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
+    assert_eq!(
+        server.ok(
+            None,
+            &[
+                "query",
+                "/sds/n.zst",
+                "--pipeline",
+                "unzstd|median:dtype=i64"
+            ]
+        ),
+        "501"
+    );
+    server.ok(
+        None,
+        &[
+            "put",
+            f,
+            "/sds/n.lz4",
+            "--pipeline",
+            "sort:dtype=i64",
+            "--pipeline",
+            "lz4",
+            "--no-wait",
+        ],
+    );
+    let wat = dir.path().join("upper.wat");
+    std::fs::write(&wat, include_str!("../../functions/src/uppercase.wat")).unwrap();
+    assert_eq!(
+        server.ok(None, &["function", "add", "upper", wat.to_str().unwrap()]),
+        "registered upper\n"
+    );
+    assert_eq!(server.ok(None, &["function", "ls"]), "upper\n");
+    let text = dir.path().join("t.txt");
+    std::fs::write(&text, "shout").unwrap();
+    server.ok(None, &["put", text.to_str().unwrap(), "/sds/t.txt"]);
+    assert_eq!(
+        server.ok(None, &["query", "/sds/t.txt", "--pipeline", "upper"]),
+        "SHOUT"
+    );
+    assert!(server.ok(None, &["function", "builtins"]).contains("zstd"));
+    let e = server.err(None, &["query", "/sds/t.txt", "--pipeline", "nosuch"]);
+    assert!(e.contains("unknown function nosuch"), "{e}");
+    let e = server.err(None, &["query", "/sds/t.txt", "--pipeline", "zstd:level"]);
+    assert!(e.contains("not KEY=VALUE"), "{e}");
+    server.ok(None, &["function", "rm", "upper"]);
+    let e = server.err(None, &["function", "rm", "upper"]);
+    assert!(e.contains("not found: function upper"), "{e}");
+    // The background put finishes on its own: sorted, then lz4, then back.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = server.run(
+            None,
+            &[
+                "query",
+                "/sds/n.lz4",
+                "--pipeline",
+                "unlz4|median:dtype=i64",
+            ],
+        );
+        if out.status.success() {
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), "501");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the background write never landed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    server.stop();
+}

@@ -169,6 +169,12 @@ struct Cluster {
 impl Cluster {
     /// Starts everything; `extra` adds or overrides `LABIOS_*` variables.
     fn start(extra: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with_reserve(extra, 0)
+    }
+
+    /// Like [`Cluster::start`], with the last `reserve` workers started
+    /// suspended (`labios worker INDEX --suspended`, an elastic reserve).
+    fn start_with_reserve(extra: &[(&str, &str)], reserve: usize) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let nats = Service::start("nats-server", dir.path().join("nats"));
         let redis = Service::start("redis-server", dir.path().join("redis"));
@@ -229,7 +235,14 @@ impl Cluster {
         c.dispatcher = Some(c.spawn("dispatcher", &["dispatcher"]));
         c.manager = Some(c.spawn("manager", &["manager"]));
         for i in 0..WORKERS {
-            c.start_worker(i);
+            if i + reserve >= WORKERS {
+                c.workers[i] = Some(c.spawn(
+                    &format!("worker-{i}"),
+                    &["worker", &i.to_string(), "--suspended"],
+                ));
+            } else {
+                c.start_worker(i);
+            }
         }
         c
     }
@@ -693,6 +706,196 @@ async fn failing_label_is_retried_then_reported_and_the_app_goes_on() {
         written.push((path, 0, data));
     }
     verify(&client, &written).await;
+}
+
+/// Elastic allocation across processes holds the suspended reserve back,
+/// as the in-process manager does: the dispatcher gives work only to active
+/// workers, and a reserve worker joins once woken (here by the activation
+/// message the manager sends when load builds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn elastic_reserve_gets_no_work_until_woken() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::start_with_reserve(
+        &[
+            ("LABIOS_MANAGER__ALLOCATION", "elastic"),
+            ("LABIOS_MANAGER__MIN_ACTIVE", "1"),
+            // No load-driven wake-up: the test wakes the reserve itself.
+            ("LABIOS_MANAGER__WAKE_THRESHOLD", "1000000000"),
+        ],
+        2,
+    );
+    let stores = cluster.stores().await;
+    let long = Duration::from_secs(20);
+    cluster
+        .wait_worker(&stores, 0, WorkerState::Active, None, long)
+        .await;
+    for id in [1, 2] {
+        cluster
+            .wait_worker(&stores, id, WorkerState::Suspended, None, long)
+            .await;
+    }
+    // The dispatcher refreshes its view of the pool every 100 ms.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let client = cluster.client().await;
+    let mut written = Vec::new();
+    let mut handles = Vec::new();
+    for i in 0..24 {
+        let path = format!("/e/{i}");
+        let data = payload(5000 + i, 64 * KIB);
+        if i % 2 == 0 {
+            client.write_at_sync(&path, 0, data.clone()).await.unwrap();
+        } else {
+            handles.push(client.write_at_async(&path, 0, data.clone()).await.unwrap());
+        }
+        written.push((path, 0, data));
+    }
+    client.wait_many(&handles).await.unwrap();
+    let done = |statuses: &[WorkerStatus], id: WorkerId| {
+        statuses
+            .iter()
+            .find(|w| w.spec.id == id)
+            .map(|w| (w.state, w.labels_done))
+            .unwrap()
+    };
+    let statuses = statuses_until(&stores, |s| {
+        s.iter().map(|w| w.labels_done).sum::<u64>() >= 24
+    })
+    .await;
+    assert!(done(&statuses, 0).1 >= 24, "{statuses:?}");
+    for id in [1, 2] {
+        assert_eq!(
+            done(&statuses, id),
+            (WorkerState::Suspended, 0),
+            "the reserve worker {id} got work: {statuses:?}"
+        );
+    }
+
+    stores
+        .tasks
+        .push(
+            &labios_store::worker_queue(1),
+            vec![labios_label::Task::wake_up()],
+        )
+        .await
+        .unwrap();
+    cluster
+        .wait_worker(&stores, 1, WorkerState::Active, None, long)
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 24..48 {
+        let path = format!("/e/{i}");
+        let data = payload(5000 + i, 64 * KIB);
+        client.write_at_sync(&path, 0, data.clone()).await.unwrap();
+        written.push((path, 0, data));
+    }
+    let statuses = statuses_until(&stores, |s| done(s, 1).1 > 0).await;
+    assert_eq!(
+        done(&statuses, 2),
+        (WorkerState::Suspended, 0),
+        "{statuses:?}"
+    );
+    verify(&client, &written).await;
+}
+
+/// The published worker statuses once `ready` holds for them (workers
+/// publish every 200 ms here); fails after 20 s.
+async fn statuses_until(
+    stores: &Stores,
+    ready: impl Fn(&[WorkerStatus]) -> bool,
+) -> Vec<WorkerStatus> {
+    let t = Instant::now();
+    loop {
+        let statuses = Cluster::statuses(stores).await;
+        if ready(&statuses) {
+            return statuses;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "worker statuses never got there: {statuses:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Data on a worker the manager declared down cannot be read until the
+/// worker is back: the read fails promptly with an error naming the worker,
+/// while data on live workers reads as usual, and after the restart the
+/// data reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reading_data_of_a_down_worker_names_the_worker() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Cluster::start(&[]);
+    let stores = cluster.stores().await;
+    cluster.wait_all_active(&stores).await;
+    let client = cluster.client().await;
+    // Round robin spreads the files over the workers.
+    let mut written = Vec::new();
+    for i in 0..6 {
+        let path = format!("/down/{i}");
+        let data = payload(6000 + i, 64 * KIB);
+        client.write_at_sync(&path, 0, data.clone()).await.unwrap();
+        let id = client.stat(&path).await.unwrap().id;
+        let extents = stores
+            .inventory
+            .extents(id, 0, data.len() as u64)
+            .await
+            .unwrap();
+        let holder = extents[0].worker;
+        assert!(extents.iter().all(|e| e.worker == holder), "{extents:?}");
+        written.push((path, holder, data));
+    }
+    let victim = written[0].1;
+    assert!(
+        written.iter().any(|w| w.1 != victim),
+        "all files landed on worker {victim}"
+    );
+    let before = cluster
+        .wait_worker(
+            &stores,
+            victim,
+            WorkerState::Active,
+            None,
+            Duration::from_secs(5),
+        )
+        .await;
+    kill9(&mut cluster.workers[victim as usize]);
+    cluster
+        .wait_worker(
+            &stores,
+            victim,
+            WorkerState::Decommissioned,
+            None,
+            Duration::from_secs(10),
+        )
+        .await;
+    for (path, holder, data) in &written {
+        let read = tokio::time::timeout(Duration::from_secs(15), client.read(path))
+            .await
+            .unwrap_or_else(|_| panic!("reading {path} hung"));
+        if *holder == victim {
+            let err = read.expect_err("data of a down worker cannot be read");
+            assert!(
+                err.to_string()
+                    .contains(&format!("worker {victim} is down")),
+                "{path}: the error must name the down worker: {err}"
+            );
+        } else {
+            assert!(read.unwrap() == *data, "{path} read back differs");
+        }
+    }
+    cluster.start_worker(victim as usize);
+    cluster
+        .wait_worker(
+            &stores,
+            victim,
+            WorkerState::Active,
+            Some(before.heartbeat),
+            Duration::from_secs(20),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (path, _, data) = &written[0];
+    assert!(client.read(path).await.unwrap() == *data);
 }
 
 /// Elasticity across processes: an in-process manager launches the worker

@@ -371,13 +371,7 @@ async fn restart_reads_back_every_completed_file(kind: Kind) {
 }
 
 async fn a_full_queue_pushes_back_instead_of_growing(kind: Kind) {
-    // Known issue: with a NATS bound of 8 the whole pipeline (client queue,
-    // worker queues, each consumer capped at `bound` unacknowledged
-    // deliveries) can stall; the cluster runs the same check with 32.
-    let bound = match kind {
-        Kind::Embedded => 8,
-        Kind::Cluster => 32,
-    };
+    let bound = 8;
     let d = Deployed::start(kind, |config| {
         config.queue.bound = bound;
         // How long a producer waits for room. The cluster's dispatcher drains

@@ -79,24 +79,21 @@ fn fail(e: Errno) -> *mut libc::DIR {
 
 #[no_mangle]
 pub unsafe extern "C" fn opendir(name: *const c_char) -> *mut libc::DIR {
-    if !conn::bypass() {
-        match mount::resolve(name) {
-            Target::Labios(v) => {
-                return match io::open(v, libc::O_RDONLY | libc::O_DIRECTORY) {
-                    Ok(fd) => stream(fd).unwrap_or_else(|e| {
-                        let _ = io::close(fd);
-                        fail(e)
-                    }),
-                    Err(e) => fail(e),
-                }
+    match mount::resolve(name) {
+        Target::Labios(v) if !conn::bypass() => {
+            match io::open(v, libc::O_RDONLY | libc::O_DIRECTORY) {
+                Ok(fd) => stream(fd).unwrap_or_else(|e| {
+                    let _ = io::close(fd);
+                    fail(e)
+                }),
+                Err(e) => fail(e),
             }
-            Target::Real(Some(p)) => {
-                return real!(opendir: fn(*const c_char) -> *mut libc::DIR)(p.as_ptr())
-            }
-            Target::Real(None) => {}
+        }
+        Target::Real(Some(p)) => real!(opendir: fn(*const c_char) -> *mut libc::DIR)(p.as_ptr()),
+        Target::Real(None) | Target::Labios(_) => {
+            real!(opendir: fn(*const c_char) -> *mut libc::DIR)(name)
         }
     }
-    real!(opendir: fn(*const c_char) -> *mut libc::DIR)(name)
 }
 
 #[no_mangle]

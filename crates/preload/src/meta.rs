@@ -94,14 +94,12 @@ unsafe fn meta_at(
     path: *const c_char,
     flags: c_int,
 ) -> Result<Result<FileMeta, Errno>, Option<std::ffi::CString>> {
-    if crate::conn::bypass() {
-        return Err(None);
-    }
     if !path.is_null() && *path == 0 && flags & libc::AT_EMPTY_PATH != 0 {
         return meta_of_fd(dirfd).ok_or(None);
     }
     match mount::resolve_at(dirfd, path) {
-        Target::Labios(v) => Ok(io::stat(&v)),
+        Target::Labios(v) if !crate::conn::bypass() => Ok(io::stat(&v)),
+        Target::Labios(_) => Err(None),
         Target::Real(p) => Err(p),
     }
 }

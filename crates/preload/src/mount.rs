@@ -92,7 +92,7 @@ fn starts_in_prefix(path: &[u8]) -> bool {
 /// Cheap test that an absolute path may be under a prefix, without
 /// allocating: most calls of a program are for other paths.
 fn may_match(path: &[u8]) -> bool {
-    starts_in_prefix(path) || path.windows(2).any(|w| w == b"..")
+    starts_in_prefix(path) || path.windows(3).any(|w| w == b"/..")
 }
 
 /// A path that was relative to a LABIOS directory, or that left a prefix

@@ -142,10 +142,11 @@ unsafe fn open_stream(
     mode: *const c_char,
     real: impl FnOnce(*const c_char) -> *mut libc::FILE,
 ) -> *mut libc::FILE {
-    if conn::bypass() || mode.is_null() {
+    if mode.is_null() {
         return real(path);
     }
     match mount::resolve(path) {
+        Target::Labios(_) if conn::bypass() => real(path),
         Target::Labios(v) => {
             let Some(flags) = flags_of(CStr::from_ptr(mode).to_bytes()) else {
                 set_errno(libc::EINVAL);

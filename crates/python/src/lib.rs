@@ -170,6 +170,54 @@ impl Client {
         })
     }
 
+    /// Computational storage: the worker stores what `pipeline` (e.g.
+    /// "sort:dtype=i64|zstd:level=19") makes of `data`; returns a `Ticket`
+    /// once the data is staged.
+    #[pyo3(signature = (path, data, pipeline, offset=0))]
+    fn write_through(
+        slf: &Bound<'_, Self>,
+        path: &str,
+        data: &Bound<'_, PyAny>,
+        pipeline: &str,
+        offset: u64,
+    ) -> PyResult<Ticket> {
+        let data = lend(data)?;
+        let id = slf
+            .get()
+            .call(slf.py(), |s| s.write_through(path, offset, data, pipeline))?;
+        Ok(Ticket {
+            client: slf.clone().unbind(),
+            id,
+        })
+    }
+
+    /// In-situ analytics: runs `pipeline` over the whole file where it is
+    /// stored and returns only its result (e.g. "median:dtype=i64").
+    fn query<'py>(
+        &self,
+        py: Python<'py>,
+        path: &str,
+        pipeline: &str,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let data = self.call(py, |s| s.query(path, pipeline))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Registers a WebAssembly module (bytes, binary or WAT text) as this
+    /// application's private function `name`.
+    fn register_function(&self, py: Python<'_>, name: &str, module: Vec<u8>) -> PyResult<()> {
+        self.call(py, |s| s.register_function(name, Bytes::from(module)))
+    }
+
+    fn remove_function(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        self.call(py, |s| s.remove_function(name))
+    }
+
+    /// This application's functions.
+    fn functions(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.call(py, |s| s.functions())
+    }
+
     /// Waits for several tickets at once; each is consumed.
     fn wait(&self, py: Python<'_>, tickets: Vec<PyRef<'_, Ticket>>) -> PyResult<()> {
         let ids: Vec<u64> = tickets.iter().map(|t| t.id).collect();

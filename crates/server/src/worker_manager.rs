@@ -443,6 +443,7 @@ mod tests {
             energy: 3,
             capacity: 100,
             max_queue: 100,
+            functions: true,
         };
         WorkerStatus {
             state,

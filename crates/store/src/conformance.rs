@@ -427,6 +427,7 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
         energy: 1,
         capacity: 1 << 30,
         max_queue: 64,
+        functions: true,
     });
     i.put_worker(w.clone()).await.unwrap();
     assert!(i.workers().await.unwrap().contains(&w));

@@ -103,6 +103,7 @@ fn bench_workers(n: usize) -> Vec<WorkerStatus> {
                 energy: ((id * 3) % 5 + 1) as u8,
                 capacity: 128 << 20,
                 max_queue: 256,
+                functions: true,
             })
         })
         .collect()

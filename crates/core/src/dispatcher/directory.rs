@@ -1,8 +1,14 @@
 //! The worker directory for a dispatcher that runs apart from the worker
 //! manager: workers as the inventory last reported them, refreshed in the
 //! background so scheduling never waits on a network round trip.
+//!
+//! It offers the same available list as the in-process worker manager
+//! (article 3.5.2): in static allocation every worker, so an idle-suspended
+//! one wakes when work reaches its queue; in elastic allocation only the
+//! active ones, so the suspended reserve stays asleep until the manager
+//! wakes it as load builds (or every worker, if none is active).
 
-use labios_label::{Result, WorkerDirectory, WorkerId, WorkerStatus};
+use labios_label::{Result, WorkerDirectory, WorkerId, WorkerState, WorkerStatus};
 use labios_store::Inventory;
 use parking_lot::RwLock;
 use std::sync::{Arc, Weak};
@@ -11,17 +17,29 @@ use tokio::task::JoinHandle;
 
 pub struct InventoryDirectory {
     cache: Arc<RwLock<Vec<WorkerStatus>>>,
+    /// Elastic allocation: the suspended reserve is held back.
+    elastic: bool,
     refresher: JoinHandle<()>,
 }
 
 impl InventoryDirectory {
     /// Loads the workers once (so the first batch sees them), then refreshes
-    /// every `refresh` until dropped. Must be called inside a tokio runtime.
-    pub async fn start(inventory: Arc<dyn Inventory>, refresh: Duration) -> Result<Self> {
+    /// every `refresh` until dropped. `elastic`: the manager runs elastic
+    /// allocation (`manager.allocation = "elastic"`), so suspended workers
+    /// are its reserve, not available. Must be called inside a tokio runtime.
+    pub async fn start(
+        inventory: Arc<dyn Inventory>,
+        refresh: Duration,
+        elastic: bool,
+    ) -> Result<Self> {
         let cache = Arc::new(RwLock::new(ranked(inventory.workers().await?)));
         let weak = Arc::downgrade(&cache);
         let refresher = tokio::spawn(refresh_loop(inventory, weak, refresh));
-        Ok(InventoryDirectory { cache, refresher })
+        Ok(InventoryDirectory {
+            cache,
+            elastic,
+            refresher,
+        })
     }
 }
 
@@ -58,7 +76,15 @@ impl Drop for InventoryDirectory {
 
 impl WorkerDirectory for InventoryDirectory {
     fn workers(&self) -> Vec<WorkerStatus> {
-        self.cache.read().clone()
+        let all = self.cache.read();
+        if self.elastic && all.iter().any(|w| w.state == WorkerState::Active) {
+            return all
+                .iter()
+                .filter(|w| w.state == WorkerState::Active)
+                .cloned()
+                .collect();
+        }
+        all.clone()
     }
 
     /// Counts the labels as queued until the next refresh brings the

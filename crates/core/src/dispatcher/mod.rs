@@ -27,10 +27,11 @@ pub use shuffler::{shuffle, Routed};
 use futures::{future::join_all, stream, StreamExt};
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
-    Label, LabelId, LabelKind, LabelState, LabelStatus, Pointer, Result, WorkerDirectory, WorkerId,
+    Label, LabelId, LabelKind, LabelState, LabelStatus, Pointer, Result, Task, WorkerDirectory,
+    WorkerId, WorkerState,
 };
 use labios_store::{worker_queue, Delivery, LabelVerifier, Stores};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -235,24 +236,35 @@ impl Dispatcher {
                 Err(e) => unrecorded.extend(self.fail(vec![d.item.id], e.to_string()).await),
             }
         }
-        let planned: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+        let mut planned: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
         let t = anatomy::start();
         let located = self.locate_reads(&labels).await;
         let tasks = shuffle(labels, self.config.aggregation, &located);
         anatomy::record(Phase::Shuffle, t);
         let workers = self.workers_or_wait().await;
+        let (held_back, tasks) = self.pin_to_unlisted(tasks, &workers).await;
         let t = anatomy::start();
         let plan = self.scheduler.schedule(tasks, &workers);
         anatomy::record(Phase::Schedule, t);
-        unrecorded.extend(match plan {
-            Ok(plan) => {
-                let t = anatomy::start();
-                let unrecorded = self.publish(plan).await;
-                anatomy::record(Phase::DispatchPublish, t);
-                unrecorded
+        let plan = match plan {
+            Ok(mut plan) => {
+                plan.extend(held_back);
+                plan
             }
-            Err(e) => self.fail(planned, e.to_string()).await,
-        });
+            Err(e) => {
+                let pinned: HashSet<LabelId> = held_back
+                    .iter()
+                    .flat_map(|(_, tasks)| tasks.iter().flat_map(|t| &t.labels))
+                    .map(|l| l.id)
+                    .collect();
+                planned.retain(|id| !pinned.contains(id));
+                unrecorded.extend(self.fail(planned, e.to_string()).await);
+                held_back
+            }
+        };
+        let t = anatomy::start();
+        unrecorded.extend(self.publish(plan).await);
+        anatomy::record(Phase::DispatchPublish, t);
         // A label whose failure could not be recorded stays unacknowledged, so
         // a queue that redelivers gives it another chance.
         if !unrecorded.is_empty() {
@@ -284,13 +296,58 @@ impl Dispatcher {
         }
     }
 
+    /// Takes out the tasks pinned to a worker outside the available list
+    /// that the inventory shows alive: an elastic reserve the directory
+    /// holds back from new work, or a worker newer than its view. Only that
+    /// worker holds the data they need (and work in its queue wakes it), so
+    /// they go to it rather than to the scheduler, which would hand them to
+    /// a worker without the data. Tasks pinned to a decommissioned or
+    /// unknown worker stay with the scheduler.
+    async fn pin_to_unlisted(
+        &self,
+        tasks: Vec<Routed>,
+        workers: &[labios_label::WorkerStatus],
+    ) -> (Plan, Vec<Routed>) {
+        let listed = |id: WorkerId| workers.iter().any(|w| w.spec.id == id);
+        if tasks.iter().all(|r| r.pinned.is_none_or(listed)) {
+            return (Vec::new(), tasks);
+        }
+        let alive: HashSet<WorkerId> = match self.stores.inventory.workers().await {
+            Ok(all) => all
+                .into_iter()
+                .filter(|w| w.state != WorkerState::Decommissioned)
+                .map(|w| w.spec.id)
+                .collect(),
+            Err(e) => {
+                tracing::warn!("dispatcher: cannot look up the workers of pinned tasks: {e}");
+                return (Vec::new(), tasks);
+            }
+        };
+        let mut held_back: BTreeMap<WorkerId, Vec<Task>> = BTreeMap::new();
+        let mut rest = Vec::with_capacity(tasks.len());
+        for r in tasks {
+            match r.pinned {
+                Some(id) if !listed(id) && alive.contains(&id) => {
+                    held_back.entry(id).or_default().push(r.task)
+                }
+                _ => rest.push(r),
+            }
+        }
+        (held_back.into_iter().collect(), rest)
+    }
+
     /// Reads whose bytes all live on one worker, found in the inventory, so
     /// the shuffler can send them there (article 3.3.2c: read locality).
     /// Lookup failures only cost locality, never the label.
     async fn locate_reads(&self, labels: &[Label]) -> HashMap<LabelId, WorkerId> {
         let wanted: Vec<(LabelId, (u64, u64, u64))> = labels
             .iter()
-            .filter(|l| l.kind == LabelKind::Read && !matches!(l.destination, Pointer::Worker(_)))
+            // A gathered read (index set) reads nothing from any device.
+            .filter(|l| {
+                l.kind == LabelKind::Read
+                    && l.index.is_empty()
+                    && !matches!(l.destination, Pointer::Worker(_))
+            })
             .filter_map(|l| l.source.file().filter(|r| r.2 > 0).map(|r| (l.id, r)))
             .collect();
         let inventory = self.stores.inventory.clone();

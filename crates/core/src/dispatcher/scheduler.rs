@@ -93,10 +93,13 @@ impl Scheduler {
         let mut out: Vec<Vec<Task>> = workers.iter().map(|_| Vec::new()).collect();
         let mut free = Vec::with_capacity(tasks.len());
         for Routed { task, pinned } in tasks {
+            let functions = needs_functions(&task);
             let target = pinned.and_then(|id| {
-                workers
-                    .iter()
-                    .position(|w| w.spec.id == id && w.state != WorkerState::Decommissioned)
+                workers.iter().position(|w| {
+                    w.spec.id == id
+                        && w.state != WorkerState::Decommissioned
+                        && (w.spec.functions || !functions)
+                })
             });
             match target {
                 Some(i) => out[i].push(task),
@@ -110,29 +113,22 @@ impl Scheduler {
             if eligible.is_empty() {
                 return Err(no_workers());
             }
-            match &self.policy {
-                Policy::RoundRobin => self.round_robin(free, workers, &eligible, &mut out),
-                Policy::Random => {
-                    for task in free {
-                        out[eligible[self.rng.usize(..eligible.len())]].push(task);
-                    }
-                }
-                Policy::Constraint {
-                    weights,
-                    bytes_per_worker,
-                } => constraint(
-                    free,
-                    workers,
-                    &eligible,
-                    weights,
-                    *bytes_per_worker,
-                    &mut self.recent,
-                    &mut out,
-                ),
-                Policy::MinMax { weights } => {
-                    minmax::assign(free, workers, &eligible, weights, &mut out)?
-                }
-            }
+            // Labels with pipelines go only to workers that run functions;
+            // if none does, to any, whose refusal then names the reason.
+            let (pipelines, plain): (Vec<Task>, Vec<Task>) =
+                free.into_iter().partition(needs_functions);
+            let capable: Vec<usize> = eligible
+                .iter()
+                .copied()
+                .filter(|&i| workers[i].spec.functions)
+                .collect();
+            self.assign(plain, workers, &eligible, &mut out)?;
+            let to = if capable.is_empty() {
+                &eligible
+            } else {
+                &capable
+            };
+            self.assign(pipelines, workers, to, &mut out)?;
         }
         Ok(workers
             .iter()
@@ -140,6 +136,41 @@ impl Scheduler {
             .filter(|(_, tasks)| !tasks.is_empty())
             .map(|(w, tasks)| (w.spec.id, tasks))
             .collect())
+    }
+
+    /// Places unpinned tasks on `eligible` workers by the policy.
+    fn assign(
+        &mut self,
+        free: Vec<Task>,
+        workers: &[WorkerStatus],
+        eligible: &[usize],
+        out: &mut [Vec<Task>],
+    ) -> Result<()> {
+        if free.is_empty() {
+            return Ok(());
+        }
+        match &self.policy {
+            Policy::RoundRobin => self.round_robin(free, workers, eligible, out),
+            Policy::Random => {
+                for task in free {
+                    out[eligible[self.rng.usize(..eligible.len())]].push(task);
+                }
+            }
+            Policy::Constraint {
+                weights,
+                bytes_per_worker,
+            } => constraint(
+                free,
+                workers,
+                eligible,
+                weights,
+                *bytes_per_worker,
+                &mut self.recent,
+                out,
+            ),
+            Policy::MinMax { weights } => minmax::assign(free, workers, eligible, weights, out)?,
+        }
+        Ok(())
     }
 
     /// Active workers in id order (stable across batches whatever order the
@@ -160,6 +191,10 @@ impl Scheduler {
             self.cursor += 1;
         }
     }
+}
+
+fn needs_functions(task: &Task) -> bool {
+    task.labels.iter().any(|l| !l.operations.is_empty())
 }
 
 fn no_workers() -> Error {

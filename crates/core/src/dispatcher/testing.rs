@@ -13,6 +13,7 @@ pub(crate) fn worker(id: u32, speed: u8, energy: u8) -> WorkerStatus {
         energy,
         capacity: 1 << 40,
         max_queue: 1024,
+        functions: true,
     })
 }
 

@@ -2,7 +2,7 @@
 
 use super::testing::{read, worker, write};
 use super::*;
-use labios_label::{Task, WorkerStatus};
+use labios_label::{Task, WorkerState, WorkerStatus};
 use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
 use labios_store::{client_queue, Extent, FileKind, Inventory};
 
@@ -179,7 +179,7 @@ async fn labels_fail_visibly_when_there_are_no_workers() {
 async fn inventory_directory_follows_the_inventory() {
     let inventory: Arc<dyn Inventory> = Arc::new(RedbInventory::in_memory().unwrap());
     inventory.put_worker(worker(1, 3, 3)).await.unwrap();
-    let dir = InventoryDirectory::start(inventory.clone(), Duration::from_millis(10))
+    let dir = InventoryDirectory::start(inventory.clone(), Duration::from_millis(10), false)
         .await
         .unwrap();
     assert_eq!(dir.workers().len(), 1);
@@ -194,4 +194,87 @@ async fn inventory_directory_follows_the_inventory() {
     }
     let ids: Vec<u32> = dir.workers().iter().map(|w| w.spec.id).collect();
     assert_eq!(ids, vec![2, 1], "best score first");
+}
+
+#[tokio::test]
+async fn inventory_directory_holds_the_elastic_reserve_back() {
+    let inventory: Arc<dyn Inventory> = Arc::new(RedbInventory::in_memory().unwrap());
+    let mut reserve = worker(2, 5, 1);
+    reserve.state = WorkerState::Suspended;
+    inventory.put_worker(worker(1, 3, 3)).await.unwrap();
+    inventory.put_worker(reserve.clone()).await.unwrap();
+    let ids = |dir: &InventoryDirectory| -> Vec<u32> {
+        let mut ids: Vec<u32> = dir.workers().iter().map(|w| w.spec.id).collect();
+        ids.sort_unstable();
+        ids
+    };
+    let refresh = Duration::from_millis(10);
+    let fixed = InventoryDirectory::start(inventory.clone(), refresh, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&fixed),
+        vec![1, 2],
+        "static: an idle-suspended worker wakes on work"
+    );
+    let elastic = InventoryDirectory::start(inventory.clone(), refresh, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&elastic),
+        vec![1],
+        "elastic: the reserve waits to be woken"
+    );
+    // With no active worker at all, the reserve is all there is.
+    let mut asleep = worker(1, 3, 3);
+    asleep.state = WorkerState::Suspended;
+    inventory.put_worker(asleep).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while ids(&elastic) != vec![1, 2] && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(ids(&elastic), vec![1, 2]);
+}
+
+/// An elastic directory lists only active workers, but a read still goes to
+/// the suspended worker that holds its data (work in its queue wakes it);
+/// a read of data on a decommissioned worker is left to the scheduler.
+#[tokio::test]
+async fn reads_reach_their_worker_even_when_the_directory_holds_it_back() {
+    let stores = stores();
+    let file = stores
+        .inventory
+        .create("/held", FileKind::File, 0o644, 1)
+        .await
+        .unwrap()
+        .id;
+    for (worker, offset) in [(2, 0), (3, 1000)] {
+        let extent = Extent {
+            offset,
+            len: 1000,
+            worker,
+            label: LabelId::default(),
+        };
+        stores.inventory.commit_extent(file, extent).await.unwrap();
+    }
+    let mut reserve = worker(2, 3, 3);
+    reserve.state = WorkerState::Suspended;
+    let mut gone = worker(3, 3, 3);
+    gone.state = WorkerState::Decommissioned;
+    for w in [worker(1, 3, 3), reserve, gone] {
+        stores.inventory.put_worker(w).await.unwrap();
+    }
+    let (stop, handle, stats) = start(&stores, vec![worker(1, 3, 3)], vec![client_queue(1)]);
+    let labels = (1..=6)
+        .map(|i| read(i, file, if i <= 3 { i * 100 } else { 1000 + i * 100 }, 50))
+        .collect();
+    stores.labels.push(&client_queue(1), labels).await.unwrap();
+    while stats.snapshot().labels < 6 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+    let mut placed = drain(&stores, &[1, 2, 3]).await;
+    placed.sort_unstable();
+    assert_eq!(placed, vec![(1, 4), (1, 5), (1, 6), (2, 1), (2, 2), (2, 3)]);
 }

@@ -7,6 +7,7 @@
 mod anatomy;
 mod cluster;
 mod elastic;
+mod sds;
 
 use crate::cli::connect_client;
 use crate::config::Config;
@@ -107,8 +108,17 @@ pub async fn run(
             }
             Ok(())
         }
+        "sds" => {
+            let server = LocalServer::start(&config)?;
+            let client = connect_client(&server.config, None, None).await?;
+            for mut v in sds::sds(&client, bytes.unwrap_or(1024 * MIB)).await? {
+                v["deployment"] = json!("embedded (labios serve)");
+                emit(v);
+            }
+            Ok(())
+        }
         other => anyhow::bail!(
-            "unknown benchmark scenario {other:?}; choose one of dispatch, write, read, small, latency, anatomy, elastic, dispatch-scaling"
+            "unknown benchmark scenario {other:?}; choose one of dispatch, write, read, small, latency, anatomy, elastic, dispatch-scaling, sds"
         ),
     }
 }

@@ -9,21 +9,26 @@
 
 use super::storage::Storage;
 use bytes::Bytes;
+use labios_functions::{Sandbox, SandboxLimits};
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
     Error, FileId, Label, LabelIdGen, LabelKind, LabelState, LabelStatus, Pointer, Result, Task,
-    WorkerId,
+    WorkerId, WorkerState,
 };
 use labios_store::{worker_queue, Extent, LabelVerifier, Stores};
+
+mod pipeline;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Largest read a single label may ask for: the buffer is allocated up
 /// front, so an absurd length must not take the worker's memory with it.
 /// Label managers split far below this.
 pub const MAX_READ: u64 = 1 << 30;
 
-const PIPELINES: &str = "pipelines are not supported by this worker yet";
+const COMPOSITE: &str =
+    "composite labels are not supported: put the functions in a read or write label's operations";
 
 /// What a finished label did, for the worker's statistics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +42,9 @@ pub struct Executor {
     id: WorkerId,
     capacity: u64,
     retries: u32,
+    /// Every live worker publishes its status at least this often; a
+    /// status older than twice this belongs to a worker that is gone.
+    heartbeat: Duration,
     storage: Arc<Storage>,
     stores: Stores,
     /// Ids for the delete labels this worker issues itself (rename over an
@@ -50,6 +58,9 @@ pub struct Executor {
     /// reused), so the ownership check costs an inventory lookup per file,
     /// not per label.
     owners: parking_lot::Mutex<std::collections::HashMap<FileId, labios_label::AppId>>,
+    /// Runs applications' own functions; `None` on a worker that declines
+    /// pipelines (`functions = false`).
+    sandbox: Option<Arc<Sandbox>>,
 }
 
 /// File owners remembered at most; the cache is emptied when it is full.
@@ -64,19 +75,24 @@ impl Executor {
         id: WorkerId,
         capacity: u64,
         retries: u32,
+        heartbeat: Duration,
         storage: Arc<Storage>,
         stores: Stores,
-    ) -> Self {
-        Executor {
+        functions: Option<SandboxLimits>,
+    ) -> Result<Self> {
+        let sandbox = functions.map(Sandbox::new).transpose()?.map(Arc::new);
+        Ok(Executor {
             id,
             capacity,
             retries,
+            heartbeat,
             storage,
             verifier: LabelVerifier::new(stores.inventory.clone()),
             owners: Default::default(),
             stores,
             ids: LabelIdGen::new(u64::MAX - id as u64),
-        }
+            sandbox,
+        })
     }
 
     /// Runs one label to a final status. Never returns an error: every
@@ -161,8 +177,13 @@ impl Executor {
 
     async fn run(&self, label: &Label) -> Result<Done, Failure> {
         match label.kind {
-            _ if !label.operations.is_empty() => Err(PIPELINES.to_string()),
-            LabelKind::Composite => Err(PIPELINES.to_string()),
+            LabelKind::Composite => Err(COMPOSITE.to_string()),
+            LabelKind::Write if !label.operations.is_empty() => self.write_through(label).await,
+            LabelKind::Read if !label.operations.is_empty() => self.query(label).await,
+            _ if !label.operations.is_empty() => Err(format!(
+                "{:?} labels take no functions; pipelines run on reads and writes",
+                label.kind
+            )),
             LabelKind::Write => self.write(label).await,
             LabelKind::Read => self.read(label).await,
             LabelKind::Delete => self.delete(label).await,
@@ -176,15 +197,20 @@ impl Executor {
             return Err(bad_pointer(label, "source", "a warehouse entry"));
         };
         let (file, offset, dest_len) = file_of(label, &label.destination, "destination")?;
+        let ranges = ranges(label, offset, dest_len, *len)?;
+        // Two independent look-ups, one round trip.
         let t = anatomy::start();
-        let data = self
-            .stores
-            .warehouse
-            .get(key)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("data for label {} is missing from the warehouse", label.id))?;
+        let fetch = async {
+            self.stores
+                .warehouse
+                .get(key)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("data for label {} is missing from the warehouse", label.id))
+        };
+        let (data, pieces) = tokio::join!(fetch, self.not_yet_overwritten(label, file, &ranges));
         anatomy::record(Phase::WorkerWarehouse, t);
+        let (data, pieces) = (data?, pieces?);
         if data.len() as u64 != *len {
             return Err(format!(
                 "label {} says {len} bytes but the warehouse holds {} bytes",
@@ -192,13 +218,11 @@ impl Executor {
                 data.len()
             ));
         }
-        let ranges = ranges(label, offset, dest_len, data.len() as u64)?;
         let size = data.len() as u64;
         if !self.storage.try_reserve(size, self.capacity) {
             return Err(format!("worker {} is full", self.id));
         }
         let sync = label.sync;
-        let pieces = self.not_yet_overwritten(label, file, &ranges).await?;
         let t = anatomy::start();
         let written = self
             .blocking(move |storage| {
@@ -296,6 +320,23 @@ impl Executor {
                 "read of {len} bytes is larger than the {MAX_READ} bytes one label may read"
             ));
         }
+        let data = self.read_local(file, offset, len).await?;
+        let t = anatomy::start();
+        self.stores
+            .warehouse
+            .put(key, Bytes::from(data))
+            .await
+            .map_err(|e| e.to_string())?;
+        anatomy::record(Phase::WorkerWarehouse, t);
+        Ok(Done {
+            bytes: len,
+            result: Some((key.clone(), len)),
+        })
+    }
+
+    /// `len` bytes of `file` at `offset` from this worker's device, holes
+    /// as zeros; bytes held by another worker are a failure.
+    async fn read_local(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<u8>, Failure> {
         let t = anatomy::start();
         let extents = self
             .stores
@@ -305,13 +346,7 @@ impl Executor {
             .map_err(|e| e.to_string())?;
         anatomy::record(Phase::WorkerInventory, t);
         if let Some(e) = extents.iter().find(|e| e.worker != self.id && e.len > 0) {
-            return Err(format!(
-                "moved: bytes {}..{} of file {file} are on worker {}, not worker {}",
-                e.offset,
-                e.offset + e.len,
-                e.worker,
-                self.id
-            ));
+            return Err(self.held_elsewhere(file, e).await);
         }
         let t = anatomy::start();
         let data = self
@@ -332,17 +367,42 @@ impl Executor {
             })
             .await?;
         anatomy::record(Phase::WorkerStorage, t);
-        let t = anatomy::start();
-        self.stores
-            .warehouse
-            .put(key, Bytes::from(data))
-            .await
-            .map_err(|e| e.to_string())?;
-        anatomy::record(Phase::WorkerWarehouse, t);
-        Ok(Done {
-            bytes: len,
-            result: Some((key.clone(), len)),
-        })
+        Ok(data)
+    }
+
+    /// Why bytes of another worker cannot be read here. Either that worker
+    /// is down (a manager publishes a worker it lost as Decommissioned, and
+    /// the worker itself publishes nothing more): no worker can serve the
+    /// read until it is back, so the failure names it and is final. Or the
+    /// bytes moved between the client's lookup and now: "moved:", which the
+    /// client retries.
+    async fn held_elsewhere(&self, file: FileId, e: &Extent) -> Failure {
+        let holder = match self.stores.inventory.workers().await {
+            Ok(workers) => workers.into_iter().find(|w| w.spec.id == e.worker),
+            Err(err) => {
+                tracing::warn!(
+                    worker = self.id,
+                    "cannot look up worker {}: {err}",
+                    e.worker
+                );
+                None
+            }
+        };
+        let silent = |heartbeat: u64| {
+            let age = labios_label::id::now_nanos().saturating_sub(heartbeat);
+            age > (2 * self.heartbeat).as_nanos() as u64
+        };
+        let range = format!("bytes {}..{} of file {file}", e.offset, e.offset + e.len);
+        match holder {
+            Some(w) if w.state == WorkerState::Decommissioned && silent(w.heartbeat) => format!(
+                "worker {} is down: {range} are unavailable until it restarts",
+                e.worker
+            ),
+            _ => format!(
+                "moved: {range} are on worker {}, not worker {}",
+                e.worker, self.id
+            ),
+        }
     }
 
     async fn delete(&self, label: &Label) -> Result<Done, Failure> {

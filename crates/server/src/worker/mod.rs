@@ -3,10 +3,12 @@
 //! (c) scores itself and publishes the score, (d) suspends itself when its
 //! queue stays empty, and (e) reaches its storage (here: a local directory).
 //!
-//! Concurrency: `threads` lanes execute tasks at once, but every task is
-//! routed to a lane by its file id, so tasks on one file run in queue order
-//! on one lane: two overlapping writes reach the disk in the order the
-//! dispatcher queued them. Labels inside a task run strictly in order.
+//! Concurrency: `threads` lanes execute tasks at once, and every task that
+//! changes data is routed to a lane by its file id. A lane runs several
+//! tasks side by side, but never two that touch the same bytes and never
+//! anything beside a whole-file operation, in queue order: two overlapping
+//! writes reach the disk in the order the dispatcher queued them. Labels
+//! inside a task run strictly in order.
 //!
 //! Durability: a write label is Complete once its bytes are in the local
 //! file (the page cache) and its extent is in the inventory; with
@@ -21,15 +23,17 @@ mod storage;
 
 use crate::replay::took_effect;
 use execute::Executor;
+use futures::stream::{FuturesUnordered, StreamExt};
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
-    Error, LabelState, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec, WorkerState,
-    WorkerStatus,
+    Error, LabelKind, LabelState, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec,
+    WorkerState, WorkerStatus,
 };
 use labios_store::{worker_queue, Delivery, Stores};
 use parking_lot::Mutex;
 use score::ScoreReporter;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -66,6 +70,11 @@ pub struct WorkerConfig {
     /// Queue length that counts as fully loaded, for specs that give none
     /// (`max_queue == 0`).
     pub max_queue: u32,
+    /// Limits of one user function (WebAssembly) run (article 3.6.2d):
+    /// instructions (wasmtime fuel), memory and wall-clock time.
+    pub function_fuel: u64,
+    pub function_memory_bytes: u64,
+    pub function_timeout_ms: u64,
 }
 
 impl Default for WorkerConfig {
@@ -77,6 +86,9 @@ impl Default for WorkerConfig {
             score_interval_ms: 1000,
             retries: 3,
             max_queue: 1024,
+            function_fuel: 10_000_000_000,
+            function_memory_bytes: 256 << 20,
+            function_timeout_ms: 10_000,
         }
     }
 }
@@ -86,6 +98,15 @@ impl WorkerConfig {
         if self.threads == 0 || self.pull_batch == 0 || self.score_interval_ms == 0 {
             return Err(Error::InvalidArgument(
                 "worker threads, pull_batch and score_interval_ms must be at least 1".into(),
+            ));
+        }
+        if self.function_fuel == 0
+            || self.function_memory_bytes == 0
+            || self.function_timeout_ms == 0
+        {
+            return Err(Error::InvalidArgument(
+                "worker function_fuel, function_memory_bytes and function_timeout_ms must be at least 1"
+                    .into(),
             ));
         }
         Ok(())
@@ -263,9 +284,19 @@ impl Worker {
             shared.spec.id,
             shared.spec.capacity,
             config.retries,
+            Duration::from_millis(config.score_interval_ms),
             storage,
             stores,
-        ));
+            shared
+                .spec
+                .functions
+                .then(|| labios_functions::SandboxLimits {
+                    fuel: config.function_fuel,
+                    memory_bytes: usize::try_from(config.function_memory_bytes)
+                        .unwrap_or(usize::MAX),
+                    timeout_ms: config.function_timeout_ms,
+                }),
+        )?);
         let task = tokio::spawn(serve(shared.clone(), executor, config));
         Ok(WorkerHandle {
             shared,
@@ -535,50 +566,132 @@ fn lane_of(key: u64, threads: usize) -> usize {
     ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % threads as u64) as usize
 }
 
-/// One executor lane: runs tasks in arrival order, labels in task order,
-/// reports each label's final status, then acknowledges the task.
+/// Tasks one lane runs side by side (see [`Footprint`]): a lane serves
+/// every task of its files, and a task mostly waits on round trips to the
+/// stores, so running only one at a time would leave the worker idle.
+const LANE_DEPTH: usize = 8;
+
+/// What a task may change, so that a lane runs tasks side by side only
+/// when neither can see the other's effects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Footprint {
+    /// Reads only: it changes nothing (see [`dispatch`]).
+    Nothing,
+    /// Writes to these `(file, start, end)` byte ranges only.
+    Ranges(Vec<(u64, u64, u64)>),
+    /// Anything else (delete, flush, rename, writes without a range): it
+    /// runs alone.
+    Everything,
+}
+
+impl Footprint {
+    fn of(task: &Task) -> Footprint {
+        if task.labels.iter().all(|l| !l.mutates()) {
+            return Footprint::Nothing;
+        }
+        let mut ranges = Vec::with_capacity(task.labels.len());
+        for l in &task.labels {
+            match l.file_range() {
+                Some((file, offset, len)) if l.kind == LabelKind::Write && len > 0 => {
+                    ranges.push((file, offset, offset.saturating_add(len)))
+                }
+                _ => return Footprint::Everything,
+            }
+        }
+        Footprint::Ranges(ranges)
+    }
+
+    fn conflicts(&self, other: &Footprint) -> bool {
+        match (self, other) {
+            (Footprint::Everything, _) | (_, Footprint::Everything) => true,
+            (Footprint::Ranges(a), Footprint::Ranges(b)) => a
+                .iter()
+                .any(|(fa, sa, ea)| b.iter().any(|(fb, sb, eb)| fa == fb && sa < eb && sb < ea)),
+            _ => false,
+        }
+    }
+}
+
+/// One executor lane: takes tasks in arrival order and starts each once it
+/// conflicts with none still running (up to [`LANE_DEPTH`] at once), so
+/// tasks that touch the same bytes still run in queue order and never
+/// overlap. Labels run in task order; each task is acknowledged once all
+/// its labels are final.
 async fn lane(
     shared: Arc<Shared>,
     executor: Arc<Executor>,
     mut tasks: mpsc::Receiver<Delivery<Task>>,
 ) {
-    while let Some(delivery) = tasks.recv().await {
-        for label in &delivery.item.labels {
-            let mut outcome = executor.execute(label).await;
-            if let Some(error) = &outcome.status.error {
-                tracing::debug!(worker = shared.spec.id, label = %label.id, "label failed: {error}");
-                // A redelivered label that already ran keeps its success.
-                match took_effect(&shared.stores, label).await {
-                    Ok(Some(done)) if done.state == LabelState::Complete => {
-                        tracing::info!(worker = shared.spec.id, label = %label.id, "label had already run");
-                        outcome.status = done;
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(
-                        worker = shared.spec.id,
-                        label = %label.id,
-                        "cannot tell whether a failed label had already run: {e}"
-                    ),
-                }
+    let mut running = FuturesUnordered::new();
+    let mut busy: HashMap<u64, Footprint> = HashMap::new();
+    let mut next: Option<(Delivery<Task>, Footprint)> = None;
+    let mut open = true;
+    loop {
+        let admit = next.as_ref().is_some_and(|(_, fp)| {
+            running.len() < LANE_DEPTH && busy.values().all(|b| !b.conflicts(fp))
+        });
+        if admit {
+            if let Some((delivery, fp)) = next.take() {
+                busy.insert(delivery.token, fp);
+                running.push(run_task(shared.clone(), executor.clone(), delivery));
             }
-            report(&shared, outcome.status).await;
-            shared.executing.fetch_sub(1, Ordering::AcqRel);
-            shared.labels_done.fetch_add(1, Ordering::Relaxed);
-            shared
-                .bytes_done
-                .fetch_add(outcome.bytes, Ordering::Relaxed);
+            continue;
         }
-        if let Err(e) = shared
-            .stores
-            .tasks
-            .ack(&shared.queue, &[delivery.token])
-            .await
-        {
-            tracing::warn!(worker = shared.spec.id, "cannot acknowledge task: {e}");
+        tokio::select! {
+            Some(token) = running.next(), if !running.is_empty() => {
+                busy.remove(&token);
+            }
+            got = tasks.recv(), if open && next.is_none() => match got {
+                Some(delivery) => {
+                    let fp = Footprint::of(&delivery.item);
+                    next = Some((delivery, fp));
+                }
+                None => open = false,
+            },
+            else => break,
         }
-        shared.touch();
-        shared.publish(false).await;
     }
+}
+
+/// Runs one task's labels in order, reports each label's final status,
+/// then acknowledges the task; returns its delivery token.
+async fn run_task(shared: Arc<Shared>, executor: Arc<Executor>, delivery: Delivery<Task>) -> u64 {
+    for label in &delivery.item.labels {
+        let mut outcome = executor.execute(label).await;
+        if let Some(error) = &outcome.status.error {
+            tracing::debug!(worker = shared.spec.id, label = %label.id, "label failed: {error}");
+            // A redelivered label that already ran keeps its success.
+            match took_effect(&shared.stores, label).await {
+                Ok(Some(done)) if done.state == LabelState::Complete => {
+                    tracing::info!(worker = shared.spec.id, label = %label.id, "label had already run");
+                    outcome.status = done;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    worker = shared.spec.id,
+                    label = %label.id,
+                    "cannot tell whether a failed label had already run: {e}"
+                ),
+            }
+        }
+        report(&shared, outcome.status).await;
+        shared.executing.fetch_sub(1, Ordering::AcqRel);
+        shared.labels_done.fetch_add(1, Ordering::Relaxed);
+        shared
+            .bytes_done
+            .fetch_add(outcome.bytes, Ordering::Relaxed);
+    }
+    if let Err(e) = shared
+        .stores
+        .tasks
+        .ack(&shared.queue, &[delivery.token])
+        .await
+    {
+        tracing::warn!(worker = shared.spec.id, "cannot acknowledge task: {e}");
+    }
+    shared.touch();
+    shared.publish(false).await;
+    delivery.token
 }
 
 /// Records a label's final status; a few attempts, since a client waits on it.
@@ -621,6 +734,61 @@ mod tests {
         }
         .validate()
         .is_err());
+    }
+
+    #[test]
+    fn a_lane_overlaps_only_tasks_that_touch_different_bytes() {
+        use labios_label::{Label, LabelId, Pointer};
+        let label = |kind, file, offset, len| {
+            let mut l = Label::new(
+                LabelId {
+                    nanos: offset + 1,
+                    origin: 1,
+                },
+                kind,
+                1,
+            );
+            let at = Pointer::File {
+                path: "/f".into(),
+                file,
+                offset,
+                len,
+            };
+            match kind {
+                LabelKind::Write => l.destination = at,
+                _ => l.source = at,
+            }
+            l
+        };
+        let of = |labels: Vec<Label>| {
+            Footprint::of(&Task {
+                labels,
+                aggregated: false,
+                supertask: false,
+            })
+        };
+        let a = of(vec![label(LabelKind::Write, 1, 0, 100)]);
+        let b = of(vec![label(LabelKind::Write, 1, 100, 100)]);
+        let c = of(vec![label(LabelKind::Write, 1, 50, 100)]);
+        let other = of(vec![label(LabelKind::Write, 2, 0, 100)]);
+        let read = of(vec![label(LabelKind::Read, 1, 0, 100)]);
+        let delete = of(vec![label(LabelKind::Delete, 1, 0, 0)]);
+        let mixed = of(vec![
+            label(LabelKind::Write, 1, 200, 10),
+            label(LabelKind::Read, 1, 0, 10),
+        ]);
+        assert!(!a.conflicts(&b) && !b.conflicts(&a), "adjacent ranges");
+        assert!(a.conflicts(&c) && c.conflicts(&b), "overlapping ranges");
+        assert!(!a.conflicts(&other), "another file");
+        assert_eq!(read, Footprint::Nothing);
+        assert!(!read.conflicts(&a));
+        assert_eq!(delete, Footprint::Everything);
+        assert!(delete.conflicts(&other) && delete.conflicts(&read));
+        assert_eq!(
+            mixed,
+            Footprint::Everything,
+            "a supertask with a read runs alone"
+        );
     }
 
     #[test]

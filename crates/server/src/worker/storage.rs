@@ -23,6 +23,8 @@ use std::sync::Arc;
 /// Open handles kept per worker: enough for the files a burst works on,
 /// small enough never to approach the process's descriptor limit.
 const OPEN_FILES: usize = 64;
+/// Stripes of the per-file write lock.
+const WRITE_STRIPES: usize = 64;
 
 /// The local files of one worker and the bytes they occupy.
 #[derive(Debug)]
@@ -35,6 +37,11 @@ pub struct Storage {
     /// Bytes promised to writes in flight, so concurrent lanes cannot
     /// together overshoot the capacity.
     reserved: AtomicU64,
+    /// Writes and removals of one file take turns (a lane runs writes of
+    /// disjoint ranges side by side): each measures the file's allocation
+    /// before and after to keep `used` exact, which two at once would count
+    /// twice. Striped by file id, so the locks never need evicting.
+    stripes: Vec<Mutex<()>>,
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +69,7 @@ impl Storage {
             cache: Mutex::new(HandleCache::default()),
             used: AtomicU64::new(used),
             reserved: AtomicU64::new(0),
+            stripes: (0..WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
         })
     }
 
@@ -106,6 +114,7 @@ impl Storage {
     pub fn write(&self, file: FileId, pieces: &[(u64, &[u8])], sync: bool) -> Result<()> {
         let path = self.path(file);
         let handle = self.handle(file, true)?;
+        let turn = self.stripe(file).lock();
         let before = handle.metadata().map_err(|e| io_error(&path, e))?;
         let written = pieces.iter().try_for_each(|(offset, data)| {
             offset
@@ -118,6 +127,7 @@ impl Storage {
         // Account for whatever reached the device, even after a failure.
         let after = handle.metadata().map_err(|e| io_error(&path, e))?;
         self.account(allocated(&before), allocated(&after));
+        drop(turn);
         written?;
         if sync {
             handle.sync_data().map_err(|e| io_error(&path, e))?;
@@ -155,6 +165,7 @@ impl Storage {
     /// Removes the local file; a file that was never written is fine.
     pub fn remove(&self, file: FileId) -> Result<()> {
         let path = self.path(file);
+        let _turn = self.stripe(file).lock();
         self.cache.lock().open.remove(&file);
         let meta = match std::fs::metadata(&path) {
             Ok(meta) => meta,
@@ -186,6 +197,10 @@ impl Storage {
     /// Whether the worker holds any bytes of the file.
     pub fn holds(&self, file: FileId) -> bool {
         self.path(file).exists()
+    }
+
+    fn stripe(&self, file: FileId) -> &Mutex<()> {
+        &self.stripes[(file % WRITE_STRIPES as u64) as usize]
     }
 
     fn account(&self, before: u64, after: u64) {

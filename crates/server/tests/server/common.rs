@@ -224,6 +224,7 @@ pub fn spec(id: WorkerId, capacity: u64) -> WorkerSpec {
         energy: 3,
         capacity,
         max_queue: 64,
+        functions: true,
     }
 }
 

@@ -424,7 +424,14 @@ fn load(db: &Database) -> Result<Loaded> {
         .map_err(storage)?
     {
         let (id, v) = e.map_err(storage)?;
-        workers.insert(id.value(), decode(v.value())?);
+        // Worker records are re-registered by each worker at start; one in
+        // an older format is dropped rather than blocking the inventory.
+        match decode(v.value()) {
+            Ok(w) => {
+                workers.insert(id.value(), w);
+            }
+            Err(e) => tracing::warn!("dropping worker {} record: {e}", id.value()),
+        }
     }
     let mut apps = BTreeMap::new();
     for e in tx

@@ -58,6 +58,7 @@ fn worker(id: WorkerId, capacity: u64) -> WorkerStatus {
         energy: 2,
         capacity,
         max_queue: 16,
+        functions: true,
     })
 }
 

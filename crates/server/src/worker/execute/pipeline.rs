@@ -1,0 +1,186 @@
+//! Labels that carry functions (software-defined storage, article 3.5.3):
+//! the worker runs the pipeline where the data is.
+//!
+//! * A write with operations (computational storage): the application
+//!   returned once its data was staged in the warehouse; here the worker
+//!   transforms it and writes the result at the label's offset.
+//! * A read with operations (in-situ analytics): the worker runs the
+//!   pipeline on the bytes and leaves only its result in the warehouse.
+//!   Its input is its own device's range, or, for a file spread over
+//!   several workers, the parts earlier reads gathered into the warehouse.
+
+use super::{bad_pointer, file_of, Done, Executor, Failure, MAX_READ};
+use bytes::Bytes;
+use labios_functions::Context;
+use labios_label::{part_key, Label, Pointer};
+use labios_store::Extent;
+use std::collections::HashMap;
+
+impl Executor {
+    pub(super) async fn write_through(&self, label: &Label) -> Result<Done, Failure> {
+        let Pointer::Warehouse { key, len } = &label.source else {
+            return Err(bad_pointer(label, "source", "a warehouse entry"));
+        };
+        let (file, offset, _) = file_of(label, &label.destination, "destination")?;
+        let data = self
+            .stores
+            .warehouse
+            .get(key)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("data for label {} is missing from the warehouse", label.id))?;
+        if data.len() as u64 != *len {
+            return Err(format!(
+                "label {} says {len} bytes but the warehouse holds {} bytes",
+                label.id,
+                data.len()
+            ));
+        }
+        let out = self.apply(label, data).await?;
+        let size = out.len() as u64;
+        if !self.storage.try_reserve(size, self.capacity) {
+            return Err(format!("worker {} is full", self.id));
+        }
+        let sync = label.sync;
+        let written = self
+            .blocking(move |storage| storage.write(file, &[(offset, &out[..])], sync))
+            .await;
+        self.storage.release(size);
+        written?;
+        let extent = Extent {
+            offset,
+            len: size,
+            worker: self.id,
+            label: label.id,
+        };
+        self.stores
+            .inventory
+            .commit_extent(file, extent)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.stores
+            .warehouse
+            .delete(key)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Done::bytes(size))
+    }
+
+    pub(super) async fn query(&self, label: &Label) -> Result<Done, Failure> {
+        let (file, offset, len) = file_of(label, &label.source, "source")?;
+        let Pointer::Warehouse { key, .. } = &label.destination else {
+            return Err(bad_pointer(label, "destination", "a warehouse entry"));
+        };
+        if len > MAX_READ {
+            return Err(format!(
+                "a pipeline over {len} bytes is larger than the {MAX_READ} bytes one label may read"
+            ));
+        }
+        let input = if label.index.is_empty() {
+            self.read_local(file, offset, len).await?
+        } else {
+            self.gathered(label, key, offset, len).await?
+        };
+        let out = self.apply(label, Bytes::from(input)).await?;
+        let out_len = out.len() as u64;
+        self.stores
+            .warehouse
+            .put(key, out)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Done {
+            bytes: len,
+            result: Some((key.clone(), out_len)),
+        })
+    }
+
+    /// The input of a gathered query: part `i` of the result key holds the
+    /// bytes of index segment `i`; the rest of the range reads as zeros.
+    async fn gathered(
+        &self,
+        label: &Label,
+        key: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, Failure> {
+        let mut buf = vec![0u8; len as usize];
+        for (i, seg) in label.index.iter().enumerate() {
+            let part = part_key(key, i);
+            let data = self
+                .stores
+                .warehouse
+                .take(&part)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("part {part} of label {} is missing", label.id))?;
+            let start = seg
+                .file_offset
+                .checked_sub(offset)
+                .filter(|s| s + seg.len <= len && data.len() as u64 == seg.len)
+                .ok_or_else(|| {
+                    format!(
+                        "part {part} ({} bytes for {seg:?}) does not fit label {}",
+                        data.len(),
+                        label.id
+                    )
+                })?;
+            buf[start as usize..][..data.len()].copy_from_slice(&data);
+        }
+        Ok(buf)
+    }
+
+    /// Runs the label's pipeline on a blocking thread with its owner's key
+    /// and functions: another application's functions are never found.
+    async fn apply(&self, label: &Label, input: Bytes) -> Result<Bytes, Failure> {
+        let Some(sandbox) = self.sandbox.clone() else {
+            return Err(format!(
+                "worker {} does not run functions (functions = false)",
+                self.id
+            ));
+        };
+        let owner = label.owner;
+        let builtin = |name: &str| labios_functions::builtins().iter().any(|(b, _)| *b == name);
+        let mut modules = HashMap::new();
+        for op in label.operations.iter().filter(|op| !builtin(&op.function)) {
+            if let Some(m) = self
+                .stores
+                .inventory
+                .function(owner, &op.function)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                modules.insert(op.function.clone(), m);
+            }
+        }
+        let needs_key = label
+            .operations
+            .iter()
+            .any(|op| matches!(op.function.as_str(), "encrypt" | "decrypt"));
+        let key = if needs_key {
+            let app = self
+                .stores
+                .inventory
+                .app(owner)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("application {owner} is not registered"))?;
+            Some(labios_functions::app_key(&app.secret))
+        } else {
+            None
+        };
+        let ops = label.operations.clone();
+        let run = tokio::task::spawn_blocking(move || {
+            let ctx = Context {
+                app: owner,
+                key,
+                modules: &modules,
+                sandbox: Some(&sandbox),
+            };
+            labios_functions::apply(&ops, input, &ctx)
+        });
+        match run.await {
+            Ok(out) => out.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("pipeline task failed: {e}")),
+        }
+    }
+}
