@@ -663,3 +663,27 @@ fn another_application_cannot_read_through_the_c_api() {
 
     server.stop();
 }
+
+#[test]
+fn c_pipelines_run_at_the_workers() {
+    let tmp = TempDir::new("pipeline");
+    let examples = Examples::build(&tmp.0, &[(Lang::C, "c/pipeline.c")]);
+    let server = Server::start(&tmp.0);
+    let wat = repo().join("crates/functions/src/uppercase.wat");
+    let r = server.run(
+        &examples.exe("pipeline"),
+        &["/c-pipeline/values.i64", wat.to_str().unwrap()],
+        None,
+        "pipeline",
+    );
+    let out = assert_ok(&r, "pipeline");
+    // The values are a permutation of -50000..=50000.
+    assert!(out.contains("median: 0\n"), "{out}");
+    assert!(out.contains("stored fewer bytes of 800008\n"), "{out}");
+    assert!(out.contains("upper: HELLO FROM C\n"), "{out}");
+    assert!(
+        out.contains("nosuch: invalid argument: invalid argument: unknown function nosuch"),
+        "{out}"
+    );
+    server.stop();
+}
