@@ -498,8 +498,9 @@ impl Client {
         first_failure(&statuses)
     }
 
-    /// Reads up to `len` bytes at `offset`; fewer only at end of file.
-    pub async fn read_at(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
+    /// The application's file at `path`, once this client's own writes to
+    /// it have landed (read-your-writes).
+    async fn file_to_read(&self, path: &str) -> Result<FileMeta> {
         let meta = self
             .inner
             .catalog
@@ -516,6 +517,12 @@ impl Client {
         } else {
             meta
         };
+        Ok(meta)
+    }
+
+    /// Reads up to `len` bytes at `offset`; fewer only at end of file.
+    pub async fn read_at(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
+        let meta = self.file_to_read(path).await?;
         if offset >= meta.size || len == 0 {
             return Ok(Bytes::new());
         }

@@ -237,6 +237,10 @@ impl ClusterManager {
 }
 
 async fn run(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
+    // Workers starting with the manager register within `dead_after_ms`;
+    // before that, a missing active worker is not yet a reason to wake the
+    // elastic reserve.
+    let settled = tokio::time::Instant::now() + Duration::from_millis(inner.config.dead_after_ms);
     let mut ticker = tokio::time::interval(Duration::from_millis(inner.config.interval_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !*stopped.borrow() {
@@ -278,7 +282,7 @@ async fn run(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
             }
         }
         relaunch_dead(&inner, &down).await;
-        if inner.config.elastic() {
+        if inner.config.elastic() && tokio::time::Instant::now() >= settled {
             let live: Vec<WorkerStatus> = statuses
                 .iter()
                 .filter(|s| !down.contains(&s.spec.id))

@@ -8,7 +8,6 @@ use labios_functions::{Sandbox, SandboxLimits};
 use labios_label::{
     part_key, Error, FileId, LabelId, LabelKind, Operation, Pointer, Result, Segment, WorkerId,
 };
-use labios_store::FileKind;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -73,22 +72,7 @@ impl Client {
                 "a query needs at least one function".into(),
             ));
         }
-        let meta = self
-            .inner
-            .catalog
-            .owned(self.inner.catalog.stat(path).await?)?;
-        if meta.kind == FileKind::Dir {
-            return Err(Error::InvalidArgument(format!(
-                "{} is a directory",
-                meta.path
-            )));
-        }
-        let meta = if self.has_pending(meta.id) {
-            self.settle(meta.id).await?;
-            self.inner.catalog.file(meta.id).await?
-        } else {
-            meta
-        };
+        let meta = self.file_to_read(path).await?;
         let extents = self.inner.catalog.extents(meta.id, 0, meta.size).await?;
         let capable: HashMap<WorkerId, bool> = self
             .inner
