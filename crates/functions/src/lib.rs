@@ -119,6 +119,11 @@ pub fn builtins() -> &'static [(&'static str, &'static str)] {
     BUILTINS
 }
 
+/// Whether `name` is a built-in (which always wins over a user function).
+pub fn is_builtin(name: &str) -> bool {
+    BUILTINS.iter().any(|(b, _)| *b == name)
+}
+
 /// Checks function names and arguments, so that a label with a bad pipeline
 /// is refused when submitted. A name that is not a built-in passes only if
 /// `user_functions_allowed` (whether it is registered is known at the worker).

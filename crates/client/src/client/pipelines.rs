@@ -127,10 +127,7 @@ impl Client {
         labios_functions::validate(ops, true)?;
         let inventory = self.inner.catalog.inventory();
         for op in ops {
-            let builtin = labios_functions::builtins()
-                .iter()
-                .any(|(b, _)| *b == op.function);
-            if !builtin
+            if !labios_functions::is_builtin(&op.function)
                 && inventory
                     .function(self.inner.app, &op.function)
                     .await?
@@ -257,7 +254,7 @@ fn check_function_name(name: &str) -> Result<()> {
             "function name {name:?}: use 1-64 letters, digits, - or _"
         )));
     }
-    if labios_functions::builtins().iter().any(|(b, _)| *b == name) {
+    if labios_functions::is_builtin(name) {
         return Err(Error::InvalidArgument(format!(
             "{name} is a built-in function; choose another name"
         )));

@@ -139,9 +139,12 @@ impl Executor {
             ));
         };
         let owner = label.owner;
-        let builtin = |name: &str| labios_functions::builtins().iter().any(|(b, _)| *b == name);
         let mut modules = HashMap::new();
-        for op in label.operations.iter().filter(|op| !builtin(&op.function)) {
+        for op in label
+            .operations
+            .iter()
+            .filter(|op| !labios_functions::is_builtin(&op.function))
+        {
             if let Some(m) = self
                 .stores
                 .inventory
