@@ -17,24 +17,6 @@ use labios_label::WorkerState;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-/// `both!(name, ...)`: for each `async fn name(kind: Kind)`, a module `name`
-/// with the tests `embedded` and `cluster`.
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::Kind;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn embedded() {
-                super::$name(Kind::Embedded).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn cluster() {
-                super::$name(Kind::Cluster).await
-            }
-        }
-    )*};
-}
-
 both!(
     concurrent_clients_odd_sizes_sync_and_async_read_back_exact,
     async_small_writes_aggregate_and_read_after_write_sees_them,

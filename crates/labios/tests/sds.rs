@@ -9,22 +9,6 @@ use common::deploy::{Deployed, Kind};
 use labios_client::Client;
 use labios_label::Operation;
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::Kind;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn embedded() {
-                super::$name(Kind::Embedded).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn cluster() {
-                super::$name(Kind::Cluster).await
-            }
-        }
-    )*};
-}
-
 both!(
     in_situ_results_come_back_without_the_data,
     writes_are_stored_through_their_pipeline,

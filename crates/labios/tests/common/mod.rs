@@ -5,6 +5,25 @@
 pub mod deploy;
 pub mod serve;
 
+/// `both!(name, ...)`: for each `async fn name(kind: Kind)`, a module `name`
+/// with the tests `embedded` and `cluster`.
+#[macro_export]
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::Kind;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn embedded() {
+                super::$name(Kind::Embedded).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn cluster() {
+                super::$name(Kind::Cluster).await
+            }
+        }
+    )*};
+}
+
 use bytes::Bytes;
 use labios::{Config, Runtime};
 use std::path::Path;
