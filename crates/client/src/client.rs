@@ -529,10 +529,16 @@ impl Client {
         let len = len.min(meta.size - offset);
         let retries = self.config().read_retries.max(1);
         let mut last = None;
-        for _ in 0..retries {
+        for attempt in 0..retries {
             match self.read_once(&meta, offset, len).await {
                 Err(Error::LabelFailed { reason, label }) if reason.starts_with("moved:") => {
                     last = Some(Error::LabelFailed { reason, label });
+                    // The holder may be restarting, or the dispatcher's view
+                    // of the pool not yet refreshed: back off before asking
+                    // again (20 ms doubling, about 2 s over 8 attempts).
+                    if attempt + 1 < retries {
+                        tokio::time::sleep(Duration::from_millis(20 << attempt.min(5))).await;
+                    }
                 }
                 other => return other,
             }
