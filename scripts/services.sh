@@ -8,6 +8,8 @@
 #   bash scripts/services.sh stop-nats DIR
 #   bash scripts/services.sh start-redis PORT DIR [redis-server args]
 #   bash scripts/services.sh stop-redis DIR
+#   bash scripts/services.sh start-versitygw PORT DIR KEY SECRET
+#   bash scripts/services.sh stop-versitygw DIR
 #
 # Each service keeps its parts in its own functions (install_X, start_X,
 # stop_X) so that they can be maintained separately.
@@ -195,6 +197,66 @@ install_programs() {
     apt_install "${missing[@]}"
 }
 
+# ------------------------------------------------------------------ S3 ----
+
+# Go programs are built into this directory, outside any clone, and reused.
+TOOLS=${LABIOS_TOOLS:-/var/tmp/labios-tools}
+VERSITYGW_VERSION=v1.8.0
+
+# versitygw: a real S3 server (an S3 gateway over a local directory), the
+# external object store of the storage-bridging tests and benchmarks. It is
+# built from the Go module proxy; Debian ships no S3 server.
+install_versitygw() {
+    if [ -x "$TOOLS/bin/versitygw" ]; then
+        echo "versitygw present: $TOOLS/bin/versitygw"
+        return 0
+    fi
+    command -v go >/dev/null 2>&1 || apt_install golang-go
+    mkdir -p "$TOOLS"
+    GOPATH="$TOOLS/gopath" GOCACHE="$TOOLS/gocache" GOFLAGS=-modcacherw GOBIN="$TOOLS/bin" \
+        go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+    echo "versitygw installed: $TOOLS/bin/versitygw"
+}
+
+# The unmodified S3 clients the gateway is tested with: rclone and s3cmd
+# from Debian (the aws CLI and boto3 come from PyPI into the test virtualenv).
+install_s3_clients() {
+    local missing=() tool
+    for tool in rclone s3cmd; do
+        command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+    done
+    if [ ${#missing[@]} = 0 ]; then
+        echo "rclone, s3cmd present"
+        return 0
+    fi
+    apt_install "${missing[@]}"
+}
+
+# start_versitygw PORT DIR KEY SECRET: versitygw on 127.0.0.1:PORT serving
+# buckets as folders of DIR/data (pid in DIR/versitygw.pid, log beside it).
+start_versitygw() {
+    local port=${1:?usage: start_versitygw PORT DIR KEY SECRET} dir=${2:?} key=${3:?} secret=${4:?}
+    mkdir -p "$dir/data"
+    dir=$(cd "$dir" && pwd)
+    if [ -f "$dir/versitygw.pid" ] && kill -0 "$(cat "$dir/versitygw.pid")" 2>/dev/null; then
+        echo "versitygw already running (pid $(cat "$dir/versitygw.pid"))"
+        return 0
+    fi
+    nohup "$TOOLS/bin/versitygw" --access "$key" --secret "$secret" --port "127.0.0.1:$port" \
+        posix "$dir/data" >"$dir/versitygw.log" 2>&1 &
+    echo $! >"$dir/versitygw.pid"
+    wait_port "$port"
+    echo "versitygw on 127.0.0.1:$port (pid $(cat "$dir/versitygw.pid"), data $dir/data)"
+}
+
+# stop_versitygw DIR: stops the server started by start_versitygw with that DIR.
+stop_versitygw() {
+    local dir=${1:?usage: stop_versitygw DIR}
+    [ -f "$dir/versitygw.pid" ] || return 0
+    kill "$(cat "$dir/versitygw.pid")" 2>/dev/null || true
+    rm -f "$dir/versitygw.pid"
+}
+
 # ------------------------------------------------------------ commands ----
 
 case "${1:-}" in
@@ -205,6 +267,14 @@ install)
     install_openssl
     install_c_toolchain
     install_programs
+    install_versitygw
+    install_s3_clients
+    ;;
+start-versitygw)
+    start_versitygw "${2:-7070}" "${3:-/tmp/labios-s3}" "${4:-labiostest}" "${5:-labiostestsecret}"
+    ;;
+stop-versitygw)
+    stop_versitygw "${2:-/tmp/labios-s3}"
     ;;
 start-redis)
     shift
@@ -220,7 +290,7 @@ stop-nats)
     stop_nats "${2:-/tmp/labios-nats}"
     ;;
 *)
-    echo "usage: $0 install | start-nats PORT DIR | stop-nats DIR | start-redis PORT DIR [args] | stop-redis DIR" >&2
+    echo "usage: $0 install | start-nats PORT DIR | stop-nats DIR | start-redis PORT DIR [args] | stop-redis DIR | start-versitygw PORT DIR KEY SECRET | stop-versitygw DIR" >&2
     exit 2
     ;;
 esac
