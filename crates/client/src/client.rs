@@ -34,6 +34,7 @@ impl Handle {
     }
 }
 
+mod external;
 mod pipelines;
 
 #[derive(Clone)]
@@ -55,6 +56,7 @@ struct Inner {
     flushes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     flush_slots: Arc<tokio::sync::Semaphore>,
     flight: Mutex<InFlight>,
+    mounts: labios_bridge::Mounts,
 }
 
 #[derive(Default)]
@@ -106,6 +108,7 @@ impl Client {
         config: ClientConfig,
     ) -> Result<Self> {
         config.validate()?;
+        let mounts = labios_bridge::Mounts::new(&config.mounts)?;
         Ok(Client {
             inner: Arc::new(Inner {
                 labels: LabelManager::new(
@@ -125,6 +128,7 @@ impl Client {
                 flushes: Mutex::new(Vec::new()),
                 flush_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_FLUSHES)),
                 flight: Mutex::new(InFlight::default()),
+                mounts,
             }),
         })
     }
@@ -160,13 +164,22 @@ impl Client {
 
     /// Writes and waits until every byte is stored by a worker.
     pub async fn write_at_sync(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
+        if labios_bridge::is_external(path) {
+            return self.write_external(path, offset, data).await;
+        }
         let handle = self.submit_write(path, offset, data, false).await?;
         self.wait(&handle).await
     }
 
     /// Publishes the write and returns; small writes may first gather in the
     /// client cache until enough accumulate for one label.
+    /// Writes to external storage complete before this returns (see
+    /// `write_external`).
     pub async fn write_at_async(&self, path: &str, offset: u64, data: Bytes) -> Result<Handle> {
+        if labios_bridge::is_external(path) {
+            self.write_external(path, offset, data).await?;
+            return Ok(Handle::default());
+        }
         self.submit_write(path, offset, data, true).await
     }
 
@@ -522,6 +535,9 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset`; fewer only at end of file.
     pub async fn read_at(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
+        if labios_bridge::is_external(path) {
+            return self.read_external(path, offset, len).await;
+        }
         let meta = self.file_to_read(path).await?;
         if offset >= meta.size || len == 0 {
             return Ok(Bytes::new());
@@ -620,6 +636,9 @@ impl Client {
     }
 
     pub async fn stat(&self, path: &str) -> Result<FileMeta> {
+        if labios_bridge::is_external(path) {
+            return self.stat_external(path).await;
+        }
         let meta = self.inner.catalog.stat(path).await?;
         if meta.kind == FileKind::File && self.has_pending(meta.id) {
             self.settle(meta.id).await?;
@@ -635,6 +654,9 @@ impl Client {
     }
 
     pub async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
+        if labios_bridge::is_external(prefix) {
+            return self.list_external(prefix).await;
+        }
         self.settle_all().await?;
         self.inner.catalog.list(prefix).await
     }
@@ -661,6 +683,9 @@ impl Client {
 
     /// Removes a file (its data on every worker) or an empty directory.
     pub async fn remove(&self, path: &str) -> Result<()> {
+        if labios_bridge::is_external(path) {
+            return self.remove_external(path).await;
+        }
         let meta = self
             .inner
             .catalog

@@ -1,7 +1,9 @@
 //! Client settings (article 3.3.1a: label size range, sync/async mode).
 
+use labios_bridge::MountConfig;
 use labios_label::{Error, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -28,6 +30,10 @@ pub struct ClientConfig {
     pub max_in_flight: usize,
     /// Attempts for a read whose data moved between lookup and execution.
     pub read_retries: u32,
+    /// External storage the client may name (the configuration's top-level
+    /// `[mounts.NAME]` tables, shared with the workers).
+    #[serde(skip)]
+    pub mounts: BTreeMap<String, MountConfig>,
 }
 
 impl Default for ClientConfig {
@@ -39,6 +45,7 @@ impl Default for ClientConfig {
             wait_timeout_ms: 600_000,
             max_in_flight: 8192,
             read_retries: 8,
+            mounts: BTreeMap::new(),
         }
     }
 }

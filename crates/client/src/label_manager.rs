@@ -175,6 +175,40 @@ impl LabelManager {
         out
     }
 
+    /// A label reading `len` bytes at `offset` of external storage into
+    /// the warehouse.
+    pub fn external_read(&self, uri: &str, offset: u64, len: u64) -> Label {
+        let mut label = self.label(LabelKind::Read);
+        label.source = Pointer::Uri {
+            uri: uri.to_string(),
+            offset,
+            len,
+        };
+        label.destination = Pointer::Warehouse {
+            key: read_key(self.app, label.id),
+            len,
+        };
+        label
+    }
+
+    /// A label writing a warehouse entry of `len` bytes at `offset` of
+    /// external storage, and the entry's key.
+    pub fn external_write(&self, uri: &str, offset: u64, len: u64) -> (Label, String) {
+        let mut label = self.label(LabelKind::Write);
+        let key = write_key(self.app, label.id);
+        label.source = Pointer::Warehouse {
+            key: key.clone(),
+            len,
+        };
+        label.destination = Pointer::Uri {
+            uri: uri.to_string(),
+            offset,
+            len,
+        };
+        label.sync = true;
+        (label, key)
+    }
+
     /// A label addressed to one worker (delete, flush of its local copy).
     pub fn pinned(&self, kind: LabelKind, path: &str, file: FileId, worker: WorkerId) -> Label {
         let mut label = self.label(kind);

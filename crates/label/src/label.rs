@@ -46,8 +46,13 @@ pub enum Pointer {
         app: AppId,
         name: String,
     },
-    /// External storage named by URI.
-    Uri(String),
+    /// A byte range of external storage, named by mount (`pfs:/a/b`) or
+    /// URI (`s3://bucket/key`); see `labios-bridge`.
+    Uri {
+        uri: String,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl Pointer {
@@ -55,7 +60,8 @@ impl Pointer {
         match self {
             Pointer::Buffer { len }
             | Pointer::Warehouse { len, .. }
-            | Pointer::File { len, .. } => *len,
+            | Pointer::File { len, .. }
+            | Pointer::Uri { len, .. } => *len,
             _ => 0,
         }
     }

@@ -86,6 +86,16 @@ pub enum Command {
     Function(FunctionCommand),
     /// Copy a LABIOS file to a local file ("-" for standard output).
     Get { path: String, local: PathBuf },
+    /// Stage data in or out between LABIOS (`labios:/path`), local files
+    /// (plain paths) and external storage (`NAME:/path` of a mount,
+    /// `s3://bucket/key` of a declared bucket).
+    Cp {
+        src: String,
+        dst: String,
+        /// Copy a directory tree.
+        #[arg(short, long)]
+        recursive: bool,
+    },
     /// List files under a prefix.
     Ls { prefix: Option<String> },
     /// Show a file's metadata.
@@ -238,6 +248,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await
         }
+        Command::Cp {
+            src,
+            dst,
+            recursive,
+        } => {
+            crate::cp::cp(
+                &connect_client(&config, cli.key, cli.secret).await?,
+                &src,
+                &dst,
+                recursive,
+            )
+            .await
+        }
         Command::Ls { prefix } => {
             ls(&connect_client(&config, cli.key, cli.secret).await?, prefix).await
         }
@@ -268,7 +291,7 @@ pub async fn connect_client(
                 session.app,
                 &session.secret,
                 session.origin,
-                config.client.clone(),
+                config.client_settings(),
             )?)
         }
         Deployment::Distributed => {
@@ -286,7 +309,7 @@ pub async fn connect_client(
                 app,
                 &secret,
                 origin,
-                config.client.clone(),
+                config.client_settings(),
             )?)
         }
     }

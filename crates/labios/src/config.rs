@@ -5,6 +5,7 @@
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
+use labios_bridge::MountConfig;
 use labios_client::ClientConfig;
 use labios_core::dispatcher::DispatcherConfig;
 use labios_distributed::nats_queue::NatsConfig;
@@ -12,6 +13,7 @@ use labios_distributed::redis_store::RedisConfig;
 use labios_label::WorkerSpec;
 use labios_server::{ManagerConfig, WorkerConfig};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,6 +41,9 @@ pub struct Config {
     pub nats: NatsConfig,
     /// Distributed deployment: the Redis server(s) of warehouse and inventory.
     pub redis: RedisConfig,
+    /// External storage (article 3.3.3a), `[mounts.NAME]`: what workers
+    /// may read and write and clients may name as `NAME:/path`.
+    pub mounts: BTreeMap<String, MountConfig>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +135,7 @@ impl Default for Config {
             inventory: InventorySettings::default(),
             nats: NatsConfig::default(),
             redis: RedisConfig::default(),
+            mounts: BTreeMap::new(),
         }
     }
 }
@@ -200,8 +206,26 @@ impl Config {
         Ok(config)
     }
 
+    /// The client settings, with the deployment's mounts.
+    pub fn client_settings(&self) -> ClientConfig {
+        ClientConfig {
+            mounts: self.mounts.clone(),
+            ..self.client.clone()
+        }
+    }
+
+    /// The worker settings, with the deployment's mounts.
+    pub fn worker_settings(&self) -> WorkerConfig {
+        WorkerConfig {
+            mounts: self.mounts.clone(),
+            ..self.worker.clone()
+        }
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         self.client.validate()?;
+        labios_bridge::Mounts::new(&self.mounts)
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
         self.dispatcher.validate()?;
         self.manager
             .validate()

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod cp;
 pub mod demo;
 pub mod deployment;
 pub mod processes;

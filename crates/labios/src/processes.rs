@@ -72,7 +72,7 @@ pub async fn worker(config: Config, index: usize, suspended: bool) -> anyhow::Re
         spec.clone(),
         dir.clone(),
         stores,
-        config.worker.clone(),
+        config.worker_settings(),
         config.dispatcher.weights()?,
     )
     .await?;

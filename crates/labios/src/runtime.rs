@@ -58,7 +58,7 @@ impl Runtime {
         let manager = Arc::new(WorkerManager::new(
             stores.clone(),
             config.manager.clone(),
-            config.worker.clone(),
+            config.worker_settings(),
             weights,
         ));
         for i in 0..config.workers.len() {
@@ -104,7 +104,7 @@ impl Runtime {
             app,
             &secret,
             origin,
-            self.config.client.clone(),
+            self.config.client_settings(),
         )?)
     }
 

@@ -228,7 +228,9 @@ pub fn env_of(config: &Config) -> Vec<(String, String)> {
             return;
         }
         match (v, d) {
-            (serde_json::Value::Object(m), serde_json::Value::Object(dm)) => {
+            (serde_json::Value::Object(m), d) => {
+                let none = serde_json::Map::new();
+                let dm = d.as_object().unwrap_or(&none);
                 for (k, sub) in m {
                     let name = if path.is_empty() {
                         format!("LABIOS_{}", k.to_uppercase())

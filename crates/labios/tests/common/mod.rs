@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod deploy;
+pub mod s3;
 pub mod serve;
 
 /// `both!(name, ...)`: for each `async fn name(kind: Kind)`, a module `name`

@@ -12,13 +12,24 @@ pub type Creds<'a> = Option<(&'a str, &'a str)>;
 pub struct Server {
     child: Child,
     pub endpoint: PathBuf,
+    /// The configuration file the server and every CLI call read.
+    config: Option<PathBuf>,
     stopped: bool,
 }
 
 impl Server {
     pub fn start(data: &Path) -> Server {
+        Server::start_configured(data, None)
+    }
+
+    /// A server, and CLI calls, reading the configuration file `config`.
+    pub fn start_configured(data: &Path, config: Option<&Path>) -> Server {
         let endpoint = data.join("labios.sock");
-        let child = Command::new(BIN)
+        let mut cmd = Command::new(BIN);
+        if let Some(config) = config {
+            cmd.env("LABIOS_CONFIG", config);
+        }
+        let child = cmd
             .args(["serve", "--data-dir"])
             .arg(data)
             .stdout(Stdio::null())
@@ -33,6 +44,7 @@ impl Server {
         Server {
             child,
             endpoint,
+            config: config.map(Path::to_path_buf),
             stopped: false,
         }
     }
@@ -41,6 +53,9 @@ impl Server {
         let mut cmd = Command::new(BIN);
         if let Some((k, s)) = creds {
             cmd.args(["--key", k, "--secret", s]);
+        }
+        if let Some(config) = &self.config {
+            cmd.env("LABIOS_CONFIG", config);
         }
         cmd.args(args)
             .env("LABIOS_ENDPOINT", &self.endpoint)

@@ -17,6 +17,7 @@ use labios_label::{
 };
 use labios_store::{worker_queue, Extent, LabelVerifier, Stores};
 
+mod external;
 mod pipeline;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -61,6 +62,8 @@ pub struct Executor {
     /// Runs applications' own functions; `None` on a worker that declines
     /// pipelines (`functions = false`).
     sandbox: Option<Arc<Sandbox>>,
+    /// External storage this worker reaches.
+    mounts: labios_bridge::Mounts,
 }
 
 /// File owners remembered at most; the cache is emptied when it is full.
@@ -71,27 +74,34 @@ const OWNERS_CACHED: usize = 1 << 16;
 type Failure = String;
 
 impl Executor {
+    /// An executor for worker `id` with `config`'s retries, heartbeat,
+    /// function limits (when the worker takes pipelines) and mounts.
     pub fn new(
         id: WorkerId,
         capacity: u64,
-        retries: u32,
-        heartbeat: Duration,
+        functions: bool,
+        config: &super::WorkerConfig,
         storage: Arc<Storage>,
         stores: Stores,
-        functions: Option<SandboxLimits>,
     ) -> Result<Self> {
-        let sandbox = functions.map(Sandbox::new).transpose()?.map(Arc::new);
+        let limits = functions.then(|| SandboxLimits {
+            fuel: config.function_fuel,
+            memory_bytes: usize::try_from(config.function_memory_bytes).unwrap_or(usize::MAX),
+            timeout_ms: config.function_timeout_ms,
+        });
+        let sandbox = limits.map(Sandbox::new).transpose()?.map(Arc::new);
         Ok(Executor {
             id,
             capacity,
-            retries,
-            heartbeat,
+            retries: config.retries,
+            heartbeat: Duration::from_millis(config.score_interval_ms),
             storage,
             verifier: LabelVerifier::new(stores.inventory.clone()),
             owners: Default::default(),
             stores,
             ids: LabelIdGen::new(u64::MAX - id as u64),
             sandbox,
+            mounts: labios_bridge::Mounts::new(&config.mounts)?,
         })
     }
 
@@ -184,6 +194,12 @@ impl Executor {
                 "{:?} labels take no functions; pipelines run on reads and writes",
                 label.kind
             )),
+            LabelKind::Write if matches!(label.destination, Pointer::Uri { .. }) => {
+                self.write_external(label).await
+            }
+            LabelKind::Read if matches!(label.source, Pointer::Uri { .. }) => {
+                self.read_external(label).await
+            }
             LabelKind::Write => self.write(label).await,
             LabelKind::Read => self.read(label).await,
             LabelKind::Delete => self.delete(label).await,

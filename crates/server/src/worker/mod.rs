@@ -75,6 +75,10 @@ pub struct WorkerConfig {
     pub function_fuel: u64,
     pub function_memory_bytes: u64,
     pub function_timeout_ms: u64,
+    /// External storage labels may name (the configuration's top-level
+    /// `[mounts.NAME]` tables).
+    #[serde(skip)]
+    pub mounts: std::collections::BTreeMap<String, labios_bridge::MountConfig>,
 }
 
 impl Default for WorkerConfig {
@@ -89,6 +93,7 @@ impl Default for WorkerConfig {
             function_fuel: 10_000_000_000,
             function_memory_bytes: 256 << 20,
             function_timeout_ms: 10_000,
+            mounts: Default::default(),
         }
     }
 }
@@ -283,19 +288,10 @@ impl Worker {
         let executor = Arc::new(Executor::new(
             shared.spec.id,
             shared.spec.capacity,
-            config.retries,
-            Duration::from_millis(config.score_interval_ms),
+            shared.spec.functions,
+            &config,
             storage,
             stores,
-            shared
-                .spec
-                .functions
-                .then(|| labios_functions::SandboxLimits {
-                    fuel: config.function_fuel,
-                    memory_bytes: usize::try_from(config.function_memory_bytes)
-                        .unwrap_or(usize::MAX),
-                    timeout_ms: config.function_timeout_ms,
-                }),
         )?);
         let task = tokio::spawn(serve(shared.clone(), executor, config));
         Ok(WorkerHandle {

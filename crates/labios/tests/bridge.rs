@@ -1,0 +1,252 @@
+//! External storage behind workers (article 3.3.3a, 3.6.1, 4.2.7): data in
+//! a real S3 server (versitygw) and in a shared directory, read in place
+//! and written through labels, and `labios cp` staging between LABIOS,
+//! local files and external storage.
+
+mod common;
+
+use bytes::Bytes;
+use common::deploy::{Deployed, Kind};
+use common::s3::S3Server;
+use common::serve::Server;
+use labios_bridge::MountConfig;
+use labios_label::Error;
+use labios_store::FileKind;
+use std::path::Path;
+
+both!(external_data_is_read_in_place_and_written_by_workers);
+
+fn fs_mount(dir: &Path) -> MountConfig {
+    std::fs::create_dir_all(dir).unwrap();
+    MountConfig {
+        uri: format!("fs://{}", dir.display()),
+        ..Default::default()
+    }
+}
+
+/// A data set another program put into the object store (the K-means
+/// input of 4.2.7): CSV parts of points.
+fn points(part: u64) -> Bytes {
+    let data = common::data(part, 300_000);
+    let text: String = data
+        .chunks(3)
+        .map(|c| {
+            format!(
+                "{},{},{}\n",
+                c[0],
+                c.get(1).unwrap_or(&0),
+                c.get(2).unwrap_or(&0)
+            )
+        })
+        .collect();
+    Bytes::from(text)
+}
+
+async fn external_data_is_read_in_place_and_written_by_workers(kind: Kind) {
+    let s3 = S3Server::start();
+    s3.bucket("lake");
+    let pfs = tempfile::tempdir().unwrap();
+    let inputs = tempfile::tempdir().unwrap();
+    let mut parts = Vec::new();
+    for i in 0..3 {
+        let p = inputs.path().join(format!("part-{i}.csv"));
+        std::fs::write(&p, points(i)).unwrap();
+        let out = s3.aws(&[
+            "s3",
+            "cp",
+            p.to_str().unwrap(),
+            &format!("s3://lake/points/part-{i}.csv"),
+        ]);
+        assert!(
+            out.status.success(),
+            "aws s3 cp: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        parts.push(points(i));
+    }
+    let d = Deployed::start(kind, |c| {
+        c.client.max_label_size = 256 << 10;
+        c.mounts.insert("lake".into(), s3.mount("s3://lake"));
+        c.mounts.insert("pfs".into(), fs_mount(pfs.path()));
+    })
+    .await;
+    let c = d.client().await;
+
+    // Read in place, whole and by ranges spanning several labels.
+    for (i, part) in parts.iter().enumerate() {
+        let uri = format!("s3://lake/points/part-{i}.csv");
+        assert_eq!(c.read(&uri).await.unwrap(), part);
+        assert_eq!(c.stat(&uri).await.unwrap().size, part.len() as u64);
+    }
+    let uri = "lake:/points/part-1.csv";
+    let got = c.read_at(uri, 100_000, 600_000).await.unwrap();
+    assert_eq!(got, parts[1].slice(100_000..700_000));
+    let tail = c
+        .read_at(uri, parts[1].len() as u64 - 10, 1000)
+        .await
+        .unwrap();
+    assert_eq!(tail, parts[1].slice(parts[1].len() - 10..));
+    let listed: Vec<_> = c
+        .list("s3://lake/points")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.path, m.size))
+        .collect();
+    let expected: Vec<_> = (0..3)
+        .map(|i| {
+            (
+                format!("s3://lake/points/part-{i}.csv"),
+                parts[i].len() as u64,
+            )
+        })
+        .collect();
+    assert_eq!(listed, expected);
+    // Nothing was ingested: the LABIOS namespace is still empty.
+    let namespace = c.list("/").await.unwrap();
+    assert!(namespace.iter().all(|m| m.path == "/"), "{namespace:?}");
+
+    // Writes are labels too; the result is a plain file and object.
+    let result = common::data(9, 700_000);
+    c.write_at_sync("pfs:/out/centroids.bin", 0, result.clone())
+        .await
+        .unwrap();
+    c.write_at_sync("pfs:/out/centroids.bin", 1000, Bytes::from_static(b"PATCH"))
+        .await
+        .unwrap();
+    let mut expected = result.to_vec();
+    expected[1000..1005].copy_from_slice(b"PATCH");
+    assert_eq!(
+        std::fs::read(pfs.path().join("out/centroids.bin")).unwrap(),
+        expected
+    );
+    c.write_at_sync(
+        "s3://lake/results/summary.txt",
+        0,
+        Bytes::from_static(b"k=3\n"),
+    )
+    .await
+    .unwrap();
+    let out = s3.aws(&["s3", "cp", "s3://lake/results/summary.txt", "-"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "k=3\n");
+    let dir = c.stat("pfs:/out").await.unwrap();
+    assert_eq!(dir.kind, FileKind::Dir);
+
+    // Clear errors, nothing touched outside the mounts.
+    let e = c.read("s3://elsewhere/x").await.unwrap_err().to_string();
+    assert!(
+        e.contains("no mount declares the bucket") && e.contains("lake"),
+        "{e}"
+    );
+    assert!(matches!(
+        c.read("lake:/points/missing.csv").await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        c.read("pfs:/../etc/passwd").await,
+        Err(Error::InvalidPath { .. })
+    ));
+    let e = c.read("nfs:/x").await.unwrap_err().to_string();
+    assert!(
+        e.contains("mount \"nfs\"") && e.contains("pfs: fs://"),
+        "{e}"
+    );
+    c.remove("s3://lake/results/summary.txt").await.unwrap();
+    assert!(matches!(
+        c.stat("s3://lake/results/summary.txt").await,
+        Err(Error::NotFound(_))
+    ));
+    d.shutdown().await;
+}
+
+/// `labios cp` stages a tree from the object store into LABIOS and a file
+/// back out to the shared directory and to a local file, byte for byte.
+#[test]
+fn cp_stages_in_and_out() {
+    let s3 = S3Server::start();
+    s3.bucket("lake");
+    let dir = tempfile::tempdir().unwrap();
+    let pfs = dir.path().join("pfs");
+    let mut config = labios::Config::default();
+    config.mounts.insert("lake".into(), s3.mount("s3://lake"));
+    config.mounts.insert("pfs".into(), fs_mount(&pfs));
+    let toml = dir.path().join("labios.toml");
+    let mut text = String::new();
+    for (name, m) in &config.mounts {
+        text.push_str(&format!("[mounts.{name}]\nuri = \"{}\"\n", m.uri));
+        if let Some(e) = &m.endpoint {
+            text.push_str(&format!(
+                "endpoint = \"{e}\"\naccess_key = \"{}\"\nsecret_key = \"{}\"\n",
+                s3.key, s3.secret
+            ));
+        }
+    }
+    std::fs::write(&toml, text).unwrap();
+    let server = Server::start_configured(&dir.path().join("data"), Some(&toml));
+
+    let local = dir.path().join("in");
+    std::fs::create_dir_all(local.join("sub")).unwrap();
+    let big = common::data(1, 20 << 20);
+    std::fs::write(local.join("big.bin"), &big).unwrap();
+    std::fs::write(local.join("sub/small.txt"), b"small\n").unwrap();
+    std::fs::write(local.join("empty"), b"").unwrap();
+    let local_s = local.to_str().unwrap();
+
+    // Local tree -> object store -> LABIOS -> shared directory -> local.
+    let err = server.err(None, &["cp", local_s, "s3://lake/in"]);
+    assert!(err.contains("is a directory (use -r"), "{err}");
+    server.ok(None, &["cp", "-r", local_s, "s3://lake/in"]);
+    let out = s3.aws(&["s3", "ls", "--recursive", "s3://lake/in/"]);
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listing.contains("in/big.bin") && listing.contains("in/sub/small.txt"),
+        "{listing}"
+    );
+    let staged = server.run(None, &["cp", "-r", "s3://lake/in", "labios:/staged"]);
+    assert!(
+        staged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&staged.stderr)
+    );
+    let summary = String::from_utf8_lossy(&staged.stderr);
+    assert!(summary.contains("copied 3 files"), "{summary}");
+    assert!(server
+        .ok(None, &["ls", "/staged/sub"])
+        .contains("/staged/sub/small.txt"));
+    server.ok(None, &["cp", "labios:/staged/big.bin", "pfs:/out/"]);
+    assert!(
+        std::fs::read(pfs.join("out")).is_err(),
+        "pfs:/out/ names a directory"
+    );
+    server.ok(None, &["cp", "labios:/staged/big.bin", "pfs:/out/big.bin"]);
+    assert_eq!(std::fs::read(pfs.join("out/big.bin")).unwrap(), big);
+    let back = dir.path().join("back.bin");
+    server.ok(None, &["cp", "pfs:/out/big.bin", back.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&back).unwrap(), big);
+    assert_eq!(
+        server.ok(None, &["get", "/staged/sub/small.txt", "-"]),
+        "small\n"
+    );
+    assert_eq!(
+        server.ok(None, &["get", "s3://lake/in/sub/small.txt", "-"]),
+        "small\n"
+    );
+    assert_eq!(
+        server
+            .ok(None, &["stat", "/staged/empty"])
+            .lines()
+            .find(|l| l.starts_with("size")),
+        Some("size:  0")
+    );
+
+    // A missing source and an undeclared bucket fail with their names.
+    let err = server.err(None, &["cp", "s3://lake/nope", "labios:/x"]);
+    assert!(
+        err.contains("s3://lake/nope") && err.contains("not found"),
+        "{err}"
+    );
+    let big_s = local.join("big.bin");
+    let err = server.err(None, &["cp", big_s.to_str().unwrap(), "s3://other/x"]);
+    assert!(err.contains("no mount declares the bucket"), "{err}");
+    server.stop();
+}
