@@ -378,7 +378,9 @@ async fn stat(client: &Client, path: &str) -> anyhow::Result<()> {
     println!("owner: {}", m.owner);
     println!("ctime: {}", fmt_time(m.ctime));
     println!("mtime: {}", fmt_time(m.mtime));
-    if m.kind == FileKind::File {
+    if labios_bridge::is_external(path) {
+        println!("stored: externally (asked of the external system, not kept by LABIOS)");
+    } else if m.kind == FileKind::File {
         let extents = client.catalog().extents(m.id, 0, m.size).await?;
         let mut workers: Vec<u32> = extents.iter().map(|e| e.worker).collect();
         workers.sort_unstable();

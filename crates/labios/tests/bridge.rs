@@ -231,6 +231,11 @@ fn cp_stages_in_and_out() {
         server.ok(None, &["get", "s3://lake/in/sub/small.txt", "-"]),
         "small\n"
     );
+    let stat = server.ok(None, &["stat", "s3://lake/in/big.bin"]);
+    assert!(
+        stat.contains(&format!("size:  {}", big.len())) && stat.contains("externally"),
+        "{stat}"
+    );
     assert_eq!(
         server
             .ok(None, &["stat", "/staged/empty"])
