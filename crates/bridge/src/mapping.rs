@@ -50,12 +50,23 @@ pub enum Mapping {
     /// mapping for reading data sets written by others and for staging.
     #[default]
     Direct,
+    /// Fixed-size buckets (IRIS 3.4.1a): reads and writes alike.
+    Balanced,
+    /// One object per write plus a range index (IRIS 3.4.1b).
+    WriteOptimized,
+    /// The file at several bucket sizes, read with few objects (IRIS 3.4.1c).
+    ReadOptimized,
 }
 
 /// The mapper of `mapping` over `op`.
 pub fn mapper(mapping: Mapping, op: Operator) -> Arc<dyn FileMapper> {
     match mapping {
         Mapping::Direct => Arc::new(Direct { op }),
+        Mapping::Balanced | Mapping::WriteOptimized | Mapping::ReadOptimized => {
+            crate::options::MapperOptions::default()
+                .mapper(mapping, op)
+                .expect("the default mapper options are valid")
+        }
     }
 }
 
@@ -105,9 +116,7 @@ impl FileMapper for Direct {
         let whole = match old {
             None if offset == 0 => data,
             Some(size) if offset == 0 && end >= size => data,
-            Some(size)
-                if offset == size && self.op.info().full_capability().write_can_append =>
-            {
+            Some(size) if offset == size && self.op.info().full_capability().write_can_append => {
                 return self
                     .op
                     .write_with(path, data)
@@ -195,8 +204,7 @@ impl FileMapper for Direct {
                     dir: true,
                     mtime: None,
                 }
-            } else if e.metadata().content_length() > 0 || e.metadata().last_modified().is_some()
-            {
+            } else if e.metadata().content_length() > 0 || e.metadata().last_modified().is_some() {
                 stat_of(e.metadata())
             } else {
                 // Some services list names only; ask for the rest.
@@ -234,7 +242,9 @@ mod tests {
     #[tokio::test]
     async fn direct_writes_are_posix_writes() {
         let (dir, m) = fs();
-        m.write("d/f", 0, Bytes::from_static(b"hello world")).await.unwrap();
+        m.write("d/f", 0, Bytes::from_static(b"hello world"))
+            .await
+            .unwrap();
         m.write("d/f", 11, Bytes::from_static(b"!")).await.unwrap();
         m.write("d/f", 0, Bytes::from_static(b"J")).await.unwrap();
         m.write("d/f", 14, Bytes::from_static(b"x")).await.unwrap();
@@ -246,7 +256,13 @@ mod tests {
         let s = m.stat("d/f").await.unwrap().unwrap();
         assert_eq!((s.size, s.dir), (15, false));
         assert!(m.stat("d").await.unwrap().unwrap().dir);
-        let names: Vec<_> = m.list("").await.unwrap().into_iter().map(|e| e.path).collect();
+        let names: Vec<_> = m
+            .list("")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
         assert_eq!(names, ["d"]);
         let listed = m.list("d").await.unwrap();
         assert_eq!(listed[0].path, "d/f");
