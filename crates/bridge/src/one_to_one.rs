@@ -75,9 +75,9 @@ impl Inner {
             .join(INTERNAL)
             .join(format!("put-{}-{n}", std::process::id()));
         let mut f = fs::File::create(&tmp)?;
-        let written =
-            f.write_all(data)
-                .and_then(|_| if self.sync { f.sync_data() } else { Ok(()) });
+        let written = f
+            .write_all(data)
+            .and_then(|_| if self.sync { f.sync_data() } else { Ok(()) });
         if let Err(e) = written.and_then(|_| fs::rename(&tmp, &path)) {
             let _ = fs::remove_file(&tmp);
             return Err(Error::Storage(format!("put {key}: {e}")));
