@@ -116,7 +116,9 @@ impl FileMapper for Aggregator {
         let mut run = slot.lock().await;
         let fits = run.as_ref().is_some_and(|r| {
             let end = r.start + r.data.len() as u64;
-            offset >= r.start && offset <= end && (offset + len).max(end) - r.start <= self.max_run
+            offset >= r.start
+                && offset <= end
+                && offset.saturating_add(len).max(end) - r.start <= self.max_run
         });
         if !fits {
             self.store(path, &mut run).await?;

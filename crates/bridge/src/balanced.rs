@@ -65,7 +65,7 @@ impl Level<'_> {
         let last = (end - 1) / bs;
         let mut jobs = Vec::new();
         // The old last bucket, partial, now below the end: pad it.
-        if old_size % bs != 0 {
+        if !old_size.is_multiple_of(bs) {
             let j = old_size / bs;
             if j < first && new_size > (j + 1) * bs {
                 jobs.push((j, 0, 0, Bytes::new()));

@@ -67,7 +67,7 @@ impl Cached {
             out.push((first + n as u64, b));
         }
         // A file ending on a block boundary: the empty block after it says so.
-        if (data.len() as u64) < (last - first + 1) * bs && data.len() as u64 % bs == 0 {
+        if (data.len() as u64) < (last - first + 1) * bs && (data.len() as u64).is_multiple_of(bs) {
             let eof = first + data.len() as u64 / bs;
             cache.insert(path, eof, Bytes::new());
             out.push((eof, Bytes::new()));

@@ -63,7 +63,7 @@ impl Prefetcher {
         if offset == prev.offset.saturating_add(prev.len) && len > 0 {
             return (
                 Pattern::Sequential,
-                vec![end..end.saturating_add(depth * len)],
+                std::iter::once(end..end.saturating_add(depth * len)).collect(),
             );
         }
         match (delta, prev.delta) {
@@ -95,7 +95,11 @@ mod tests {
     fn sequential_and_strided_reads_are_recognized() {
         let mut p = Prefetcher::new(2);
         assert_eq!(p.on_read("f", 0, 10), (Pattern::Random, vec![]));
-        assert_eq!(p.on_read("f", 10, 10), (Pattern::Sequential, vec![20..40]));
+        let (pattern, ahead) = p.on_read("f", 10, 10);
+        assert_eq!(
+            (pattern, ahead.len(), ahead[0].clone()),
+            (Pattern::Sequential, 1, 20..40)
+        );
         // Strided: needs the same distance twice.
         let mut p = Prefetcher::new(2);
         p.on_read("g", 0, 4);
@@ -108,7 +112,11 @@ mod tests {
         let mut p = Prefetcher::new(3);
         p.on_read("h", 300, 4);
         p.on_read("h", 200, 4);
-        assert_eq!(p.on_read("h", 100, 4), (Pattern::Strided(-100), vec![0..4]));
+        let (pattern, ahead) = p.on_read("h", 100, 4);
+        assert_eq!(
+            (pattern, ahead.len(), ahead[0].clone()),
+            (Pattern::Strided(-100), 1, 0..4)
+        );
         // Files are tracked apart.
         assert_eq!(p.on_read("i", 104, 4).0, Pattern::Random);
     }

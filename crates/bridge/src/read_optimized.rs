@@ -70,7 +70,7 @@ pub(crate) fn plan(bucket: u64, levels: u32, size: u64, offset: u64, end: u64) -
             .rev()
             .find(|&k| {
                 let g = bucket << k;
-                p % g == 0 && (p + g).min(size) <= limit
+                p.is_multiple_of(g) && (p + g).min(size) <= limit
             })
             .unwrap_or(0);
         out.push((k, p));

@@ -473,10 +473,16 @@ impl<L: Layout> FileMapper for VirtualFiles<L> {
         });
         if !data.is_empty() {
             let index = Arc::make_mut(&mut s.index);
-            inner
+            let written = inner
                 .layout
                 .write(&inner.op, path, &s.meta, index, offset, data)
-                .await?;
+                .await;
+            if let Err(e) = written {
+                if created {
+                    *g = None;
+                }
+                return Err(e);
+            }
             s.meta.size = s.meta.size.max(end);
             s.meta.seq += 1;
             s.meta.mtime_ns = now_ns();
@@ -526,7 +532,10 @@ impl<L: Layout> FileMapper for VirtualFiles<L> {
 
     async fn stat(&self, path: &str) -> Result<Option<Stat>> {
         let inner = &self.inner;
-        if !path.is_empty() && check_path(path).is_ok() {
+        if path.split('/').any(|p| p == INTERNAL) {
+            return Ok(None);
+        }
+        if !path.is_empty() {
             let slot = inner.slot(path);
             let mut g = slot.lock().await;
             inner.load(path, &mut g, false).await?;
@@ -544,6 +553,7 @@ impl<L: Layout> FileMapper for VirtualFiles<L> {
     async fn list(&self, dir: &str) -> Result<Vec<Entry>> {
         let dir = match dir.trim_matches('/') {
             "" => String::new(),
+            d if d.split('/').any(|p| p == INTERNAL) => return Ok(Vec::new()),
             d => format!("{d}/"),
         };
         let listed = match self.inner.op.list(&dir).await {
@@ -594,11 +604,9 @@ impl<L: Layout> FileMapper for VirtualFiles<L> {
             .remove_all(&objects)
             .await
             .map_err(|e| storage_error(path, e))?;
-        // File systems keep the emptied folders; a directory may have
-        // appeared under the name meanwhile, then it stays.
-        for d in [objects, format!("{path}/")] {
-            let _ = inner.op.delete(&d).await;
-        }
+        // A file system keeps the file's emptied folder; if a directory
+        // appeared under the name meanwhile, it stays.
+        let _ = inner.op.delete(&format!("{path}/")).await;
         drop(g);
         inner.files.lock().remove(path);
         Ok(())
