@@ -377,3 +377,75 @@ async fn mapped_files_are_reachable_through_a_mount() {
     let m: Arc<dyn FileMapper> = labios_bridge::mapper_for(&declared["pfs"], fs(&dir)).unwrap();
     assert_eq!(m.stat("data/x").await.unwrap().unwrap().size, 7);
 }
+
+/// Requests that reach the store, by kind.
+#[derive(Debug, Clone, Default)]
+struct Requests(Arc<parking_lot::Mutex<std::collections::HashMap<&'static str, u64>>>);
+
+impl opendal::layers::LoggingInterceptor for Requests {
+    fn log(
+        &self,
+        _: &opendal::raw::AccessorInfo,
+        op: opendal::raw::Operation,
+        _: &[(&str, &str)],
+        message: &str,
+        _: Option<&opendal::Error>,
+    ) {
+        if message == "started" {
+            *self.0.lock().entry(op.into_static()).or_default() += 1;
+        }
+    }
+}
+
+impl Requests {
+    fn take(&self, kind: &str) -> u64 {
+        self.0.lock().remove(kind).unwrap_or(0)
+    }
+}
+
+fn counted() -> (Operator, Requests) {
+    let requests = Requests::default();
+    let op = memory().layer(opendal::layers::LoggingLayer::new(requests.clone()));
+    (op, requests)
+}
+
+#[tokio::test]
+async fn relaxed_writes_cost_fewer_requests() {
+    let mut per_mode = Vec::new();
+    for mode in [MetadataMode::Strict, MetadataMode::Relaxed] {
+        let (op, requests) = counted();
+        let mut o = options(mode);
+        o.relaxed.every = 1000;
+        let m = o.balanced(op).unwrap();
+        for i in 0..10u64 {
+            m.write("f", i * 4, Bytes::from_static(b"abcd"))
+                .await
+                .unwrap();
+        }
+        per_mode.push((requests.take("write"), requests.take("read")));
+    }
+    // Strict: each write puts its bucket and the metadata, and reads the
+    // metadata first. Relaxed: the metadata once, at creation.
+    let (strict, relaxed) = (per_mode[0], per_mode[1]);
+    assert_eq!((strict.0, relaxed.0), (20, 11));
+    assert_eq!(strict.1 - relaxed.1, 9, "{per_mode:?}");
+}
+
+#[tokio::test]
+async fn read_optimized_reads_fewer_objects() {
+    let mut gets = Vec::new();
+    for mapping in [Mapping::Balanced, Mapping::ReadOptimized] {
+        let (op, requests) = counted();
+        let mut o = options(MetadataMode::Strict);
+        o.levels = 4;
+        let m = o.mapper(mapping, op).unwrap();
+        m.write("f", 0, Lcg(5).bytes(16 * 8 * 4)).await.unwrap();
+        requests.take("read");
+        m.read("f", 0, 16 * 8).await.unwrap();
+        m.read("f", 16 * 8 + 16, 16 * 6).await.unwrap();
+        gets.push(requests.take("read"));
+    }
+    // Metadata + 8 buckets, and metadata + 6 buckets; against metadata +
+    // one 128-byte object, and metadata + 16 + 32 + 32 + 16.
+    assert_eq!(gets, [1 + 8 + 1 + 6, 1 + 1 + 1 + 4]);
+}
