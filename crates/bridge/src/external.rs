@@ -194,9 +194,7 @@ fn operator(config: &MountConfig) -> std::result::Result<Operator, String> {
     let uri = config.uri.as_str();
     let op = if let Some(dir) = uri.strip_prefix("fs://") {
         if !dir.starts_with('/') {
-            return Err(format!(
-                "{uri}: an fs mount needs an absolute directory, fs:///dir"
-            ));
+            return Err(format!("{uri}: an fs mount needs an absolute directory, fs:///dir"));
         }
         Operator::new(opendal::services::Fs::default().root(dir))
             .map_err(|e| e.to_string())?
@@ -269,9 +267,7 @@ pub async fn stream_into(
             return Err(storage_error(&target.path, e));
         }
     }
-    w.close()
-        .await
-        .map_err(|e| storage_error(&target.path, e))?;
+    w.close().await.map_err(|e| storage_error(&target.path, e))?;
     Ok(total)
 }
 
@@ -322,10 +318,7 @@ mod tests {
         assert!(err.contains("lake: s3://data"), "{err}");
         let err = m.resolve("nfs:/x").unwrap_err().to_string();
         assert!(err.contains("mount \"nfs\""), "{err}");
-        assert!(matches!(
-            m.resolve("pfs:/a/../../etc"),
-            Err(Error::InvalidPath { .. })
-        ));
+        assert!(matches!(m.resolve("pfs:/a/../../etc"), Err(Error::InvalidPath { .. })));
         assert!(is_external("pfs:/a") && is_external("s3://b/k"));
         assert!(!is_external("/labios/a:b") && !is_external("relative"));
     }
@@ -341,10 +334,7 @@ mod tests {
             },
         );
         let err = Mounts::new(&declared).unwrap_err().to_string();
-        assert!(
-            err.contains("mounts.x") && err.contains("absolute"),
-            "{err}"
-        );
+        assert!(err.contains("mounts.x") && err.contains("absolute"), "{err}");
         declared.get_mut("x").unwrap().uri = "ftp://h".into();
         let err = Mounts::new(&declared).unwrap_err().to_string();
         assert!(err.contains("unsupported storage"), "{err}");

@@ -116,7 +116,9 @@ impl FileMapper for Direct {
         let whole = match old {
             None if offset == 0 => data,
             Some(size) if offset == 0 && end >= size => data,
-            Some(size) if offset == size && self.op.info().full_capability().write_can_append => {
+            Some(size)
+                if offset == size && self.op.info().full_capability().write_can_append =>
+            {
                 return self
                     .op
                     .write_with(path, data)
@@ -204,7 +206,8 @@ impl FileMapper for Direct {
                     dir: true,
                     mtime: None,
                 }
-            } else if e.metadata().content_length() > 0 || e.metadata().last_modified().is_some() {
+            } else if e.metadata().content_length() > 0 || e.metadata().last_modified().is_some()
+            {
                 stat_of(e.metadata())
             } else {
                 // Some services list names only; ask for the rest.
@@ -242,9 +245,7 @@ mod tests {
     #[tokio::test]
     async fn direct_writes_are_posix_writes() {
         let (dir, m) = fs();
-        m.write("d/f", 0, Bytes::from_static(b"hello world"))
-            .await
-            .unwrap();
+        m.write("d/f", 0, Bytes::from_static(b"hello world")).await.unwrap();
         m.write("d/f", 11, Bytes::from_static(b"!")).await.unwrap();
         m.write("d/f", 0, Bytes::from_static(b"J")).await.unwrap();
         m.write("d/f", 14, Bytes::from_static(b"x")).await.unwrap();
@@ -256,13 +257,7 @@ mod tests {
         let s = m.stat("d/f").await.unwrap().unwrap();
         assert_eq!((s.size, s.dir), (15, false));
         assert!(m.stat("d").await.unwrap().unwrap().dir);
-        let names: Vec<_> = m
-            .list("")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.path)
-            .collect();
+        let names: Vec<_> = m.list("").await.unwrap().into_iter().map(|e| e.path).collect();
         assert_eq!(names, ["d"]);
         let listed = m.list("d").await.unwrap();
         assert_eq!(listed[0].path, "d/f");
