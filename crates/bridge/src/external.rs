@@ -29,6 +29,14 @@ pub struct MountConfig {
     /// How files are laid out in the store (IRIS 3.4.1).
     #[serde(default)]
     pub mapping: Mapping,
+    /// Balanced and read-optimized mappings: bucket size in bytes
+    /// (default 512 KiB).
+    #[serde(default)]
+    pub bucket_size: Option<u64>,
+    /// Mappings other than direct: `strict` or `relaxed` file metadata
+    /// (IRIS 3.4.3).
+    #[serde(default)]
+    pub metadata: crate::virtual_file::MetadataMode,
 }
 
 /// A declared external system.

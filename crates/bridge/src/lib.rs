@@ -7,10 +7,28 @@
 //!
 //! How a POSIX-style file is laid out in an object store, and how objects
 //! are laid out in a file system, is the business of the IRIS mappers
-//! ([`mapping`]).
+//! ([`mapping`], [`object_mapping`]); the [`prefetch`], [`cache`] and
+//! [`aggregator`] modules make bridged I/O fewer and larger requests.
 
+pub mod aggregator;
+pub mod balanced;
+pub mod cache;
+pub mod cached;
+pub mod containers;
 pub mod external;
 pub mod mapping;
+pub mod object_mapping;
+pub mod one_to_one;
+pub mod options;
+pub mod prefetch;
+pub mod read_optimized;
+pub mod virtual_file;
+pub mod write_optimized;
 
+pub use aggregator::Aggregator;
+pub use cached::Cached;
 pub use external::{is_external, External, MountConfig, Mounts};
 pub use mapping::{Entry, FileMapper, Mapping, Stat};
+pub use object_mapping::{object_mapper, ObjectInfo, ObjectMapper, ObjectMapping};
+pub use options::{mapper_for, Balanced, MapperOptions, ReadOptimized, WriteOptimized};
+pub use virtual_file::{MetadataMode, Relaxed};

@@ -50,12 +50,23 @@ pub enum Mapping {
     /// mapping for reading data sets written by others and for staging.
     #[default]
     Direct,
+    /// Fixed-size buckets (IRIS 3.4.1a): reads and writes alike.
+    Balanced,
+    /// One object per write plus a range index (IRIS 3.4.1b).
+    WriteOptimized,
+    /// The file at several bucket sizes, read with few objects (IRIS 3.4.1c).
+    ReadOptimized,
 }
 
 /// The mapper of `mapping` over `op`.
 pub fn mapper(mapping: Mapping, op: Operator) -> Arc<dyn FileMapper> {
     match mapping {
         Mapping::Direct => Arc::new(Direct { op }),
+        Mapping::Balanced | Mapping::WriteOptimized | Mapping::ReadOptimized => {
+            crate::options::MapperOptions::default()
+                .mapper(mapping, op)
+                .expect("the default mapper options are valid")
+        }
     }
 }
 
