@@ -106,6 +106,16 @@ impl Aggregator {
 
 #[async_trait]
 impl FileMapper for Aggregator {
+    async fn flush(&self, path: &str) -> Result<()> {
+        Aggregator::flush(self, path).await?;
+        self.inner.flush(path).await
+    }
+
+    async fn flush_all(&self) -> Result<()> {
+        Aggregator::flush_all(self).await?;
+        self.inner.flush_all().await
+    }
+
     async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
         let len = data.len() as u64;
         if len == 0 || len >= self.max_run {

@@ -6,8 +6,10 @@ use bytes::Bytes;
 use std::collections::BTreeMap;
 
 /// Which block goes when the cache is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Policy {
+    #[default]
     /// Recency: right for scans and working sets that move.
     Lru,
     /// Popularity: keeps hot blocks through a scan of cold ones.

@@ -90,6 +90,14 @@ fn runs(first: u64, last: u64, lacks: impl Fn(u64) -> bool) -> Vec<(u64, u64)> {
 
 #[async_trait]
 impl FileMapper for Cached {
+    async fn flush(&self, path: &str) -> Result<()> {
+        self.inner.flush(path).await
+    }
+
+    async fn flush_all(&self) -> Result<()> {
+        self.inner.flush_all().await
+    }
+
     async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
         let end = offset.saturating_add(data.len() as u64);
         let r = self.inner.write(path, offset, data).await;

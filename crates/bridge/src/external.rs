@@ -4,7 +4,7 @@
 //! `s3://bucket/key`. Nothing undeclared is reachable: a tenant cannot make
 //! a worker touch a bucket or directory the administrator did not mount.
 
-use crate::mapping::{self, storage_error, FileMapper, Mapping};
+use crate::mapping::{storage_error, FileMapper, Mapping};
 use labios_label::{Error, Result};
 use opendal::Operator;
 use serde::{Deserialize, Serialize};
@@ -37,7 +37,34 @@ pub struct MountConfig {
     /// (IRIS 3.4.3).
     #[serde(default)]
     pub metadata: crate::virtual_file::MetadataMode,
+    /// Bytes of bridged reads a process keeps in memory (IRIS 3.4.4);
+    /// 0, the default, caches nothing. Only for data no other process
+    /// changes meanwhile: another writer's changes are seen once the
+    /// cached blocks are evicted.
+    #[serde(default)]
+    pub cache_bytes: u64,
+    /// `lru` (default) or `lfu`.
+    #[serde(default)]
+    pub cache_policy: crate::cache::Policy,
+    /// Cache block size (default 1 MiB).
+    #[serde(default)]
+    pub cache_block: Option<u64>,
+    /// Reads fetched ahead of a sequential or strided pattern (default 4).
+    #[serde(default)]
+    pub prefetch_depth: Option<u32>,
+    /// Merge small writes of a file into runs of up to this many bytes
+    /// (IRIS aggregator); 0, the default, writes each as it comes. Merged
+    /// writes are stored at a flush, before a read, when the run is full,
+    /// and at most about a second after they were acknowledged.
+    #[serde(default)]
+    pub aggregate_bytes: u64,
 }
+
+/// Cache blocks unless a mount says otherwise.
+const CACHE_BLOCK: u64 = 1 << 20;
+const PREFETCH_DEPTH: u32 = 4;
+/// How often merged writes of every aggregating mount are stored.
+const AGGREGATE_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A declared external system.
 #[derive(Debug, Clone)]
@@ -90,7 +117,8 @@ impl Mounts {
             }
             let op = operator(config)
                 .map_err(|e| Error::InvalidArgument(format!("mounts.{name}: {e}")))?;
-            let mapper = mapping::mapper(config.mapping, op.clone());
+            let mapper = layered(config, op.clone())
+                .map_err(|e| Error::InvalidArgument(format!("mounts.{name}: {e}")))?;
             mounts.insert(
                 name.clone(),
                 Mount {
@@ -102,6 +130,40 @@ impl Mounts {
             );
         }
         Ok(Mounts { mounts })
+    }
+
+    /// The process's one instance of these mounts: every worker and
+    /// client of a process shares each mount's cache, merged writes and
+    /// relaxed metadata, which separate instances would contradict. Starts
+    /// the task that stores merged writes when called in a tokio runtime.
+    pub fn shared(declared: &BTreeMap<String, MountConfig>) -> Result<Mounts> {
+        static SHARED: parking_lot::Mutex<BTreeMap<String, Mounts>> =
+            parking_lot::const_mutex(BTreeMap::new());
+        let key = format!("{declared:?}");
+        if let Some(m) = SHARED.lock().get(&key) {
+            return Ok(m.clone());
+        }
+        let mounts = Mounts::new(declared)?;
+        let aggregating: Vec<Arc<dyn FileMapper>> = mounts
+            .mounts
+            .values()
+            .filter(|m| m.config.aggregate_bytes > 0)
+            .map(|m| m.mapper.clone())
+            .collect();
+        if !aggregating.is_empty() && tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(AGGREGATE_FLUSH);
+                loop {
+                    tick.tick().await;
+                    for m in &aggregating {
+                        if let Err(e) = m.flush_all().await {
+                            tracing::warn!("storing merged writes: {e}");
+                        }
+                    }
+                }
+            });
+        }
+        Ok(SHARED.lock().entry(key).or_insert(mounts).clone())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -169,6 +231,28 @@ impl Mounts {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// The mount's mapping with its options, under its cache and aggregator.
+fn layered(config: &MountConfig, op: Operator) -> Result<Arc<dyn FileMapper>> {
+    let mut mapper = crate::options::mapper_for(config, op)?;
+    if config.cache_bytes > 0 {
+        mapper = Arc::new(crate::Cached::new(
+            mapper,
+            config.cache_policy,
+            config.cache_block.unwrap_or(CACHE_BLOCK),
+            config.cache_bytes,
+            config.prefetch_depth.unwrap_or(PREFETCH_DEPTH),
+        )?);
+    }
+    if config.aggregate_bytes > 0 {
+        mapper = Arc::new(crate::Aggregator::new(
+            mapper,
+            config.aggregate_bytes,
+            config.aggregate_bytes.saturating_mul(16),
+        )?);
+    }
+    Ok(mapper)
 }
 
 /// A path inside a mount, with `.` and `..` refused so that nothing
@@ -245,6 +329,7 @@ pub async fn stream_into(
             target.mapper().write(&target.path, at, chunk).await?;
             at += n;
         }
+        target.mapper().flush(&target.path).await?;
         return Ok(at);
     }
     let mut w = target

@@ -40,6 +40,15 @@ pub trait FileMapper: Send + Sync + std::fmt::Debug {
     async fn list(&self, dir: &str) -> Result<Vec<Entry>>;
     /// Removes the file; NotFound when it does not exist.
     async fn remove(&self, path: &str) -> Result<()>;
+    /// Stores what was acknowledged but held back (merged small writes,
+    /// relaxed metadata). Mappings that hold nothing back do nothing.
+    async fn flush(&self, _path: &str) -> Result<()> {
+        Ok(())
+    }
+    /// [`FileMapper::flush`] of every file.
+    async fn flush_all(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The mappings a mount may declare (`mapping = "..."`).

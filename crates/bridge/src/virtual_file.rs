@@ -454,6 +454,14 @@ pub(crate) fn check_path(path: &str) -> Result<()> {
 
 #[async_trait]
 impl<L: Layout> FileMapper for VirtualFiles<L> {
+    async fn flush(&self, path: &str) -> Result<()> {
+        VirtualFiles::flush(self, path).await
+    }
+
+    async fn flush_all(&self) -> Result<()> {
+        VirtualFiles::flush_all(self).await
+    }
+
     async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
         check_path(path)?;
         let end = offset

@@ -108,7 +108,7 @@ impl Client {
         config: ClientConfig,
     ) -> Result<Self> {
         config.validate()?;
-        let mounts = labios_bridge::Mounts::new(&config.mounts)?;
+        let mounts = labios_bridge::Mounts::shared(&config.mounts)?;
         Ok(Client {
             inner: Arc::new(Inner {
                 labels: LabelManager::new(
@@ -703,6 +703,9 @@ impl Client {
 
     /// Makes everything written to `path` durable on the workers' devices.
     pub async fn flush(&self, path: &str) -> Result<()> {
+        if labios_bridge::is_external(path) {
+            return self.flush_external(path).await;
+        }
         let meta = self
             .inner
             .catalog

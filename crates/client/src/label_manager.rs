@@ -209,6 +209,19 @@ impl LabelManager {
         (label, key)
     }
 
+    /// A flush of external file `uri` addressed to one worker: it stores
+    /// what that worker's mount holds back (merged writes, metadata).
+    pub fn external_flush(&self, uri: &str, worker: WorkerId) -> Label {
+        let mut label = self.label(LabelKind::Flush);
+        label.source = Pointer::Uri {
+            uri: uri.to_string(),
+            offset: 0,
+            len: 0,
+        };
+        label.destination = Pointer::Worker(worker);
+        label
+    }
+
     /// A label addressed to one worker (delete, flush of its local copy).
     pub fn pinned(&self, kind: LabelKind, path: &str, file: FileId, worker: WorkerId) -> Label {
         let mut label = self.label(kind);

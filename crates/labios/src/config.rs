@@ -226,6 +226,17 @@ impl Config {
         self.client.validate()?;
         labios_bridge::Mounts::new(&self.mounts)
             .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        if self.deployment == Deployment::Distributed {
+            // Merged writes and relaxed metadata live in one worker
+            // process's memory, where another process cannot see them.
+            if let Some((name, _)) = self.mounts.iter().find(|(_, m)| {
+                m.aggregate_bytes > 0 || m.metadata == labios_bridge::MetadataMode::Relaxed
+            }) {
+                anyhow::bail!(
+                    "invalid configuration: mounts.{name}: aggregate_bytes and metadata = \"relaxed\" keep state in one process; the distributed deployment runs workers in several (use them with the embedded deployment)"
+                );
+            }
+        }
         self.dispatcher.validate()?;
         self.manager
             .validate()

@@ -14,7 +14,10 @@ use labios_label::Error;
 use labios_store::FileKind;
 use std::path::Path;
 
-both!(external_data_is_read_in_place_and_written_by_workers);
+both!(
+    external_data_is_read_in_place_and_written_by_workers,
+    files_over_objects_are_laid_out_by_their_mount_mapping,
+);
 
 fn fs_mount(dir: &Path) -> MountConfig {
     std::fs::create_dir_all(dir).unwrap();
@@ -157,6 +160,155 @@ async fn external_data_is_read_in_place_and_written_by_workers(kind: Kind) {
         Err(Error::NotFound(_))
     ));
     d.shutdown().await;
+}
+
+/// Keys of the objects under `prefix` in `bucket`, as the aws CLI lists them.
+fn keys(s3: &S3Server, bucket: &str, prefix: &str) -> Vec<String> {
+    let out = s3.aws(&[
+        "s3api",
+        "list-objects-v2",
+        "--bucket",
+        bucket,
+        "--prefix",
+        prefix,
+        "--query",
+        "Contents[].Key",
+        "--output",
+        "text",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut keys: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .filter(|k| *k != "None")
+        .map(String::from)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// IRIS files over objects through labels: a balanced mount keeps a file
+/// as fixed-size bucket objects, updated in place bucket by bucket; a
+/// cached mount reads the same bytes; on the embedded deployment, a
+/// write-optimized mount with merged writes and relaxed metadata turns
+/// many small writes into few objects once flushed.
+async fn files_over_objects_are_laid_out_by_their_mount_mapping(kind: Kind) {
+    let s3 = S3Server::start();
+    s3.bucket("lake");
+    let embedded = kind == Kind::Embedded;
+    let d = Deployed::start(kind, |c| {
+        c.mounts.insert(
+            "blk".into(),
+            MountConfig {
+                mapping: labios_bridge::Mapping::Balanced,
+                bucket_size: Some(64 << 10),
+                cache_bytes: 4 << 20,
+                cache_block: Some(64 << 10),
+                ..s3.mount("s3://lake/blk")
+            },
+        );
+        if embedded {
+            c.mounts.insert(
+                "wlog".into(),
+                MountConfig {
+                    mapping: labios_bridge::Mapping::WriteOptimized,
+                    metadata: labios_bridge::MetadataMode::Relaxed,
+                    aggregate_bytes: 1 << 20,
+                    ..s3.mount("s3://lake/wlog")
+                },
+            );
+        }
+    })
+    .await;
+    let c = d.client().await;
+
+    let mut expected = common::data(4, 200_000).to_vec();
+    c.write_at_sync("blk:/f.bin", 0, Bytes::from(expected.clone()))
+        .await
+        .unwrap();
+    c.write_at_sync("blk:/f.bin", 70_000, Bytes::from_static(b"in place"))
+        .await
+        .unwrap();
+    expected[70_000..70_008].copy_from_slice(b"in place");
+    assert_eq!(c.read("blk:/f.bin").await.unwrap(), expected);
+    assert_eq!(
+        c.read_at("blk:/f.bin", 65_000, 10_000).await.unwrap(),
+        expected[65_000..75_000]
+    );
+    assert_eq!(c.stat("blk:/f.bin").await.unwrap().size, 200_000);
+    let listed: Vec<_> = c
+        .list("blk:/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.path, m.size))
+        .collect();
+    assert_eq!(listed, [("blk:/f.bin".to_string(), 200_000)]);
+    // 200 000 bytes in 64 KiB buckets: 4 bucket objects and the metadata.
+    assert_eq!(
+        keys(&s3, "lake", "blk/f.bin/"),
+        [
+            "blk/f.bin/.labios/0",
+            "blk/f.bin/.labios/1",
+            "blk/f.bin/.labios/2",
+            "blk/f.bin/.labios/3",
+            "blk/f.bin/.labios/meta"
+        ]
+    );
+    c.remove("blk:/f.bin").await.unwrap();
+    assert!(keys(&s3, "lake", "blk/").is_empty());
+
+    if embedded {
+        let mut log = Vec::new();
+        for i in 0..50u32 {
+            let line = format!("event {i:04}\n");
+            c.write_at_sync(
+                "wlog:/events.log",
+                log.len() as u64,
+                Bytes::from(line.clone()),
+            )
+            .await
+            .unwrap();
+            log.extend_from_slice(line.as_bytes());
+        }
+        c.flush("wlog:/events.log").await.unwrap();
+        let objects = keys(&s3, "lake", "wlog/events.log/.labios/log/");
+        assert!(
+            !objects.is_empty() && objects.len() < 5,
+            "50 small writes should be merged into a few objects: {objects:?}"
+        );
+        assert_eq!(c.read("wlog:/events.log").await.unwrap(), log);
+        assert_eq!(
+            c.stat("wlog:/events.log").await.unwrap().size,
+            log.len() as u64
+        );
+    }
+    d.shutdown().await;
+}
+
+/// Merged writes and relaxed metadata live in one process: the
+/// distributed deployment refuses them, naming the mount.
+#[test]
+fn process_local_mount_state_is_refused_on_a_cluster() {
+    let mut config = labios::Config {
+        deployment: labios::config::Deployment::Distributed,
+        ..Default::default()
+    };
+    config.mounts.insert(
+        "wlog".into(),
+        MountConfig {
+            uri: "memory://".into(),
+            mapping: labios_bridge::Mapping::WriteOptimized,
+            aggregate_bytes: 4096,
+            ..Default::default()
+        },
+    );
+    let e = config.validate().unwrap_err().to_string();
+    assert!(e.contains("mounts.wlog") && e.contains("embedded"), "{e}");
 }
 
 /// `labios cp` stages a tree from the object store into LABIOS and a file

@@ -92,6 +92,19 @@ impl Client {
         Ok(())
     }
 
+    /// Every worker stores what its mount holds back of `path`.
+    pub(super) async fn flush_external(&self, path: &str) -> Result<()> {
+        self.external(path)?;
+        let workers = self.inner.catalog.inventory().workers().await?;
+        let labels: Vec<_> = workers
+            .iter()
+            .map(|w| self.inner.labels.external_flush(path, w.spec.id))
+            .collect();
+        let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
+        self.inner.labels.publish(labels).await?;
+        super::first_failure(&self.inner.labels.wait(&ids).await?)
+    }
+
     pub(super) async fn stat_external(&self, path: &str) -> Result<FileMeta> {
         let target = self.external(path)?;
         let stat = target

@@ -101,7 +101,7 @@ impl Executor {
             stores,
             ids: LabelIdGen::new(u64::MAX - id as u64),
             sandbox,
-            mounts: labios_bridge::Mounts::new(&config.mounts)?,
+            mounts: labios_bridge::Mounts::shared(&config.mounts)?,
         })
     }
 
@@ -199,6 +199,9 @@ impl Executor {
             }
             LabelKind::Read if matches!(label.source, Pointer::Uri { .. }) => {
                 self.read_external(label).await
+            }
+            LabelKind::Flush if matches!(label.source, Pointer::Uri { .. }) => {
+                self.flush_external(label).await
             }
             LabelKind::Write => self.write(label).await,
             LabelKind::Read => self.read(label).await,

@@ -42,6 +42,19 @@ impl Executor {
         Ok(Done::bytes(*len))
     }
 
+    pub(super) async fn flush_external(&self, label: &Label) -> Result<Done, Failure> {
+        let Pointer::Uri { uri, .. } = &label.source else {
+            return Err(bad_pointer(label, "source", "external storage"));
+        };
+        let target = self.mounts.resolve(uri).map_err(|e| e.to_string())?;
+        target
+            .mapper()
+            .flush(&target.path)
+            .await
+            .map_err(|e| format!("{uri}: {e}"))?;
+        Ok(Done::bytes(0))
+    }
+
     pub(super) async fn read_external(&self, label: &Label) -> Result<Done, Failure> {
         let Pointer::Uri { uri, offset, len } = &label.source else {
             return Err(bad_pointer(label, "source", "external storage"));
