@@ -117,10 +117,11 @@ impl Bench {
             .env("PROGRAMS", PROGRAMS)
             .output()
             .unwrap();
+        let stderr = String::from_utf8_lossy(&labios.stderr).into_owned();
         let labios = check(&labios, "run on LABIOS");
         assert_eq!(
             labios, native,
-            "program output on LABIOS differs from the plain directory's"
+            "program output on LABIOS differs from the plain directory's; its stderr:\n{stderr}"
         );
         assert_same_files(&native_out, &self.out());
         labios
@@ -186,7 +187,15 @@ macro_rules! both {
     )*};
 }
 
-both!(coreutils, tar_tree, python_file_io, sqlite, hdf5, mpi);
+both!(
+    coreutils,
+    tar_tree,
+    python_file_io,
+    forked_children,
+    sqlite,
+    hdf5,
+    mpi
+);
 
 const COREUTILS: &str = r#"
 set -e
@@ -279,6 +288,17 @@ async fn python_file_io(kind: Kind) {
         out.contains("fork parent-before;child;parent-after"),
         "{out}"
     );
+    b.stop().await;
+}
+
+/// Children forked by a process whose LABIOS runtime is running connect
+/// anew; they once crashed or hung inheriting the parent's parked threads.
+async fn forked_children(kind: Kind) {
+    let b = Bench::start(kind, "forks").await;
+    for _ in 0..3 {
+        let out = b.same(false, r#"python3 "$PROGRAMS/forks.py" "$ROOT""#);
+        assert!(out.starts_with("failed children 0\n"), "{out}");
+    }
     b.stop().await;
 }
 

@@ -51,7 +51,8 @@ with open(d / "fork.txt", "w") as f:
         f.write("child;")
         f.flush()
         os._exit(0)
-    os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, f"the forked child failed: {status}"
     f.write("parent-after")
 print("fork", (d / "fork.txt").read_text())
 with open(b, "r+b") as f:
