@@ -647,6 +647,28 @@ impl Client {
         Ok(meta)
     }
 
+    /// Extended attributes of the file at `path`, sorted by name.
+    pub async fn xattrs(&self, path: &str) -> Result<Vec<(String, Bytes)>> {
+        inventory_path(path)?;
+        let meta = self.inner.catalog.stat(path).await?;
+        self.inner.catalog.inventory().xattrs(meta.id).await
+    }
+
+    /// Sets (`Some`) or removes (`None`) one extended attribute of `path`,
+    /// a file this application owns (directories: any).
+    pub async fn set_xattr(&self, path: &str, name: &str, value: Option<Bytes>) -> Result<()> {
+        inventory_path(path)?;
+        let meta = self
+            .inner
+            .catalog
+            .owned(self.inner.catalog.stat(path).await?)?;
+        self.inner
+            .catalog
+            .inventory()
+            .set_xattr(meta.id, name, value)
+            .await
+    }
+
     fn has_pending(&self, file: FileId) -> bool {
         !self.inner.flushes.lock().is_empty()
             || self.inner.small.lock().contains_key(&file)
@@ -778,4 +800,15 @@ impl Client {
         let mut files = self.inner.files.lock();
         files.retain(|p, _| p != path && !p.starts_with(&format!("{path}/")));
     }
+}
+
+/// Extended attributes live in the inventory, which has no entry for an
+/// external path.
+fn inventory_path(path: &str) -> Result<()> {
+    if labios_bridge::is_external(path) {
+        return Err(Error::InvalidArgument(format!(
+            "{path} has no extended attributes in LABIOS: external storage keeps its own metadata"
+        )));
+    }
+    Ok(())
 }

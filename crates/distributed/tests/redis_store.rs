@@ -245,6 +245,9 @@ async fn redis_restart_keeps_data_and_clients_reconnect() {
     };
     inv.commit_extent(f.id, e2).await.unwrap();
     inv.commit_extent(f.id, e1).await.unwrap();
+    inv.set_xattr(f.id, "etag", Some(Bytes::from_static(b"\"e\"")))
+        .await
+        .unwrap();
     let before = inv.extents(f.id, 0, u64::MAX).await.unwrap();
     wh.put("k/1", Bytes::from_static(b"payload")).await.unwrap();
 
@@ -276,6 +279,10 @@ async fn redis_restart_keeps_data_and_clients_reconnect() {
     assert_eq!(meta.unwrap().id, f.id);
     assert_eq!(inv.extents(f.id, 0, u64::MAX).await.unwrap(), before);
     assert_eq!(before.len(), 3);
+    assert_eq!(
+        inv.xattrs(f.id).await.unwrap(),
+        vec![("etag".to_string(), Bytes::from_static(b"\"e\""))]
+    );
     let v = loop {
         match wh.get("k/1").await {
             Ok(v) => break v,

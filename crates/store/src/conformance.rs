@@ -3,6 +3,7 @@
 //! against the traits only and use fresh names so that they can share an
 //! instance with other users.
 
+use crate::inventory::{XATTR_NAME_MAX, XATTR_TOTAL_MAX, XATTR_VALUE_MAX};
 use crate::{AppRecord, Extent, FileKind, Inventory, LabelQueue, Warehouse};
 use bytes::Bytes;
 use labios_label::id::now_nanos;
@@ -212,7 +213,8 @@ fn ext(offset: u64, len: u64, worker: u32, label: LabelId) -> Extent {
     }
 }
 
-/// Namespace, newest-label-wins extents, label statuses, workers, apps.
+/// Namespace, newest-label-wins extents, extended attributes, label
+/// statuses, workers, apps.
 pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     let root = format!("/{}", unique("inv"));
     let f = i
@@ -374,6 +376,8 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     let err = i.remove(&g_path).await.unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err}");
 
+    xattr_cases(i.as_ref(), &root).await;
+
     // Label statuses: wait times out on unfinished labels, returns early on
     // completion and reclaims what it returned.
     let count = i.label_count().await.unwrap();
@@ -497,4 +501,169 @@ pub async fn inventory_reclaim_suite(i: Arc<dyn Inventory>, reclaim_after: Durat
     let count = i.label_count().await.unwrap();
     assert!(count < base + 6000, "expired statuses reclaimed ({count})");
     i.wait(&fresh, Duration::from_secs(5)).await.unwrap();
+}
+
+fn attrs(pairs: &[(&str, &[u8])]) -> Vec<(String, Bytes)> {
+    pairs
+        .iter()
+        .map(|(n, v)| (n.to_string(), Bytes::copy_from_slice(v)))
+        .collect()
+}
+
+/// Extended attributes: set, replace, remove, limits, and their fate when
+/// the file is renamed, replaced or removed. Uses paths under `root`.
+async fn xattr_cases(i: &dyn Inventory, root: &str) {
+    let f = i
+        .create(&format!("{root}/x/f"), FileKind::File, 0o644, 7)
+        .await
+        .unwrap();
+    assert!(i.xattrs(f.id).await.unwrap().is_empty());
+    let before = i.file(f.id).await.unwrap().unwrap();
+    i.set_xattr(f.id, "user.b", Some(Bytes::from_static(b"2")))
+        .await
+        .unwrap();
+    i.set_xattr(f.id, "etag", Some(Bytes::from_static(b"\"abc\"")))
+        .await
+        .unwrap();
+    i.set_xattr(f.id, "user.a", Some(Bytes::from_static(b"\0\xffbin")))
+        .await
+        .unwrap();
+    assert_eq!(
+        i.xattrs(f.id).await.unwrap(),
+        attrs(&[
+            ("etag", b"\"abc\""),
+            ("user.a", b"\0\xffbin"),
+            ("user.b", b"2")
+        ]),
+        "sorted by name, values binary-safe"
+    );
+    let after = i.file(f.id).await.unwrap().unwrap();
+    assert_eq!((after.size, after.mtime), (before.size, before.mtime));
+    assert!(after.ctime >= before.ctime, "ctime moves forward");
+    i.set_xattr(f.id, "user.b", Some(Bytes::from_static(b"replaced")))
+        .await
+        .unwrap();
+    i.set_xattr(f.id, "etag", None).await.unwrap();
+    i.set_xattr(f.id, "never-set", None).await.unwrap();
+    let kept = attrs(&[("user.a", b"\0\xffbin"), ("user.b", b"replaced")]);
+    assert_eq!(i.xattrs(f.id).await.unwrap(), kept);
+
+    // Limits: refused with the reason, nothing changed.
+    let long = "n".repeat(XATTR_NAME_MAX + 1);
+    let max_name = "m".repeat(XATTR_NAME_MAX);
+    let big = Bytes::from(vec![1u8; XATTR_VALUE_MAX + 1]);
+    let refused: [(&str, Option<Bytes>, &str); 5] = [
+        ("", Some(Bytes::new()), "empty"),
+        (&long, Some(Bytes::new()), "bytes, more than"),
+        ("a\0b", None, "NUL"),
+        ("user.big", Some(big), "bytes, more than"),
+        // Fits alone, not with the attributes already there.
+        (
+            "user.c",
+            Some(Bytes::from(vec![2u8; XATTR_TOTAL_MAX - 6])),
+            "would take",
+        ),
+    ];
+    for (name, value, why) in refused {
+        let err = i.set_xattr(f.id, name, value).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    assert_eq!(
+        i.xattrs(f.id).await.unwrap(),
+        kept,
+        "refusals change nothing"
+    );
+    // Exactly the total limit fits; replacing an attribute counts its new
+    // value only.
+    let used: usize = kept.iter().map(|(n, v)| n.len() + v.len()).sum();
+    let fill = XATTR_TOTAL_MAX - used - max_name.len();
+    i.set_xattr(f.id, &max_name, Some(Bytes::from(vec![3u8; fill])))
+        .await
+        .unwrap();
+    let err = i
+        .set_xattr(f.id, "z", Some(Bytes::new()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("would take"), "{err}");
+    i.set_xattr(f.id, "user.b", Some(Bytes::from_static(b"12345678")))
+        .await
+        .unwrap();
+    i.set_xattr(f.id, &max_name, None).await.unwrap();
+    i.set_xattr(f.id, "user.b", Some(Bytes::from_static(b"replaced")))
+        .await
+        .unwrap();
+    assert_eq!(i.xattrs(f.id).await.unwrap(), kept);
+
+    // Missing files.
+    let gone = u64::MAX - 3;
+    for err in [
+        i.set_xattr(gone, "user.a", Some(Bytes::new()))
+            .await
+            .unwrap_err(),
+        i.set_xattr(gone, "user.a", None).await.unwrap_err(),
+        i.xattrs(gone).await.unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::NotFound(_)), "{err}");
+        assert!(err.to_string().contains(&gone.to_string()), "{err}");
+    }
+
+    // Directories carry them too.
+    let dir = i.lookup(&format!("{root}/x")).await.unwrap().unwrap();
+    i.set_xattr(dir.id, "user.d", Some(Bytes::from_static(b"dir")))
+        .await
+        .unwrap();
+    assert_eq!(
+        i.xattrs(dir.id).await.unwrap(),
+        attrs(&[("user.d", b"dir")])
+    );
+
+    // A moved file keeps them (renaming its directory too); a replaced one
+    // loses them, and so does a removed one.
+    let moved = format!("{root}/y/f");
+    i.rename(&format!("{root}/x/f"), &moved).await.unwrap();
+    assert_eq!(i.xattrs(f.id).await.unwrap(), kept);
+    i.rename(&format!("{root}/y"), &format!("{root}/w"))
+        .await
+        .unwrap();
+    assert_eq!(i.xattrs(f.id).await.unwrap(), kept);
+    let moved = format!("{root}/w/f");
+    let g = i
+        .create(&format!("{root}/x/g"), FileKind::File, 0o644, 7)
+        .await
+        .unwrap();
+    i.set_xattr(g.id, "user.g", Some(Bytes::from_static(b"g")))
+        .await
+        .unwrap();
+    let (replaced, _) = i
+        .rename(&moved, &format!("{root}/x/g"))
+        .await
+        .unwrap()
+        .expect("g replaced");
+    assert_eq!(replaced.id, g.id);
+    let err = i.xattrs(g.id).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    let err = i.set_xattr(g.id, "user.g", None).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    assert_eq!(i.xattrs(f.id).await.unwrap(), kept);
+    i.remove(&format!("{root}/x/g")).await.unwrap();
+    let err = i.xattrs(f.id).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    let err = i
+        .set_xattr(f.id, "user.a", Some(Bytes::new()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    // A new file at the same path starts without any.
+    let h = i
+        .create(&format!("{root}/x/g"), FileKind::File, 0o644, 7)
+        .await
+        .unwrap();
+    assert_ne!(h.id, f.id);
+    assert!(i.xattrs(h.id).await.unwrap().is_empty());
+    i.remove(&format!("{root}/x/g")).await.unwrap();
+    i.remove(&format!("{root}/w")).await.unwrap();
+    i.remove(&format!("{root}/x")).await.unwrap();
+    let err = i.xattrs(dir.id).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
 }

@@ -8,7 +8,7 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use labios_label::{AppId, FileId, LabelId, LabelStatus, Result, WorkerId, WorkerStatus};
+use labios_label::{AppId, Error, FileId, LabelId, LabelStatus, Result, WorkerId, WorkerStatus};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -53,6 +53,53 @@ pub struct AppRecord {
     pub settings: Vec<(String, String)>,
 }
 
+/// Longest extended attribute name, in bytes (Linux's XATTR_NAME_MAX).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended attribute value, in bytes (Linux's XATTR_SIZE_MAX).
+pub const XATTR_VALUE_MAX: usize = 65536;
+/// Bytes of names and values one file may hold in all, so that no file's
+/// metadata grows without bound.
+pub const XATTR_TOTAL_MAX: usize = 64 << 10;
+
+/// Checks a `set_xattr(file, name, value)` against the limits, `others`
+/// being the bytes (names and values) of the file's other attributes.
+/// Removing (`None`) only needs a valid name. Every implementation calls
+/// this, so that they refuse the same things with the same messages.
+pub fn check_xattr(file: FileId, name: &str, value: Option<&[u8]>, others: usize) -> Result<()> {
+    // Names come from users (S3 metadata keys): show a bounded prefix.
+    let shown: String = name.chars().take(64).collect();
+    let bad = |why: String| Err(Error::InvalidArgument(why));
+    if name.is_empty() {
+        return bad("extended attribute name is empty".into());
+    }
+    if name.len() > XATTR_NAME_MAX {
+        return bad(format!(
+            "extended attribute name {shown:?}... is {} bytes, more than {XATTR_NAME_MAX}",
+            name.len()
+        ));
+    }
+    if name.contains('\0') {
+        return bad(format!(
+            "extended attribute name {shown:?} contains a NUL byte"
+        ));
+    }
+    let Some(value) = value else { return Ok(()) };
+    if value.len() > XATTR_VALUE_MAX {
+        return bad(format!(
+            "value of extended attribute {shown:?} is {} bytes, more than {XATTR_VALUE_MAX}",
+            value.len()
+        ));
+    }
+    let total = others + name.len() + value.len();
+    if total > XATTR_TOTAL_MAX {
+        return bad(format!(
+            "extended attributes of file id {file} would take {total} bytes (names and values), \
+             more than {XATTR_TOTAL_MAX}"
+        ));
+    }
+    Ok(())
+}
+
 #[async_trait]
 pub trait Inventory: Send + Sync {
     // ---- namespace -------------------------------------------------------
@@ -81,6 +128,28 @@ pub trait Inventory: Send + Sync {
     /// Extents overlapping the range, clipped to it, sorted by offset.
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>>;
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>>;
+
+    // ---- extended attributes -------------------------------------------
+    /// Sets extended attribute `name` of `file` to `value`, or removes it
+    /// with `None` (removing an absent one is not an error). They keep what
+    /// a file carries besides its bytes: an S3 object's ETag, content type
+    /// and user metadata, so that files and objects are two views of the
+    /// same data, and application hints for the storage. A directory may
+    /// carry them too.
+    ///
+    /// A missing (or removed) file is `NotFound`; a name that is empty,
+    /// longer than [`XATTR_NAME_MAX`] bytes or contains NUL, a value over
+    /// [`XATTR_VALUE_MAX`] bytes, or a file whose names and values would
+    /// exceed [`XATTR_TOTAL_MAX`] bytes is `InvalidArgument` and changes
+    /// nothing (see [`check_xattr`]). A change sets the file's ctime, as
+    /// setxattr(2) does; size and mtime stay. Attributes are as durable as
+    /// the rest of the file's metadata, go with the file when it is
+    /// renamed, and are dropped with it by `remove` or when `rename`
+    /// replaces it.
+    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()>;
+    /// The file's extended attributes, sorted by name; a missing file is
+    /// `NotFound`.
+    async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>>;
 
     // ---- labels ----------------------------------------------------------
     async fn set_status(&self, status: LabelStatus) -> Result<()>;

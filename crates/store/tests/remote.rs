@@ -3,7 +3,7 @@ use labios_label::Error;
 use labios_store::conformance::*;
 use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
 use labios_store::remote::{connect, serve, AuthFn, Endpoint, Grant, Listener};
-use labios_store::Stores;
+use labios_store::{FileKind, Stores};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -149,6 +149,56 @@ async fn bad_frames_close_only_their_connection() {
         0,
         "others unaffected"
     );
+}
+
+/// A tenant reads any file's extended attributes but sets only those of
+/// its own files (README "Tenants").
+#[tokio::test]
+async fn tenants_set_only_their_own_files_xattrs() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = Listener::bind(&Endpoint::Unix(dir.path().join("t.sock")))
+        .await
+        .unwrap();
+    let ep = listener.endpoint().unwrap();
+    let auth: AuthFn = Arc::new(|key, _| {
+        Box::pin(async move {
+            match key.as_deref() {
+                Some("one") => Ok(Grant::tenant(1, "s1")),
+                Some("two") => Ok(Grant::tenant(2, "s2")),
+                _ => Ok(Grant::service(0)),
+            }
+        })
+    });
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve(listener, stores(), auth, rx));
+    let (one, _) = connect(&ep, Some("one".into()), None).await.unwrap();
+    let (two, _) = connect(&ep, Some("two".into()), None).await.unwrap();
+    let (one, two) = (one.inventory, two.inventory);
+
+    let f = one
+        .create("/t/one", FileKind::File, 0o644, 1)
+        .await
+        .unwrap();
+    let etag = vec![("etag".to_string(), Bytes::from_static(b"\"1\""))];
+    one.set_xattr(f.id, "etag", Some(etag[0].1.clone()))
+        .await
+        .unwrap();
+    assert_eq!(two.xattrs(f.id).await.unwrap(), etag, "readable by others");
+    for value in [Some(Bytes::from_static(b"theirs")), None] {
+        let err = two.set_xattr(f.id, "etag", value).await.unwrap_err();
+        assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+        assert!(err.to_string().contains("/t/one"), "{err}");
+    }
+    assert_eq!(one.xattrs(f.id).await.unwrap(), etag, "unchanged");
+    let g = two
+        .create("/t/two", FileKind::File, 0o644, 2)
+        .await
+        .unwrap();
+    two.set_xattr(g.id, "user.mine", Some(Bytes::from_static(b"yes")))
+        .await
+        .unwrap();
+    let err = two.set_xattr(u64::MAX - 3, "x", None).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
 }
 
 /// Round-trip and bandwidth printouts (run with --nocapture).

@@ -126,7 +126,7 @@ if fget(r, 'kind') == 'd' then
   if #c > 0 then return {'invalidarg', 'directory ' .. path .. ' is not empty'} end
 end
 local ext = redis.call('ZRANGE', P .. 'x:' .. id, 0, -1)
-redis.call('DEL', P .. 'x:' .. id, P .. 'file:' .. id, P .. 'path:' .. path)
+redis.call('DEL', P .. 'x:' .. id, P .. 'xattr:' .. id, P .. 'file:' .. id, P .. 'path:' .. path)
 redis.call('ZREM', P .. 'paths', path)
 return {'ok', r, ext}
 "#;
@@ -154,7 +154,7 @@ if err then return err end
 local oext
 if oid then
   oext = redis.call('ZRANGE', P .. 'x:' .. oid, 0, -1)
-  redis.call('DEL', P .. 'x:' .. oid, P .. 'file:' .. oid, P .. 'path:' .. to)
+  redis.call('DEL', P .. 'x:' .. oid, P .. 'xattr:' .. oid, P .. 'file:' .. oid, P .. 'path:' .. to)
   redis.call('ZREM', P .. 'paths', to)
 end
 make_parents(4, fget(r, 'owner'), now)
@@ -243,6 +243,38 @@ local id, s, e = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('EXISTS', P .. 'file:' .. id) == 0 then return {'notfound', 'file id ' .. id} end
 if s < e then return {'ok', overlapping(P .. 'x:' .. id, s, e)} end
 return {'ok', {}}
+"#;
+
+/// Sets (ARGV: id, now, name, value, room) or removes (ARGV: id, now,
+/// name) an extended attribute. A value is stored only if the other
+/// attributes take at most `room` bytes (the total limit less this name and
+/// value); the reply is the bytes they take, which the caller checks
+/// against the limit with the same `check_xattr` as every inventory.
+pub const SET_XATTR: &str = r#"
+local id, now, name = ARGV[1], ARGV[2], ARGV[3]
+local fk, ak = P .. 'file:' .. id, P .. 'xattr:' .. id
+if redis.call('EXISTS', fk) == 0 then return {'notfound', 'file id ' .. id} end
+if #ARGV == 3 then
+  if redis.call('HDEL', ak, name) == 1 then redis.call('HSET', fk, 'ctime', now) end
+  return {'ok', 0}
+end
+local others = 0
+local all = redis.call('HGETALL', ak)
+for i = 1, #all, 2 do
+  if all[i] ~= name then others = others + #all[i] + #all[i + 1] end
+end
+if others <= tonumber(ARGV[5]) then
+  redis.call('HSET', ak, name, ARGV[4])
+  redis.call('HSET', fk, 'ctime', now)
+end
+return {'ok', others}
+"#;
+
+/// ARGV: id.
+pub const XATTRS: &str = r#"
+local id = ARGV[1]
+if redis.call('EXISTS', P .. 'file:' .. id) == 0 then return {'notfound', 'file id ' .. id} end
+return {'ok', redis.call('HGETALL', P .. 'xattr:' .. id)}
 "#;
 
 /// ARGV: label (hex32), encoded status, ttl ms, final (1|0).

@@ -20,6 +20,9 @@
 //! - `{ns}:x:<id>`: the file's extents, a sorted set (score 0) of members
 //!   `start(16 hex) end(16 hex) label(32 hex) worker(8 hex)`; they never
 //!   overlap, so lexicographic order is offset order.
+//! - `{ns}:xattr:<id>`: the file's extended attributes, a hash name ->
+//!   value (absent when it has none); deleted with the file record by the
+//!   scripts that remove or replace a file.
 //! - `{ns}:ctr`: hash of counters (`HINCRBY`); `{ns}:workers`, `{ns}:apps`:
 //!   hashes id -> codec-encoded record.
 //! - `{ns}:label:<id hex>`: codec-encoded `LabelStatus` with a TTL
@@ -73,6 +76,7 @@ use labios_label::{
     decode, encode, normalize_path, AppId, Error, FileId, LabelId, LabelState, LabelStatus, Result,
     WorkerId, WorkerStatus,
 };
+use labios_store::inventory::{check_xattr, XATTR_TOTAL_MAX};
 use labios_store::{AppRecord, Extent, FileKind, FileMeta, Inventory, Warehouse};
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -759,6 +763,8 @@ struct Scripts {
     set_size: Script,
     commit: Script,
     extents: Script,
+    set_xattr: Script,
+    xattrs: Script,
     set_status: Script,
     label_count: Script,
     forget: Script,
@@ -776,6 +782,8 @@ impl Scripts {
             set_size: s(lua::SET_SIZE),
             commit: s(lua::COMMIT),
             extents: s(lua::EXTENTS),
+            set_xattr: s(lua::SET_XATTR),
+            xattrs: s(lua::XATTRS),
             set_status: s(lua::SET_STATUS),
             label_count: s(lua::LABEL_COUNT),
             forget: s(lua::FORGET),
@@ -1246,6 +1254,48 @@ impl Inventory for RedisInventory {
             return Ok(None);
         }
         self.meta(&v).map(Some)
+    }
+
+    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
+        // Refuses a bad name or an oversized value before any round trip;
+        // the total is checked below, against what the script counted.
+        check_xattr(file, name, value.as_deref(), 0)?;
+        let (id, now) = (file.to_string(), now_nanos().to_string());
+        let mut args: Vec<&[u8]> = vec![id.as_bytes(), now.as_bytes(), name.as_bytes()];
+        let room = value
+            .as_ref()
+            .map(|v| (XATTR_TOTAL_MAX - name.len() - v.len()).to_string());
+        if let (Some(v), Some(room)) = (&value, &room) {
+            args.push(v);
+            args.push(room.as_bytes());
+        }
+        let v = self.run(&self.scripts.set_xattr, &args).await?;
+        let others: usize = v
+            .first()
+            .and_then(|x| redis::from_redis_value(x).ok())
+            .ok_or_else(|| self.malformed("set_xattr reply", "no byte count"))?;
+        check_xattr(file, name, value.as_deref(), others)
+    }
+
+    async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>> {
+        let key = format!("xattr:{file}");
+        let id = file.to_string();
+        let v = self.run(&self.scripts.xattrs, &[id.as_bytes()]).await?;
+        let flat: Vec<Vec<u8>> = match v.first() {
+            Some(x) => {
+                redis::from_redis_value(x).map_err(|e| self.malformed(&key, &e.to_string()))?
+            }
+            None => Vec::new(),
+        };
+        let mut out = Vec::with_capacity(flat.len() / 2);
+        let mut it = flat.into_iter();
+        while let (Some(name), Some(value)) = (it.next(), it.next()) {
+            let name = String::from_utf8(name)
+                .map_err(|_| self.malformed(&key, "attribute name not UTF-8"))?;
+            out.push((name, Bytes::from(value)));
+        }
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
     }
 
     async fn set_status(&self, status: LabelStatus) -> Result<()> {

@@ -7,7 +7,7 @@ mod write_behind;
 #[cfg(test)]
 mod tests;
 
-use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory};
+use crate::inventory::{check_xattr, AppRecord, Extent, FileKind, FileMeta, Inventory};
 use async_trait::async_trait;
 use bytes::Bytes;
 use labios_label::id::now_nanos;
@@ -30,6 +30,10 @@ const PATHS: TableDefinition<&str, u64> = TableDefinition::new("paths");
 const FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("files");
 /// Keyed by (file, offset); the extents of one file never overlap.
 const EXTENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("extents");
+/// File id -> its extended attributes, a codec-encoded name -> value map;
+/// absent when it has none. One row per file: at most `XATTR_TOTAL_MAX`
+/// bytes, rewritten whole on a change.
+const XATTRS: TableDefinition<u64, &[u8]> = TableDefinition::new("xattrs");
 const WORKERS: TableDefinition<u32, &[u8]> = TableDefinition::new("workers");
 const APPS: TableDefinition<u32, &[u8]> = TableDefinition::new("apps");
 /// The program repository: (application, function name) -> wasm module.
@@ -57,27 +61,28 @@ impl Default for InventoryConfig {
 
 /// The embedded inventory.
 ///
-/// The namespace, the extents of every file, workers, applications and
-/// counters are held in memory, which is authoritative: it is loaded from
-/// the redb file at open, every call reads and changes it directly, and
-/// every change also appends a record to a bounded write-behind log. A
-/// background thread drains that log every few milliseconds (or as soon as
-/// a couple of thousand records wait) into one redb write transaction, so
-/// many changes cost one commit. When the thread falls behind and the log
-/// is full, mutations wait for room (backpressure).
+/// The namespace, the extents and extended attributes of every file,
+/// workers, applications and counters are held in memory, which is
+/// authoritative: it is loaded from the redb file at open, every call reads
+/// and changes it directly, and every change also appends a record to a
+/// bounded write-behind log. A background thread drains that log every few
+/// milliseconds (or as soon as a couple of thousand records wait) into one
+/// redb write transaction, so many changes cost one commit. When the thread
+/// falls behind and the log is full, mutations wait for room
+/// (backpressure).
 ///
 /// Durability (what a crash can lose):
 /// - [`Inventory::sync`] writes everything logged before it into redb and
 ///   commits with `Durability::Immediate`; it returns once that is on disk.
 ///   **Everything changed before a `sync` that returned survives a crash.**
-/// - A crash may lose any namespace, extent, worker or application change
-///   made after the last completed `sync`. Background batches are committed
-///   `Durability::Eventual` (written to the file, not fsynced), so a process
-///   crash typically loses only what the log held (the last few
-///   milliseconds, or more when the writer is behind), a machine crash
-///   possibly everything since the last `sync`. What survives is always the
-///   state after some prefix of the changes, each change whole: never half
-///   a rename, never an extent without the size change that came with it.
+/// - A crash may lose any namespace, extent, attribute, worker or application
+///   change made after the last completed `sync`. Background batches are
+///   committed `Durability::Eventual` (written to the file, not fsynced), so a
+///   process crash typically loses only what the log held (the last few
+///   milliseconds, or more when the writer is behind), a machine crash possibly
+///   everything since the last `sync`. What survives is always the state after
+///   some prefix of the changes, each change whole: never half a rename, never
+///   an extent without the size change that came with it.
 /// - Counters ([`Inventory::next_id`], which also numbers files) are
 ///   reserved in blocks of 1024, each reservation committed `Immediate`
 ///   before any of its values is handed out: a crash may skip values, it
@@ -126,6 +131,7 @@ struct FileState {
     meta: FileMeta,
     /// By offset; never overlapping.
     extents: BTreeMap<u64, Extent>,
+    xattrs: BTreeMap<String, Bytes>,
     /// False once removed (a caller may still hold the node).
     live: bool,
 }
@@ -203,7 +209,7 @@ impl Namespace {
         Ok(())
     }
 
-    /// Unlinks a locked file and takes its extents.
+    /// Unlinks a locked file, drops its attributes and takes its extents.
     fn forget(&mut self, st: &mut FileState, ops: &mut Vec<Op>) -> Vec<Extent> {
         let id = st.meta.id;
         st.live = false;
@@ -212,6 +218,9 @@ impl Namespace {
         let extents: Vec<Extent> = std::mem::take(&mut st.extents).into_values().collect();
         if st.meta.kind == FileKind::File {
             ops.push(Op::CutExtents(id, 0));
+        }
+        if !std::mem::take(&mut st.xattrs).is_empty() {
+            ops.push(Op::PutXattrs(id, BTreeMap::new()));
         }
         ops.push(Op::DelFile(id));
         ops.push(Op::DelPath(st.meta.path.clone()));
@@ -341,6 +350,7 @@ fn load(db: &Database) -> Result<Loaded> {
         tx.open_table(APPS).map_err(storage)?;
         tx.open_table(FUNCTIONS).map_err(storage)?;
         tx.open_table(EXTENTS).map_err(storage)?;
+        tx.open_table(XATTRS).map_err(storage)?;
         let mut paths = tx.open_table(PATHS).map_err(storage)?;
         let mut files = tx.open_table(FILES).map_err(storage)?;
         let mut counters = tx.open_table(COUNTERS).map_err(storage)?;
@@ -384,6 +394,7 @@ fn load(db: &Database) -> Result<Loaded> {
         let state = FileState {
             meta,
             extents: BTreeMap::new(),
+            xattrs: BTreeMap::new(),
             live: true,
         };
         ns.nodes.insert(id.value(), Arc::new(Mutex::new(state)));
@@ -414,6 +425,17 @@ fn load(db: &Database) -> Result<Loaded> {
         if let Some((_, n)) = current {
             let e: Extent = decode(v.value())?;
             n.lock().extents.insert(offset, e);
+        }
+    }
+    for e in tx
+        .open_table(XATTRS)
+        .map_err(storage)?
+        .iter()
+        .map_err(storage)?
+    {
+        let (id, v) = e.map_err(storage)?;
+        if let Some(n) = ns.nodes.get(&id.value()) {
+            n.lock().xattrs = decode(v.value())?;
         }
     }
     let mut workers = BTreeMap::new();
@@ -571,6 +593,7 @@ impl RedbInventory {
         let state = FileState {
             meta: meta.clone(),
             extents: BTreeMap::new(),
+            xattrs: BTreeMap::new(),
             live: true,
         };
         ns.nodes.insert(meta.id, Arc::new(Mutex::new(state)));
@@ -878,6 +901,52 @@ impl Inventory for RedbInventory {
             .nodes
             .get(&file)
             .map(|n| n.lock().meta.clone()))
+    }
+
+    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
+        self.log.check()?;
+        let node = self.data_node(file)?;
+        let mut st = node.lock();
+        if !st.live {
+            return Err(Error::NotFound(format!("file id {file}")));
+        }
+        let others: usize = st
+            .xattrs
+            .iter()
+            .filter(|(n, _)| n.as_str() != name)
+            .map(|(n, v)| n.len() + v.len())
+            .sum();
+        check_xattr(file, name, value.as_deref(), others)?;
+        let changed = match value {
+            Some(v) => {
+                st.xattrs.insert(name.to_string(), v);
+                true
+            }
+            None => st.xattrs.remove(name).is_some(),
+        };
+        if changed {
+            st.meta.ctime = now_nanos();
+            let mut ops = vec![
+                Op::PutXattrs(file, st.xattrs.clone()),
+                Op::PutFile(st.meta.clone()),
+            ];
+            self.log.append(&mut ops);
+        }
+        Ok(())
+    }
+
+    async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>> {
+        let ns = self.ns.read();
+        let node = ns
+            .nodes
+            .get(&file)
+            .ok_or_else(|| Error::NotFound(format!("file id {file}")))?;
+        let st = node.lock();
+        Ok(st
+            .xattrs
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect())
     }
 
     async fn set_status(&self, status: LabelStatus) -> Result<()> {

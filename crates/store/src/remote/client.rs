@@ -47,6 +47,7 @@ impl Conn {
     async fn call(&self, request: Request) -> Result<Reply> {
         let hint = match &request {
             Request::Put { data, .. } => data.len(),
+            Request::SetXattr { value: Some(v), .. } => v.len(),
             _ => 0,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -355,6 +356,13 @@ impl Inventory for RemoteInventory {
     }
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {
         expect!(self.0.call(Request::File { file }).await?, Reply::MaybeMeta(m) => m)
+    }
+    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
+        let name = name.to_string();
+        expect!(self.0.call(Request::SetXattr { file, name, value }).await?, Reply::Unit => ())
+    }
+    async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>> {
+        expect!(self.0.call(Request::Xattrs { file }).await?, Reply::Xattrs(v) => v)
     }
     async fn set_status(&self, status: LabelStatus) -> Result<()> {
         expect!(self.0.call(Request::SetStatus(status)).await?, Reply::Unit => ())

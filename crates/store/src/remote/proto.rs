@@ -50,6 +50,8 @@ pub enum QueueOp<T> {
     },
 }
 
+/// New variants (here and in [`Reply`]) go last: a variant is sent as its
+/// index, so appending keeps the meaning of what older peers send.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
     Hello {
@@ -135,6 +137,14 @@ pub enum Request {
     Functions(AppId),
     NextId(String),
     Sync,
+    SetXattr {
+        file: FileId,
+        name: String,
+        value: Option<Bytes>,
+    },
+    Xattrs {
+        file: FileId,
+    },
 }
 
 /// One variant per result shape of the trait methods.
@@ -159,6 +169,7 @@ pub enum Reply {
     Workers(Vec<WorkerStatus>),
     App(Option<AppRecord>),
     Apps(Vec<AppRecord>),
+    Xattrs(Vec<(String, Bytes)>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -325,6 +325,10 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
         Request::Functions(app) => Reply::Names(i.functions(app).await?),
         Request::NextId(name) => Reply::Count(i.next_id(&name).await?),
         Request::Sync => i.sync().await.map(|_| Reply::Unit)?,
+        Request::SetXattr { file, name, value } => {
+            i.set_xattr(file, &name, value).await.map(|_| Reply::Unit)?
+        }
+        Request::Xattrs { file } => Reply::Xattrs(i.xattrs(file).await?),
     })
 }
 
@@ -441,7 +445,11 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
             own_file(app, i.lookup(from).await?)?;
             own_file(app, i.lookup(to).await?)?;
         }
-        Request::SetSize { file, .. } | Request::CommitExtent { file, .. } => {
+        // A file's attributes are readable by anyone, like its stat, and
+        // changed only by its owner.
+        Request::SetSize { file, .. }
+        | Request::CommitExtent { file, .. }
+        | Request::SetXattr { file, .. } => {
             own_file(app, i.file(*file).await?)?;
         }
         Request::SetStatus(_) | Request::PutWorker(_) | Request::RemoveWorker(_) => {

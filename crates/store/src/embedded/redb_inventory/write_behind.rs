@@ -9,7 +9,7 @@
 //! whole log at once, so a mutation is never split across transactions:
 //! whatever redb holds is the state after some prefix of the log.
 
-use super::{storage, APPS, EXTENTS, FILES, FUNCTIONS, PATHS, WORKERS};
+use super::{storage, APPS, EXTENTS, FILES, FUNCTIONS, PATHS, WORKERS, XATTRS};
 use crate::inventory::{AppRecord, Extent, FileMeta};
 use bytes::Bytes;
 use labios_label::{encode, AppId, Error, FileId, Result, WorkerId, WorkerStatus};
@@ -51,6 +51,8 @@ pub(super) enum Op {
     DelWorker(WorkerId),
     PutApp(AppRecord),
     PutFunction(AppId, String, Option<Bytes>),
+    /// All the file's extended attributes; none deletes its row.
+    PutXattrs(FileId, BTreeMap<String, Bytes>),
 }
 
 type SyncReply = oneshot::Sender<Result<()>>;
@@ -253,6 +255,7 @@ struct Pending {
     workers: BTreeMap<WorkerId, Option<WorkerStatus>>,
     apps: BTreeMap<AppId, Option<AppRecord>>,
     functions: BTreeMap<(AppId, String), Option<Bytes>>,
+    xattrs: BTreeMap<FileId, BTreeMap<String, Bytes>>,
 }
 
 impl Pending {
@@ -299,6 +302,9 @@ impl Pending {
             Op::PutFunction(app, name, module) => {
                 self.functions.insert((app, name), module);
             }
+            Op::PutXattrs(f, attrs) => {
+                self.xattrs.insert(f, attrs);
+            }
         }
     }
 
@@ -325,6 +331,7 @@ impl Pending {
         self.workers.clear();
         self.apps.clear();
         self.functions.clear();
+        self.xattrs.clear();
     }
 
     fn write(&mut self, tx: &WriteTransaction) -> Result<()> {
@@ -382,6 +389,16 @@ impl Pending {
             match m {
                 Some(m) => t.insert((*app, name.as_str()), m.as_ref()).map(drop),
                 None => t.remove((*app, name.as_str())).map(drop),
+            }
+            .map_err(storage)?;
+        }
+        drop(t);
+        let mut t = tx.open_table(XATTRS).map_err(storage)?;
+        for (id, attrs) in &self.xattrs {
+            if attrs.is_empty() {
+                t.remove(*id).map(drop)
+            } else {
+                t.insert(*id, encode(attrs).as_slice()).map(drop)
             }
             .map_err(storage)?;
         }

@@ -1,0 +1,62 @@
+//! Extended attributes through the client: by path, owner-checked for
+//! files, refused for external paths. Only the inventory is involved, so
+//! no worker runs.
+
+use bytes::Bytes;
+use labios_client::{Client, ClientConfig};
+use labios_label::Error;
+use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
+use labios_store::Stores;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn stores() -> Stores {
+    let t = Duration::from_millis(100);
+    Stores {
+        labels: Arc::new(MemoryQueue::new(64, t)),
+        tasks: Arc::new(MemoryQueue::new(64, t)),
+        warehouse: Arc::new(MemoryWarehouse::new(1 << 20, t)),
+        inventory: Arc::new(RedbInventory::in_memory().unwrap()),
+    }
+}
+
+#[tokio::test]
+async fn xattrs_by_path() {
+    let s = stores();
+    let one = Client::new(s.clone(), 1, 1, ClientConfig::default()).unwrap();
+    let two = Client::new(s, 2, 2, ClientConfig::default()).unwrap();
+    one.create("/b/obj").await.unwrap();
+    let v = |s: &'static str| Some(Bytes::from_static(s.as_bytes()));
+
+    one.set_xattr("/b/obj", "etag", v("\"1\"")).await.unwrap();
+    one.set_xattr("b//obj", "content-type", v("text/plain"))
+        .await
+        .unwrap();
+    let expect = vec![
+        (
+            "content-type".to_string(),
+            Bytes::from_static(b"text/plain"),
+        ),
+        ("etag".to_string(), Bytes::from_static(b"\"1\"")),
+    ];
+    assert_eq!(one.xattrs("/b/obj").await.unwrap(), expect);
+    assert_eq!(two.xattrs("/b/obj").await.unwrap(), expect, "readable");
+    let err = two.set_xattr("/b/obj", "etag", None).await.unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+    one.set_xattr("/b/obj", "etag", None).await.unwrap();
+    assert_eq!(one.xattrs("/b/obj").await.unwrap(), expect[..1]);
+
+    // Directories: any application.
+    two.set_xattr("/b", "user.bucket", v("b")).await.unwrap();
+    assert_eq!(one.xattrs("/b").await.unwrap().len(), 1);
+
+    let err = one.xattrs("/b/none").await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    for err in [
+        one.xattrs("ext:/x").await.unwrap_err(),
+        one.set_xattr("ext:/x", "etag", None).await.unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(err.to_string().contains("keeps its own metadata"), "{err}");
+    }
+}
