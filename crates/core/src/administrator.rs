@@ -7,6 +7,11 @@ use labios_label::{AppId, Error, Result};
 use labios_store::{AppRecord, Inventory};
 use std::sync::Arc;
 
+/// The access key of a deployment's service credential: trusted tools of
+/// the operator (the S3 gateway) present it to read the registry, secrets
+/// included, so that they can verify requests signed by any application.
+pub const SERVICE_KEY: &str = "LABIOS-SERVICE";
+
 /// The application local, unauthenticated programs run as (embedded use).
 pub const DEFAULT_APP: AppId = 0;
 pub const DEFAULT_APP_NAME: &str = "default";
@@ -160,9 +165,14 @@ fn random_string(alphabet: &[u8], len: usize) -> Result<String> {
     Ok(out)
 }
 
+/// A fresh secret of the same strength as an application's.
+pub fn new_secret() -> Result<String> {
+    random_string(ALNUM, SECRET_LEN)
+}
+
 /// Compares without an early exit so response time does not reveal how much
 /// of a guessed secret was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = u8::from(a.len() != b.len());
     for (i, &x) in a.iter().enumerate() {
         diff |= x ^ b.get(i).copied().unwrap_or(!x);

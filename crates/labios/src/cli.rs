@@ -117,6 +117,14 @@ pub enum Command {
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
     },
+    /// Serve the LABIOS namespace over the S3 REST API: buckets are
+    /// top-level directories, objects are files, credentials are those of
+    /// `labios app create`.
+    S3 {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: String,
+    },
     /// Run the CM1-like demo workload on an embedded runtime and verify it.
     Demo {
         /// Keep data here instead of a temporary directory.
@@ -200,6 +208,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::S3 { listen } => crate::s3::s3(config, &listen).await,
         Command::Demo { data_dir } => crate::demo::run(config, data_dir).await,
         Command::Bench {
             scenario,

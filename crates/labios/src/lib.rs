@@ -10,6 +10,7 @@ pub mod deployment;
 pub mod processes;
 pub mod run;
 pub mod runtime;
+pub mod s3;
 pub mod serve;
 
 pub use config::Config;

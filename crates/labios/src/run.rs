@@ -60,7 +60,7 @@ fn check_prefix(p: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn reachable(endpoint: &Endpoint) -> bool {
+pub(crate) async fn reachable(endpoint: &Endpoint) -> bool {
     match endpoint {
         Endpoint::Unix(p) => tokio::net::UnixStream::connect(p).await.is_ok(),
         Endpoint::Tcp(a) => tokio::net::TcpStream::connect(a).await.is_ok(),

@@ -3,10 +3,38 @@
 
 use crate::config::Config;
 use crate::runtime::Runtime;
-use labios_core::administrator::Administrator;
+use anyhow::Context;
+use labios_core::administrator::{self, Administrator, DEFAULT_APP, SERVICE_KEY};
+use labios_label::Error;
 use labios_store::remote::{self, Endpoint, Listener};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::watch;
+
+/// Where `labios serve` keeps the secret of its service credential (see
+/// [`SERVICE_KEY`]), readable by its owner only: whoever can read the data
+/// directory can read every worker's bytes anyway.
+pub fn service_secret_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("service.secret")
+}
+
+/// A fresh service secret for this run of the server, written to
+/// [`service_secret_file`] with mode 0600.
+fn write_service_secret(data_dir: &Path) -> anyhow::Result<Arc<str>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let secret = administrator::new_secret()?;
+    let path = service_secret_file(data_dir);
+    let _ = std::fs::remove_file(&path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(secret.as_bytes())?;
+    Ok(Arc::from(secret))
+}
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let served = Served::start(config).await?;
@@ -37,8 +65,9 @@ impl Served {
         let endpoint = Endpoint::parse(&config.endpoint())?;
         let runtime = Runtime::start(config).await?;
         let listener = Listener::bind(&endpoint).await?;
+        let service = write_service_secret(&runtime.config.data_dir)?;
         let (stop, stopped) = watch::channel(false);
-        let auth = session_auth(runtime.admin.clone());
+        let auth = session_auth(runtime.admin.clone(), Some(service));
         let server = tokio::spawn(remote::serve(
             listener,
             runtime.stores.clone(),
@@ -65,11 +94,26 @@ impl Served {
 /// application (none at all: the default application, as the socket is
 /// local), the session is confined to that application's queue, warehouse
 /// keys, files and label statuses, and it is handed the application's secret
-/// so that it can sign its labels (README "Tenants").
-pub fn session_auth(admin: Arc<Administrator>) -> remote::AuthFn {
+/// so that it can sign its labels (README "Tenants"). The service
+/// credential, when there is one, opens an unconfined session.
+pub fn session_auth(admin: Arc<Administrator>, service: Option<Arc<str>>) -> remote::AuthFn {
     Arc::new(move |key: Option<String>, secret: Option<String>| {
         let admin = admin.clone();
+        let service = service.clone();
         Box::pin(async move {
+            if key.as_deref() == Some(SERVICE_KEY) {
+                let presented = secret.unwrap_or_default();
+                return match service {
+                    Some(s)
+                        if administrator::constant_time_eq(s.as_bytes(), presented.as_bytes()) =>
+                    {
+                        Ok(remote::Grant::service(DEFAULT_APP))
+                    }
+                    _ => Err(Error::PermissionDenied(
+                        "invalid service credentials".into(),
+                    )),
+                };
+            }
             let app = admin
                 .authenticate(key.as_deref(), secret.as_deref())
                 .await?;

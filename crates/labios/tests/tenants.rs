@@ -110,7 +110,7 @@ async fn applications_cannot_touch_each_others_files() {
     let server = tokio::spawn(serve(
         listener,
         rt.stores.clone(),
-        session_auth(rt.admin.clone()),
+        session_auth(rt.admin.clone(), None),
         stopped,
     ));
     let (rb, sb) = session(&endpoint, &b).await;

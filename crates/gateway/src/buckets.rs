@@ -1,0 +1,104 @@
+//! Buckets are the top-level directories of the namespace, and belong to
+//! the application that created them (with `CreateBucket`, `labios run --
+//! mkdir /labios/b` or any write under `/b`). Only the owner sees and uses a
+//! bucket; anyone else gets AccessDenied.
+
+use crate::names::{bucket_path, is_bucket_name};
+use crate::tenants::Tenant;
+use crate::time::timestamp;
+use labios_label::Error;
+use labios_store::{FileKind, FileMeta};
+use s3s::dto::{Bucket, ListBucketsOutput};
+use s3s::{s3_error, S3ErrorCode, S3Result};
+
+/// The directory of `bucket` if `t` owns it.
+pub async fn owned(t: &Tenant, bucket: &str) -> S3Result<FileMeta> {
+    match lookup(t, &bucket_path(bucket)).await? {
+        Some(m) if m.kind == FileKind::Dir && m.owner == t.app => Ok(m),
+        Some(m) if m.kind == FileKind::Dir => Err(s3_error!(
+            AccessDenied,
+            "bucket {bucket} belongs to another application"
+        )),
+        _ => Err(s3_error!(NoSuchBucket, "there is no bucket {bucket}")),
+    }
+}
+
+/// The entry at `path`, if any.
+pub async fn lookup(t: &Tenant, path: &str) -> S3Result<Option<FileMeta>> {
+    t.client
+        .catalog()
+        .inventory()
+        .lookup(path)
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchKey))
+}
+
+pub async fn create(t: &Tenant, bucket: &str) -> S3Result<()> {
+    let path = bucket_path(bucket);
+    match lookup(t, &path).await? {
+        Some(m) if m.kind == FileKind::Dir && m.owner == t.app => Err(s3_error!(
+            BucketAlreadyOwnedByYou,
+            "bucket {bucket} already exists and is yours"
+        )),
+        Some(_) => Err(s3_error!(
+            BucketAlreadyExists,
+            "{path} already exists in LABIOS and belongs to another application or is a file"
+        )),
+        None => match t.client.mkdir(&path).await {
+            Ok(_) => Ok(()),
+            // Another request created it first.
+            Err(Error::PermissionDenied(_)) => Err(s3_error!(BucketAlreadyExists)),
+            Err(e) => Err(t.fail(e, S3ErrorCode::NoSuchBucket)),
+        },
+    }
+}
+
+pub async fn delete(t: &Tenant, bucket: &str) -> S3Result<()> {
+    let dir = owned(t, bucket).await?;
+    let inside = t
+        .client
+        .catalog()
+        .inventory()
+        .list(&format!("{}/", dir.path))
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
+    if !inside.is_empty() {
+        return Err(s3_error!(
+            BucketNotEmpty,
+            "bucket {bucket} still holds {} entries",
+            inside.len()
+        ));
+    }
+    t.client
+        .remove(&dir.path)
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))
+}
+
+/// The tenant's buckets: the top-level directories it owns whose names are
+/// valid bucket names.
+pub async fn list(t: &Tenant) -> S3Result<ListBucketsOutput> {
+    let all = t
+        .client
+        .catalog()
+        .inventory()
+        .list("/")
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
+    let buckets = all
+        .into_iter()
+        .filter(|m| m.kind == FileKind::Dir && m.owner == t.app)
+        .filter_map(|m| {
+            let name = m.path.strip_prefix('/')?;
+            (is_bucket_name(name) && !name.contains('/')).then(|| Bucket {
+                name: Some(name.to_string()),
+                creation_date: Some(timestamp(m.ctime)),
+                bucket_region: None,
+            })
+        })
+        .collect();
+    Ok(ListBucketsOutput {
+        buckets: Some(buckets),
+        ..Default::default()
+    })
+}

@@ -1,0 +1,345 @@
+//! The S3-compatible face of LABIOS (IRIS, objectives A and B): the LABIOS
+//! namespace served over the S3 REST API, so that data-analytics programs
+//! (boto3, the aws CLI, rclone, pandas through s3fs) and HPC programs (POSIX
+//! under `labios run`) share one copy of the data instead of copying it
+//! between a file system and an object store.
+//!
+//! Buckets are top-level directories and objects are files
+//! ([`names`]); an object's S3 metadata is kept as extended attributes of
+//! its file ([`metadata`]). Requests are authenticated with SigV4 against
+//! the tenant registry and run as that application's LABIOS client
+//! ([`tenants`]), so a tenant reaches exactly what it could reach through
+//! any other interface. The protocol itself is s3s's; this crate maps its
+//! operations onto LABIOS.
+
+mod buckets;
+mod errors;
+mod listing;
+mod metadata;
+mod multipart;
+mod names;
+mod objects;
+mod streams;
+mod tenants;
+mod time;
+
+pub use names::{STAGING, UPLOADS};
+pub use tenants::Tenants;
+
+use async_trait::async_trait;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use hyper_util::server::graceful::GracefulShutdown;
+use listing::{encode, token, untoken, Query};
+use s3s::dto::*;
+use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::{S3Request, S3Response, S3Result, S3};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tenants::{Auth, Directory, Tenant};
+use tokio::net::TcpListener;
+
+/// How long open connections may take to finish their requests once the
+/// gateway is asked to stop.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// The S3 operations over LABIOS.
+pub struct Gateway {
+    directory: Arc<Directory>,
+}
+
+impl Gateway {
+    /// The hyper service answering S3 requests for the applications of
+    /// `tenants`.
+    pub fn service(tenants: Arc<dyn Tenants>) -> S3Service {
+        let directory = Directory::new(tenants);
+        let mut builder = S3ServiceBuilder::new(Gateway {
+            directory: directory.clone(),
+        });
+        builder.set_auth(Auth(directory));
+        builder.build()
+    }
+
+    async fn tenant<T>(&self, req: &S3Request<T>) -> S3Result<Tenant> {
+        self.directory.tenant(req.credentials.as_ref()).await
+    }
+}
+
+/// Serves S3 on `listener` until `stop` completes, then lets open requests
+/// finish for a while.
+pub async fn serve(
+    listener: TcpListener,
+    service: S3Service,
+    stop: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let http = ConnBuilder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let socket = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _)) => socket,
+                Err(e) => {
+                    tracing::warn!("labios s3: accept: {e}");
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = socket.set_nodelay(true);
+        let conn = http.serve_connection(TokioIo::new(socket), service.clone());
+        let conn = graceful.watch(conn.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("labios s3: connection: {e}");
+            }
+        });
+    }
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(DRAIN) => tracing::warn!("labios s3: closing connections still busy after {DRAIN:?}"),
+    }
+    Ok(())
+}
+
+fn ok<T>(output: T) -> S3Result<S3Response<T>> {
+    Ok(S3Response::new(output))
+}
+
+#[async_trait]
+impl S3 for Gateway {
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        ok(buckets::list(&self.tenant(&req).await?).await?)
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let t = self.tenant(&req).await?;
+        buckets::create(&t, &req.input.bucket).await?;
+        ok(CreateBucketOutput {
+            location: Some(format!("/{}", req.input.bucket)),
+        })
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let t = self.tenant(&req).await?;
+        buckets::delete(&t, &req.input.bucket).await?;
+        ok(DeleteBucketOutput::default())
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        let t = self.tenant(&req).await?;
+        buckets::owned(&t, &req.input.bucket).await?;
+        ok(HeadBucketOutput::default())
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        let t = self.tenant(&req).await?;
+        buckets::owned(&t, &req.input.bucket).await?;
+        ok(GetBucketLocationOutput::default())
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(objects::put(&t, req.input, req.trailing_headers.as_ref()).await?)
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(objects::get(&t, req.input).await?)
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(objects::head(&t, req.input).await?)
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let t = self.tenant(&req).await?;
+        objects::delete(&t, &req.input.bucket, &req.input.key).await?;
+        ok(DeleteObjectOutput::default())
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(objects::delete_many(&t, req.input).await?)
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(objects::copy(&t, req.input).await?)
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let t = self.tenant(&req).await?;
+        let i = req.input;
+        let url_encoded = i
+            .encoding_type
+            .as_ref()
+            .is_some_and(|e| e.as_str() == EncodingType::URL);
+        let after = match &i.continuation_token {
+            Some(tok) => Some(untoken(tok)?),
+            None => i.start_after.clone(),
+        };
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let page = listing::page(
+            &t,
+            &Query {
+                bucket: &i.bucket,
+                prefix: &prefix,
+                delimiter: i.delimiter.as_deref(),
+                after,
+                max_keys: i.max_keys,
+                url_encoded,
+                fetch_owner: i.fetch_owner.unwrap_or(false),
+            },
+        )
+        .await?;
+        let key_count = (page.contents.len() + page.prefixes.len()) as i32;
+        ok(ListObjectsV2Output {
+            name: Some(i.bucket),
+            prefix: Some(encode(url_encoded, &prefix)),
+            delimiter: i.delimiter.map(|d| encode(url_encoded, &d)),
+            start_after: i.start_after.map(|s| encode(url_encoded, &s)),
+            max_keys: Some(i.max_keys.unwrap_or(1000)),
+            encoding_type: i.encoding_type,
+            continuation_token: i.continuation_token,
+            next_continuation_token: page
+                .truncated
+                .then(|| page.last.as_deref().map(token))
+                .flatten(),
+            is_truncated: Some(page.truncated),
+            key_count: Some(key_count),
+            contents: Some(page.contents),
+            common_prefixes: Some(page.prefixes),
+            ..Default::default()
+        })
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let t = self.tenant(&req).await?;
+        let i = req.input;
+        let url_encoded = i
+            .encoding_type
+            .as_ref()
+            .is_some_and(|e| e.as_str() == EncodingType::URL);
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let page = listing::page(
+            &t,
+            &Query {
+                bucket: &i.bucket,
+                prefix: &prefix,
+                delimiter: i.delimiter.as_deref(),
+                after: i.marker.clone().filter(|m| !m.is_empty()),
+                max_keys: i.max_keys,
+                url_encoded,
+                fetch_owner: true,
+            },
+        )
+        .await?;
+        ok(ListObjectsOutput {
+            name: Some(i.bucket),
+            prefix: Some(encode(url_encoded, &prefix)),
+            delimiter: i.delimiter.map(|d| encode(url_encoded, &d)),
+            marker: i.marker.map(|m| encode(url_encoded, &m)),
+            max_keys: Some(i.max_keys.unwrap_or(1000)),
+            encoding_type: i.encoding_type,
+            next_marker: page
+                .truncated
+                .then(|| page.last.as_deref().map(|l| encode(url_encoded, l)))
+                .flatten(),
+            is_truncated: Some(page.truncated),
+            contents: Some(page.contents),
+            common_prefixes: Some(page.prefixes),
+            ..Default::default()
+        })
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(multipart::create(&t, req.input).await?)
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(multipart::upload_part(&t, req.input).await?)
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(multipart::complete(&t, req.input).await?)
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let t = self.tenant(&req).await?;
+        multipart::abort(&t, req.input).await?;
+        ok(AbortMultipartUploadOutput::default())
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(multipart::list_parts(&t, req.input).await?)
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(multipart::list_uploads(&t, req.input).await?)
+    }
+}

@@ -1,0 +1,211 @@
+//! An object's S3 metadata kept as the file's extended attributes, so that
+//! it stays with the data whichever view (file or object) moves or reads
+//! it: the ETag, the standard headers a client set (Content-Type, ...) and
+//! user metadata (`x-amz-meta-NAME` as `user.NAME`, the POSIX namespace of
+//! user attributes).
+//!
+//! The ETag is the MD5 of the bytes (S3's own rule, which clients such as
+//! rclone and s3cmd check after an upload), stored with the size and mtime
+//! it was computed for. A file written or changed by a POSIX program has no
+//! MD5 LABIOS could vouch for without reading it all, so it gets an ETag
+//! derived from its identity, size and mtime, in the `HASH-1` form that
+//! clients know not to compare with an MD5.
+
+use bytes::Bytes;
+use labios_store::{FileKind, FileMeta};
+use s3s::crypto::{Checksum, Md5};
+use std::collections::HashMap;
+
+const ETAG: &str = "s3.etag";
+const USER: &str = "user.";
+
+/// The standard headers kept, by attribute name.
+const HEADERS: [&str; 5] = [
+    "s3.content-type",
+    "s3.content-encoding",
+    "s3.content-disposition",
+    "s3.content-language",
+    "s3.cache-control",
+];
+
+/// MD5 of no bytes: the ETag of an empty object or folder.
+pub const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Without quotes.
+    pub etag: String,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub cache_control: Option<String>,
+    /// `x-amz-meta-*`, names lowercase without the prefix.
+    pub user: HashMap<String, String>,
+}
+
+impl ObjectMeta {
+    fn headers(&self) -> [&Option<String>; 5] {
+        [
+            &self.content_type,
+            &self.content_encoding,
+            &self.content_disposition,
+            &self.content_language,
+            &self.cache_control,
+        ]
+    }
+
+    fn headers_mut(&mut self) -> [&mut Option<String>; 5] {
+        [
+            &mut self.content_type,
+            &mut self.content_encoding,
+            &mut self.content_disposition,
+            &mut self.content_language,
+            &mut self.cache_control,
+        ]
+    }
+
+    /// The attributes that record this metadata for a file of `size`
+    /// bytes last modified at `mtime`.
+    pub fn to_xattrs(&self, size: u64, mtime: u64) -> Vec<(String, Bytes)> {
+        let mut out = vec![(
+            ETAG.to_string(),
+            Bytes::from(format!("{} {size} {mtime}", self.etag)),
+        )];
+        for (name, value) in HEADERS.iter().zip(self.headers()) {
+            if let Some(v) = value {
+                out.push((name.to_string(), Bytes::from(v.clone())));
+            }
+        }
+        for (k, v) in &self.user {
+            out.push((
+                format!("{USER}{}", k.to_lowercase()),
+                Bytes::from(v.clone()),
+            ));
+        }
+        out
+    }
+
+    /// The metadata of `meta` from its attributes. The stored ETag counts
+    /// only if the file still has the size and mtime it was computed for.
+    pub fn from_xattrs(meta: &FileMeta, xattrs: &[(String, Bytes)]) -> Self {
+        let mut out = ObjectMeta::default();
+        for (name, value) in xattrs {
+            let Ok(value) = std::str::from_utf8(value) else {
+                continue;
+            };
+            if name == ETAG {
+                let mut parts = value.split(' ');
+                let (etag, size, mtime) = (parts.next(), parts.next(), parts.next());
+                if size == Some(&meta.size.to_string()) && mtime == Some(&meta.mtime.to_string()) {
+                    out.etag = etag.unwrap_or_default().to_string();
+                }
+            } else if let Some(user) = name.strip_prefix(USER) {
+                out.user.insert(user.to_string(), value.to_string());
+            } else if let Some(i) = HEADERS.iter().position(|h| h == name) {
+                *out.headers_mut()[i] = Some(value.to_string());
+            }
+        }
+        if out.etag.is_empty() {
+            out.etag = derived_etag(meta);
+        }
+        out
+    }
+}
+
+/// S3's ETag of a single-part object: the hex MD5 of its bytes.
+pub fn md5_etag(md5: &[u8; 16]) -> String {
+    hex(md5)
+}
+
+/// S3's ETag of a multipart object: the MD5 of the parts' MD5s, then `-N`.
+pub fn multipart_etag(parts: &[[u8; 16]]) -> String {
+    let mut all = Md5::new();
+    for p in parts {
+        all.update(p);
+    }
+    format!("{}-{}", hex(&all.finalize()), parts.len())
+}
+
+/// Parses a hex MD5 (a part's ETag) back into bytes.
+pub fn parse_md5(etag: &str) -> Option<[u8; 16]> {
+    let etag = etag.trim_matches('"');
+    if etag.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(etag.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn derived_etag(meta: &FileMeta) -> String {
+    if meta.kind == FileKind::Dir || meta.size == 0 {
+        return EMPTY_MD5.to_string();
+    }
+    let stamp = format!("{}:{}:{}", meta.id, meta.size, meta.mtime);
+    format!("{}-1", hex(&Md5::checksum(stamp.as_bytes())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(size: u64, mtime: u64) -> FileMeta {
+        FileMeta {
+            id: 7,
+            path: "/b/k".into(),
+            kind: FileKind::File,
+            size,
+            mode: 0o644,
+            owner: 1,
+            ctime: mtime,
+            mtime,
+            atime: mtime,
+        }
+    }
+
+    #[test]
+    fn metadata_round_trips_through_attributes() {
+        let m = ObjectMeta {
+            etag: md5_etag(&Md5::checksum(b"hello")),
+            content_type: Some("text/plain".into()),
+            cache_control: Some("no-cache".into()),
+            user: HashMap::from([("mtime".into(), "1700000000".into())]),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(m.etag, "5d41402abc4b2a76b9719d911017c592");
+        let back = ObjectMeta::from_xattrs(&file(5, 9), &m.to_xattrs(5, 9));
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn a_changed_file_loses_its_md5() {
+        let m = ObjectMeta {
+            etag: md5_etag(&Md5::checksum(b"hello")),
+            ..ObjectMeta::default()
+        };
+        let xattrs = m.to_xattrs(5, 9);
+        let changed = ObjectMeta::from_xattrs(&file(5, 10), &xattrs);
+        assert!(changed.etag.ends_with("-1"), "{}", changed.etag);
+        assert_ne!(changed.etag, m.etag);
+        let plain = ObjectMeta::from_xattrs(&file(5, 10), &[]);
+        assert_eq!(plain.etag, changed.etag);
+        assert_eq!(ObjectMeta::from_xattrs(&file(0, 1), &[]).etag, EMPTY_MD5);
+    }
+
+    #[test]
+    fn multipart_etags_are_s3s() {
+        let a = Md5::checksum(b"a");
+        let b = Md5::checksum(b"b");
+        let e = multipart_etag(&[a, b]);
+        assert!(e.ends_with("-2"));
+        assert_eq!(parse_md5(&format!("\"{}\"", md5_etag(&a))), Some(a));
+        assert_eq!(parse_md5("nope"), None);
+    }
+}

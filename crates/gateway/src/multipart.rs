@@ -1,0 +1,362 @@
+//! Multipart uploads. An upload is a directory under [`UPLOADS`] owned by
+//! the application, its target and metadata kept as attributes and each
+//! part a file; so uploads survive a restart of the gateway and can be
+//! resumed from another gateway process. Completing one writes the parts in
+//! order into a staged file that replaces the key in one rename, as a PUT.
+
+use crate::buckets::{self, lookup};
+use crate::metadata::{multipart_etag, parse_md5, ObjectMeta};
+use crate::names::{fresh_id, object_path, UPLOADS};
+use crate::objects::{commit, discard, stage};
+use crate::streams::{read_body, write_body};
+use crate::tenants::Tenant;
+use crate::time::timestamp;
+use bytes::Bytes;
+use labios_store::{FileKind, FileMeta};
+use s3s::checksum::ChecksumHasher;
+use s3s::dto::*;
+use s3s::{s3_error, S3ErrorCode, S3Result};
+
+const BUCKET: &str = "s3.upload.bucket";
+const KEY: &str = "s3.upload.key";
+/// S3's limits on part numbers and on parts listed per page.
+const MAX_PART: i32 = 10_000;
+const MAX_PARTS_LISTED: usize = 1000;
+
+struct Upload {
+    dir: FileMeta,
+    bucket: String,
+    key: String,
+    meta: ObjectMeta,
+}
+
+fn upload_dir(id: &str) -> S3Result<String> {
+    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(format!("{UPLOADS}/{id}"))
+    } else {
+        Err(s3_error!(
+            NoSuchUpload,
+            "{id:?} is not an upload id of this gateway"
+        ))
+    }
+}
+
+fn part_path(dir: &str, number: i32) -> S3Result<String> {
+    if (1..=MAX_PART).contains(&number) {
+        Ok(format!("{dir}/{number:05}"))
+    } else {
+        Err(s3_error!(
+            InvalidArgument,
+            "part number {number} is outside 1..={MAX_PART}"
+        ))
+    }
+}
+
+fn text(xattrs: &[(String, Bytes)], name: &str) -> String {
+    xattrs
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_default()
+}
+
+/// The upload `id` of `t`, for `bucket`/`key`.
+async fn open(t: &Tenant, bucket: &str, key: &str, id: &str) -> S3Result<Upload> {
+    buckets::owned(t, bucket).await?;
+    let path = upload_dir(id)?;
+    let missing = || {
+        s3_error!(
+            NoSuchUpload,
+            "there is no upload {id} of {key:?} in bucket {bucket}"
+        )
+    };
+    let dir = lookup(t, &path).await?.ok_or_else(missing)?;
+    if dir.kind != FileKind::Dir {
+        return Err(missing());
+    }
+    if dir.owner != t.app {
+        return Err(s3_error!(
+            AccessDenied,
+            "upload {id} belongs to another application"
+        ));
+    }
+    let xattrs = t
+        .client
+        .catalog()
+        .inventory()
+        .xattrs(dir.id)
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchUpload))?;
+    let upload = Upload {
+        meta: ObjectMeta::from_xattrs(&dir, &xattrs),
+        bucket: text(&xattrs, BUCKET),
+        key: text(&xattrs, KEY),
+        dir,
+    };
+    if upload.bucket != bucket || upload.key != key {
+        return Err(missing());
+    }
+    Ok(upload)
+}
+
+pub async fn create(
+    t: &Tenant,
+    input: CreateMultipartUploadInput,
+) -> S3Result<CreateMultipartUploadOutput> {
+    buckets::owned(t, &input.bucket).await?;
+    object_path(&input.bucket, &input.key)?;
+    if input.key.ends_with('/') {
+        return Err(s3_error!(
+            InvalidArgument,
+            "a folder key (ending in /) takes no data"
+        ));
+    }
+    let id = fresh_id();
+    let path = upload_dir(&id)?;
+    let fail = |e| t.fail(e, S3ErrorCode::NoSuchUpload);
+    let dir = t.client.mkdir(&path).await.map_err(fail)?;
+    let meta = ObjectMeta {
+        content_type: input.content_type,
+        content_encoding: input.content_encoding,
+        content_disposition: input.content_disposition,
+        content_language: input.content_language,
+        cache_control: input.cache_control,
+        user: input.metadata.unwrap_or_default(),
+        ..ObjectMeta::default()
+    };
+    let mut xattrs = meta.to_xattrs(0, 0);
+    xattrs.push((BUCKET.into(), Bytes::from(input.bucket.clone())));
+    xattrs.push((KEY.into(), Bytes::from(input.key.clone())));
+    let inventory = t.client.catalog().inventory();
+    for (name, value) in xattrs {
+        inventory
+            .set_xattr(dir.id, &name, Some(value))
+            .await
+            .map_err(fail)?;
+    }
+    Ok(CreateMultipartUploadOutput {
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        upload_id: Some(id),
+        ..Default::default()
+    })
+}
+
+pub async fn upload_part(t: &Tenant, input: UploadPartInput) -> S3Result<UploadPartOutput> {
+    let upload = open(t, &input.bucket, &input.key, &input.upload_id).await?;
+    let part = part_path(&upload.dir.path, input.part_number)?;
+    let body = input
+        .body
+        .ok_or_else(|| s3_error!(IncompleteBody, "UploadPart without a body"))?;
+    let (staged, written) = stage(t, body, ChecksumHasher::default()).await?;
+    if let Some(md5) = &input.content_md5 {
+        let sent = base64_simd::STANDARD.decode_to_vec(md5).ok();
+        if sent.as_deref() != Some(written.md5.as_slice()) {
+            discard(t, &staged).await;
+            return Err(s3_error!(BadDigest, "Content-MD5 does not match the part"));
+        }
+    }
+    let meta = ObjectMeta {
+        etag: crate::metadata::md5_etag(&written.md5),
+        ..ObjectMeta::default()
+    };
+    commit(t, &staged, &part, &meta).await?;
+    Ok(UploadPartOutput {
+        e_tag: Some(ETag::Strong(meta.etag)),
+        ..Default::default()
+    })
+}
+
+/// The stored parts of an upload, by part number.
+async fn parts(t: &Tenant, upload: &Upload) -> S3Result<Vec<(i32, FileMeta, ObjectMeta)>> {
+    let inventory = t.client.catalog().inventory();
+    let files = inventory
+        .list(&format!("{}/", upload.dir.path))
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchUpload))?;
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        let Some(number) = f.path.rsplit('/').next().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let xattrs = inventory
+            .xattrs(f.id)
+            .await
+            .map_err(|e| t.fail(e, S3ErrorCode::NoSuchUpload))?;
+        let meta = ObjectMeta::from_xattrs(&f, &xattrs);
+        out.push((number, f, meta));
+    }
+    Ok(out)
+}
+
+/// Removes the upload's parts and directory.
+async fn remove(t: &Tenant, upload: &Upload) -> S3Result<()> {
+    for (_, f, _) in parts(t, upload).await? {
+        t.client
+            .remove(&f.path)
+            .await
+            .map_err(|e| t.fail(e, S3ErrorCode::NoSuchUpload))?;
+    }
+    t.client
+        .remove(&upload.dir.path)
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchUpload))
+}
+
+pub async fn complete(
+    t: &Tenant,
+    input: CompleteMultipartUploadInput,
+) -> S3Result<CompleteMultipartUploadOutput> {
+    let upload = open(t, &input.bucket, &input.key, &input.upload_id).await?;
+    let path = object_path(&input.bucket, &input.key)?;
+    let asked = input
+        .multipart_upload
+        .and_then(|m| m.parts)
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| s3_error!(InvalidRequest, "CompleteMultipartUpload names no parts"))?;
+    let stored = parts(t, &upload).await?;
+    let mut chosen = Vec::with_capacity(asked.len());
+    let mut previous = 0;
+    for p in &asked {
+        let number = p.part_number.unwrap_or(0);
+        if number <= previous {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "part {number} follows part {previous}: parts must be listed in ascending order"
+            ));
+        }
+        previous = number;
+        let (_, file, meta) = stored
+            .iter()
+            .find(|(n, _, _)| *n == number)
+            .ok_or_else(|| s3_error!(InvalidPart, "part {number} was not uploaded"))?;
+        let sent = p.e_tag.as_ref().map(|e| e.value().trim_matches('"'));
+        if sent.is_some_and(|e| e != meta.etag) {
+            return Err(s3_error!(
+                InvalidPart,
+                "part {number} has ETag {}, not {}",
+                meta.etag,
+                sent.unwrap_or_default()
+            ));
+        }
+        let md5 = parse_md5(&meta.etag)
+            .ok_or_else(|| s3_error!(InvalidPart, "part {number} changed after its upload"))?;
+        chosen.push((file.clone(), md5));
+    }
+    let empty = StreamingBlob::from(s3s::Body::empty());
+    let (staged, _) = stage(t, empty, ChecksumHasher::default()).await?;
+    let mut offset = 0;
+    for (file, _) in &chosen {
+        let copied = async {
+            let body = read_body(t, &file.path, 0, file.size).await?;
+            write_body(t, &staged, offset, body, ChecksumHasher::default()).await
+        }
+        .await;
+        match copied {
+            Ok(w) => offset += w.size,
+            Err(e) => {
+                discard(t, &staged).await;
+                return Err(e);
+            }
+        }
+    }
+    let md5s: Vec<[u8; 16]> = chosen.iter().map(|(_, m)| *m).collect();
+    let meta = ObjectMeta {
+        etag: multipart_etag(&md5s),
+        ..upload.meta.clone()
+    };
+    commit(t, &staged, &path, &meta).await?;
+    remove(t, &upload).await?;
+    Ok(CompleteMultipartUploadOutput {
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        e_tag: Some(ETag::Strong(meta.etag)),
+        ..Default::default()
+    })
+}
+
+pub async fn abort(t: &Tenant, input: AbortMultipartUploadInput) -> S3Result<()> {
+    let upload = open(t, &input.bucket, &input.key, &input.upload_id).await?;
+    remove(t, &upload).await
+}
+
+pub async fn list_parts(t: &Tenant, input: ListPartsInput) -> S3Result<ListPartsOutput> {
+    let upload = open(t, &input.bucket, &input.key, &input.upload_id).await?;
+    let after = input.part_number_marker.unwrap_or(0);
+    let max = input.max_parts.map_or(MAX_PARTS_LISTED, |m| {
+        (m.max(0) as usize).min(MAX_PARTS_LISTED)
+    });
+    let mut all: Vec<_> = parts(t, &upload)
+        .await?
+        .into_iter()
+        .filter(|(n, _, _)| *n > after)
+        .collect();
+    all.sort_by_key(|(n, _, _)| *n);
+    let truncated = all.len() > max;
+    all.truncate(max);
+    let next = all.last().map(|(n, _, _)| *n);
+    Ok(ListPartsOutput {
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        upload_id: Some(input.upload_id),
+        part_number_marker: input.part_number_marker,
+        next_part_number_marker: next,
+        max_parts: Some(max as i32),
+        is_truncated: Some(truncated),
+        parts: Some(
+            all.into_iter()
+                .map(|(n, f, m)| Part {
+                    part_number: Some(n),
+                    size: Some(f.size as i64),
+                    e_tag: Some(ETag::Strong(m.etag)),
+                    last_modified: Some(timestamp(f.mtime)),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    })
+}
+
+pub async fn list_uploads(
+    t: &Tenant,
+    input: ListMultipartUploadsInput,
+) -> S3Result<ListMultipartUploadsOutput> {
+    buckets::owned(t, &input.bucket).await?;
+    let inventory = t.client.catalog().inventory();
+    let dirs = inventory
+        .list(&format!("{UPLOADS}/"))
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let mut uploads = Vec::new();
+    for d in dirs {
+        let is_upload =
+            d.kind == FileKind::Dir && d.owner == t.app && d.path[UPLOADS.len() + 1..].len() == 32;
+        if !is_upload {
+            continue;
+        }
+        let xattrs = inventory
+            .xattrs(d.id)
+            .await
+            .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
+        let key = text(&xattrs, KEY);
+        if text(&xattrs, BUCKET) != input.bucket || !key.starts_with(&prefix) {
+            continue;
+        }
+        uploads.push(MultipartUpload {
+            key: Some(key),
+            upload_id: Some(d.path[UPLOADS.len() + 1..].to_string()),
+            initiated: Some(timestamp(d.ctime)),
+            ..Default::default()
+        });
+    }
+    uploads.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(ListMultipartUploadsOutput {
+        bucket: Some(input.bucket),
+        prefix: input.prefix,
+        is_truncated: Some(false),
+        uploads: Some(uploads),
+        ..Default::default()
+    })
+}

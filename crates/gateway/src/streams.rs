@@ -1,0 +1,142 @@
+//! Object bodies to and from LABIOS files, streamed: an upload becomes
+//! asynchronous write labels as its bytes arrive and a download reads ahead
+//! of the HTTP connection, each with a fixed bound on the bytes held, so an
+//! object of any size passes through the gateway in bounded memory.
+
+use crate::tenants::Tenant;
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use labios_client::{Client, Handle};
+use labios_label::Error;
+use s3s::checksum::ChecksumHasher;
+use s3s::crypto::{Checksum, Md5};
+use s3s::dto::StreamingBlob;
+use s3s::{s3_error, S3ErrorCode, S3Result};
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// Bytes handed to the client per call; it splits them into labels of
+/// `max_label_size`.
+const CHUNK: usize = 4 << 20;
+/// Chunks of one upload in flight, and chunks a download reads ahead.
+const WRITES_IN_FLIGHT: usize = 4;
+const READ_AHEAD: usize = 2;
+
+/// What an upload stored.
+pub struct Written {
+    pub size: u64,
+    pub md5: [u8; 16],
+    pub checksum: s3s::dto::Checksum,
+}
+
+/// Writes `body` into the file at `path` from `offset` and returns once
+/// every byte is stored, with the MD5 and the checksums `hasher` asked for.
+pub async fn write_body(
+    tenant: &Tenant,
+    path: &str,
+    mut offset: u64,
+    mut body: StreamingBlob,
+    mut hasher: ChecksumHasher,
+) -> S3Result<Written> {
+    let client = &tenant.client;
+    let mut md5 = Md5::new();
+    let mut pending: VecDeque<Handle> = VecDeque::new();
+    let mut buf = BytesMut::new();
+    let start = offset;
+    let fail = |e| tenant.fail(e, S3ErrorCode::NoSuchKey);
+    loop {
+        let next = body.next().await;
+        let done = next.is_none();
+        if let Some(piece) = next {
+            let piece = piece
+                .map_err(|e| s3_error!(IncompleteBody, "the request body ended early: {e}"))?;
+            md5.update(&piece);
+            hasher.update(&piece);
+            buf.extend_from_slice(&piece);
+        }
+        while buf.len() >= CHUNK || (done && !buf.is_empty()) {
+            let data = buf.split_to(buf.len().min(CHUNK)).freeze();
+            let len = data.len() as u64;
+            pending.push_back(
+                client
+                    .write_at_async(path, offset, data)
+                    .await
+                    .map_err(fail)?,
+            );
+            offset += len;
+            if pending.len() > WRITES_IN_FLIGHT {
+                let oldest = pending.pop_front().expect("more than the bound");
+                client.wait(&oldest).await.map_err(fail)?;
+            }
+        }
+        if done {
+            break;
+        }
+    }
+    let pending: Vec<Handle> = pending.into();
+    client.wait_many(&pending).await.map_err(fail)?;
+    Ok(Written {
+        size: offset - start,
+        md5: md5.finalize(),
+        checksum: hasher.finalize(),
+    })
+}
+
+/// Bytes `start..end` of the file at `path` as a response body. Small
+/// ranges are read at once; larger ones by a task that keeps `READ_AHEAD`
+/// chunks ahead of the connection and stops when the client goes away.
+pub async fn read_body(
+    tenant: &Tenant,
+    path: &str,
+    start: u64,
+    end: u64,
+) -> S3Result<StreamingBlob> {
+    if end - start <= CHUNK as u64 {
+        let data = read_exact(&tenant.client, path, start, end)
+            .await
+            .map_err(|e| tenant.fail(e, S3ErrorCode::NoSuchKey))?;
+        return Ok(StreamingBlob::from(s3s::Body::from(data)));
+    }
+    let (tx, rx) = mpsc::channel(READ_AHEAD);
+    let (client, path) = (tenant.client.clone(), path.to_string());
+    tokio::spawn(async move {
+        let mut pos = start;
+        while pos < end {
+            let upto = end.min(pos + CHUNK as u64);
+            let data = read_exact(&client, &path, pos, upto).await;
+            let failed = data.is_err();
+            if tx.send(data).await.is_err() || failed {
+                return;
+            }
+            pos = upto;
+        }
+    });
+    Ok(StreamingBlob::wrap(Chunks(rx)))
+}
+
+async fn read_exact(client: &Client, path: &str, start: u64, end: u64) -> Result<Bytes, Error> {
+    if start == end {
+        return Ok(Bytes::new());
+    }
+    let data = client.read_at(path, start, end - start).await?;
+    if (data.len() as u64) < end - start {
+        return Err(Error::Storage(format!(
+            "{path} shrank to {} bytes while it was being read",
+            start + data.len() as u64
+        )));
+    }
+    Ok(data)
+}
+
+/// The receiving end of a download's read-ahead.
+struct Chunks(mpsc::Receiver<Result<Bytes, Error>>);
+
+impl Stream for Chunks {
+    type Item = Result<Bytes, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}

@@ -1,0 +1,159 @@
+//! Who is asking: S3 access keys are the access keys of the tenant registry
+//! (article 3.3.2a), so `labios app create` is all it takes to get S3
+//! credentials, and every request runs as a LABIOS client of that
+//! application, confined to it exactly as any other client is.
+
+use crate::errors;
+use async_trait::async_trait;
+use labios_client::Client;
+use labios_label::{AppId, Error, Result};
+use labios_store::AppRecord;
+use s3s::auth::{Credentials, S3Auth, SecretKey};
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the gateway needs of a deployment (implemented by the `labios`
+/// binary for the embedded and the distributed deployments).
+#[async_trait]
+pub trait Tenants: Send + Sync + 'static {
+    /// Every registered application with its credentials.
+    async fn registry(&self) -> Result<Vec<AppRecord>>;
+    /// A client acting as the application these credentials belong to.
+    async fn connect(&self, key: &str, secret: &str) -> Result<Client>;
+}
+
+/// An unknown access key reloads the registry at most this often, so that
+/// requests with made-up keys cannot turn into a registry scan each.
+const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+/// The registry as last read, and one client per application.
+pub struct Directory {
+    tenants: Arc<dyn Tenants>,
+    state: Mutex<State>,
+    /// One reload or connect at a time: a burst of requests from a new
+    /// tenant makes one client, not one each.
+    reload: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    keys: HashMap<String, (AppId, String)>,
+    loaded: Option<Instant>,
+    clients: HashMap<AppId, Client>,
+}
+
+/// The application a request runs as.
+pub struct Tenant {
+    pub app: AppId,
+    pub client: Client,
+    directory: Arc<Directory>,
+}
+
+impl Tenant {
+    /// `e` as an S3 error; a connection LABIOS dropped is forgotten so the
+    /// next request connects anew (after a restart of `labios serve`).
+    pub fn fail(&self, e: Error, missing: S3ErrorCode) -> S3Error {
+        if matches!(e, Error::Unavailable(_)) {
+            self.directory
+                .state
+                .lock()
+                .unwrap()
+                .clients
+                .remove(&self.app);
+        }
+        errors::s3(e, missing)
+    }
+}
+
+impl Directory {
+    pub fn new(tenants: Arc<dyn Tenants>) -> Arc<Self> {
+        Arc::new(Directory {
+            tenants,
+            state: Mutex::new(State::default()),
+            reload: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn known(&self, key: &str) -> Option<(AppId, String)> {
+        self.state.lock().unwrap().keys.get(key).cloned()
+    }
+
+    async fn credentials(&self, key: &str) -> S3Result<(AppId, String)> {
+        if let Some(found) = self.known(key) {
+            return Ok(found);
+        }
+        let _one = self.reload.lock().await;
+        if let Some(found) = self.known(key) {
+            return Ok(found);
+        }
+        let recent = self
+            .state
+            .lock()
+            .unwrap()
+            .loaded
+            .is_some_and(|t| t.elapsed() < RELOAD_EVERY);
+        if !recent {
+            let apps = self
+                .tenants
+                .registry()
+                .await
+                .map_err(|e| errors::s3(e, S3ErrorCode::InvalidAccessKeyId))?;
+            let mut state = self.state.lock().unwrap();
+            state.keys = apps
+                .into_iter()
+                .map(|a| (a.key, (a.id, a.secret)))
+                .collect();
+            state.loaded = Some(Instant::now());
+        }
+        self.known(key).ok_or_else(|| {
+            s3_error!(
+                InvalidAccessKeyId,
+                "no LABIOS application has access key {key:?} (see `labios app create`)"
+            )
+        })
+    }
+
+    /// The tenant of an authenticated request; anonymous requests never get
+    /// here (s3s refuses them with AccessDenied).
+    pub async fn tenant(self: &Arc<Self>, creds: Option<&Credentials>) -> S3Result<Tenant> {
+        let creds = creds.ok_or_else(|| s3_error!(AccessDenied, "a signed request is required"))?;
+        let (app, secret) = self.credentials(&creds.access_key).await?;
+        let cached = self.state.lock().unwrap().clients.get(&app).cloned();
+        let client = match cached {
+            Some(c) => c,
+            None => {
+                let _one = self.reload.lock().await;
+                let cached = self.state.lock().unwrap().clients.get(&app).cloned();
+                match cached {
+                    Some(c) => c,
+                    None => {
+                        let c = self
+                            .tenants
+                            .connect(&creds.access_key, &secret)
+                            .await
+                            .map_err(|e| errors::s3(e, S3ErrorCode::AccessDenied))?;
+                        self.state.lock().unwrap().clients.insert(app, c.clone());
+                        c
+                    }
+                }
+            }
+        };
+        Ok(Tenant {
+            app,
+            client,
+            directory: self.clone(),
+        })
+    }
+}
+
+/// SigV4 (and SigV2) verification against the registry's secrets.
+pub struct Auth(pub Arc<Directory>);
+
+#[async_trait]
+impl S3Auth for Auth {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        Ok(SecretKey::from(self.0.credentials(access_key).await?.1))
+    }
+}

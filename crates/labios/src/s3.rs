@@ -1,0 +1,100 @@
+//! `labios s3 --listen HOST:PORT`: the LABIOS namespace over the S3 REST
+//! API (crates/gateway), for the applications of this deployment's
+//! registry. In the embedded deployment it reaches `labios serve` with the
+//! service credential the server keeps in its data directory (or, when no
+//! server answers, runs the embedded runtime itself, as `labios run` does);
+//! in the distributed deployment it reaches NATS and Redis as the other
+//! LABIOS processes do.
+
+use crate::cli::connect_client;
+use crate::config::{Config, Deployment};
+use crate::deployment::distributed_stores;
+use crate::run::reachable;
+use crate::serve::{service_secret_file, Served};
+use anyhow::Context;
+use async_trait::async_trait;
+use labios_client::Client;
+use labios_core::administrator::SERVICE_KEY;
+use labios_gateway::{Gateway, Tenants};
+use labios_store::remote::{connect, Endpoint};
+use labios_store::{AppRecord, Inventory};
+use std::sync::Arc;
+
+/// The registry and client connections of one deployment.
+struct Deployed {
+    config: Config,
+    registry: Arc<dyn Inventory>,
+}
+
+#[async_trait]
+impl Tenants for Deployed {
+    async fn registry(&self) -> labios_label::Result<Vec<AppRecord>> {
+        self.registry.apps().await
+    }
+
+    async fn connect(&self, key: &str, secret: &str) -> labios_label::Result<Client> {
+        connect_client(
+            &self.config,
+            Some(key.to_string()),
+            Some(secret.to_string()),
+        )
+        .await
+        .map_err(|e| match e.downcast::<labios_label::Error>() {
+            Ok(e) => e,
+            Err(e) => labios_label::Error::Unavailable(format!("{e:#}")),
+        })
+    }
+}
+
+pub async fn s3(mut config: Config, listen: &str) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("labios s3: cannot listen on {listen}"))?;
+    let address = listener.local_addr()?;
+    // An object arrives whole: nothing is gained by holding its pieces in
+    // a small-write cache, and a PUT must be stored when it returns.
+    config.client.min_label_size = 0;
+    let mut served = None;
+    let registry = match config.deployment {
+        Deployment::Embedded => {
+            let endpoint = Endpoint::parse(&config.endpoint())?;
+            if !reachable(&endpoint).await {
+                served = Some(Served::start(config.clone()).await?);
+            }
+            let file = service_secret_file(&config.data_dir);
+            let secret = std::fs::read_to_string(&file).with_context(|| {
+                format!(
+                    "labios s3 reads the service secret that `labios serve` keeps in its data directory, {}: run it as the same user with the same data directory (--config / LABIOS_DATA_DIR)",
+                    file.display()
+                )
+            })?;
+            connect(&endpoint, Some(SERVICE_KEY.into()), Some(secret))
+                .await
+                .with_context(|| {
+                    format!(
+                        "labios s3: the server at {endpoint} refused the service secret in {}",
+                        file.display()
+                    )
+                })?
+                .0
+                .inventory
+        }
+        Deployment::Distributed => distributed_stores(&config).await?.inventory,
+    };
+    let tenants = Arc::new(Deployed { config, registry });
+    println!(
+        "labios s3: serving the LABIOS namespace over S3 at http://{address} (credentials: `labios app create NAME`)"
+    );
+    let stop = async {
+        if let Err(e) = crate::processes::stop_signal().await {
+            tracing::warn!("labios s3: signals: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    labios_gateway::serve(listener, Gateway::service(tenants), stop).await?;
+    eprintln!("labios s3: stopped");
+    if let Some(s) = served {
+        s.shutdown().await?;
+    }
+    Ok(())
+}

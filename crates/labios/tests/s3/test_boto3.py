@@ -1,0 +1,426 @@
+"""boto3, unmodified, against `labios s3`: every operation of the gateway and
+its errors, as a data scientist's program would see them.
+
+Run by crates/labios/tests/s3_gateway.rs against a running gateway:
+LABIOS_S3_URL, and the credentials of two applications (ALICE_KEY,
+ALICE_SECRET, BOB_KEY, BOB_SECRET) from `labios app create`.
+"""
+
+import hashlib
+import os
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import boto3
+import pytest
+from boto3.s3.transfer import TransferConfig
+from botocore import UNSIGNED
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+URL = os.environ["LABIOS_S3_URL"]
+# Bucket names of this run, so that the suite can run again on the same data.
+RUN = os.urandom(3).hex()
+
+
+def client(key, secret, signature=None):
+    config = Config(
+        s3={"addressing_style": "path"},
+        retries={"max_attempts": 1},
+        signature_version=signature,
+    )
+    return boto3.client(
+        "s3",
+        endpoint_url=URL,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=config,
+    )
+
+
+alice = client(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"])
+bob = client(os.environ["BOB_KEY"], os.environ["BOB_SECRET"])
+
+
+def code(e):
+    return e.value.response["Error"]["Code"]
+
+
+def data(n, seed=1):
+    """n deterministic pseudo-random bytes."""
+    out = bytearray()
+    block = hashlib.sha256(str(seed).encode()).digest()
+    while len(out) < n:
+        block = hashlib.sha256(block).digest()
+        out += block
+    return bytes(out[:n])
+
+
+def md5(b):
+    return hashlib.md5(b).hexdigest()
+
+
+@pytest.fixture
+def bucket(request):
+    """A fresh bucket of alice's, named after the test."""
+    name = f"{request.node.name.replace('_', '-')[:50]}-{RUN}"
+    alice.create_bucket(Bucket=name)
+    return name
+
+
+def test_buckets_belong_to_their_creator():
+    ALPHA = f"alpha-{RUN}"
+    alice.create_bucket(Bucket=ALPHA)
+    alice.head_bucket(Bucket=ALPHA)
+    names = [b["Name"] for b in alice.list_buckets()["Buckets"]]
+    assert ALPHA in names
+    assert ALPHA not in [b["Name"] for b in bob.list_buckets()["Buckets"]]
+    with pytest.raises(ClientError) as e:
+        alice.create_bucket(Bucket=ALPHA)
+    assert code(e) == "BucketAlreadyOwnedByYou"
+    with pytest.raises(ClientError) as e:
+        bob.create_bucket(Bucket=ALPHA)
+    assert code(e) == "BucketAlreadyExists"
+    with pytest.raises(ClientError) as e:
+        bob.head_bucket(Bucket=ALPHA)
+    assert code(e) == "403"
+    alice.put_object(Bucket=ALPHA, Key="k", Body=b"x")
+    with pytest.raises(ClientError) as e:
+        alice.delete_bucket(Bucket=ALPHA)
+    assert code(e) == "BucketNotEmpty"
+    alice.delete_object(Bucket=ALPHA, Key="k")
+    alice.delete_bucket(Bucket=ALPHA)
+    with pytest.raises(ClientError) as e:
+        alice.head_bucket(Bucket=ALPHA)
+    assert code(e) == "404"
+    with pytest.raises(ClientError) as e:
+        alice.create_bucket(Bucket="Bad_Name")
+    assert code(e) == "InvalidBucketName"
+
+
+def test_put_get_head_delete(bucket):
+    body = data(100_000)
+    put = alice.put_object(
+        Bucket=bucket,
+        Key="runs/42/out.csv",
+        Body=body,
+        ContentType="text/csv",
+        Metadata={"experiment": "cm1", "step": "42"},
+    )
+    assert put["ETag"] == f'"{md5(body)}"'
+    got = alice.get_object(Bucket=bucket, Key="runs/42/out.csv")
+    assert got["Body"].read() == body
+    assert got["ETag"] == put["ETag"]
+    assert got["ContentType"] == "text/csv"
+    assert got["Metadata"] == {"experiment": "cm1", "step": "42"}
+    assert got["ContentLength"] == len(body)
+    head = alice.head_object(Bucket=bucket, Key="runs/42/out.csv")
+    assert head["ContentLength"] == len(body)
+    assert head["ETag"] == put["ETag"]
+    assert head["Metadata"]["experiment"] == "cm1"
+    # Replacing an object replaces all of it.
+    alice.put_object(Bucket=bucket, Key="runs/42/out.csv", Body=b"short")
+    got = alice.get_object(Bucket=bucket, Key="runs/42/out.csv")
+    assert got["Body"].read() == b"short"
+    assert "experiment" not in got["Metadata"]
+    alice.delete_object(Bucket=bucket, Key="runs/42/out.csv")
+    with pytest.raises(ClientError) as e:
+        alice.get_object(Bucket=bucket, Key="runs/42/out.csv")
+    assert code(e) == "NoSuchKey"
+    with pytest.raises(ClientError) as e:
+        alice.head_object(Bucket=bucket, Key="runs/42/out.csv")
+    assert code(e) == "404"
+    # Deleting what is not there is no error, as in S3.
+    alice.delete_object(Bucket=bucket, Key="runs/42/out.csv")
+    # The emptied prefix is gone too.
+    assert alice.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+
+
+def test_empty_and_large_objects(bucket):
+    alice.put_object(Bucket=bucket, Key="empty", Body=b"")
+    got = alice.get_object(Bucket=bucket, Key="empty")
+    assert got["Body"].read() == b""
+    assert got["ETag"] == f'"{md5(b"")}"'
+    body = data(9 << 20, seed=2)
+    alice.put_object(Bucket=bucket, Key="nine-mib", Body=body)
+    assert alice.get_object(Bucket=bucket, Key="nine-mib")["Body"].read() == body
+
+
+def test_range_get(bucket):
+    body = data(10_000, seed=3)
+    alice.put_object(Bucket=bucket, Key="r", Body=body)
+    got = alice.get_object(Bucket=bucket, Key="r", Range="bytes=10-19")
+    assert got["Body"].read() == body[10:20]
+    assert got["ContentRange"] == "bytes 10-19/10000"
+    assert got["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert alice.get_object(Bucket=bucket, Key="r", Range="bytes=-5")["Body"].read() == body[-5:]
+    assert alice.get_object(Bucket=bucket, Key="r", Range="bytes=9990-")["Body"].read() == body[9990:]
+    with pytest.raises(ClientError) as e:
+        alice.get_object(Bucket=bucket, Key="r", Range="bytes=20000-20010")
+    assert code(e) == "InvalidRange"
+
+
+def test_list_objects_v2_prefix_delimiter_pages(bucket):
+    keys = ["a/1", "a/2", "a/sub/3", "b/x/y", "c", "sp ace+%&.txt", "ünï/😀"]
+    for k in keys:
+        alice.put_object(Bucket=bucket, Key=k, Body=k.encode())
+    listed = alice.list_objects_v2(Bucket=bucket)
+    assert [o["Key"] for o in listed["Contents"]] == sorted(keys, key=lambda k: k.encode())
+    assert all(o["ETag"] == f'"{md5(o["Key"].encode())}"' for o in listed["Contents"])
+    top = alice.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["a/", "b/", "ünï/"]
+    assert [o["Key"] for o in top["Contents"]] == ["c", "sp ace+%&.txt"]
+    a = alice.list_objects_v2(Bucket=bucket, Prefix="a/", Delimiter="/")
+    assert [o["Key"] for o in a["Contents"]] == ["a/1", "a/2"]
+    assert [p["Prefix"] for p in a["CommonPrefixes"]] == ["a/sub/"]
+    seen, token = [], None
+    while True:
+        kw = {"ContinuationToken": token} if token else {}
+        page = alice.list_objects_v2(Bucket=bucket, MaxKeys=2, **kw)
+        seen += [o["Key"] for o in page.get("Contents", [])]
+        assert page["KeyCount"] <= 2
+        if not page["IsTruncated"]:
+            break
+        token = page["NextContinuationToken"]
+    assert seen == sorted(keys, key=lambda k: k.encode())
+    after = alice.list_objects_v2(Bucket=bucket, StartAfter="b/x/y")
+    assert [o["Key"] for o in after["Contents"]] == ["c", "sp ace+%&.txt", "ünï/😀"]
+    with pytest.raises(ClientError) as e:
+        alice.list_objects_v2(Bucket=bucket, ContinuationToken="not-a-token")
+    assert code(e) == "InvalidArgument"
+
+
+def test_list_objects_v1_and_paginator(bucket):
+    keys = [f"many/{i:04d}" for i in range(1100)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: alice.put_object(Bucket=bucket, Key=k, Body=b"x"), keys))
+    pages = list(alice.get_paginator("list_objects_v2").paginate(Bucket=bucket))
+    assert len(pages) == 2
+    assert [o["Key"] for p in pages for o in p["Contents"]] == keys
+    v1 = alice.list_objects(Bucket=bucket, Prefix="many/", MaxKeys=500)
+    assert v1["IsTruncated"] and len(v1["Contents"]) == 500
+    rest = alice.list_objects(Bucket=bucket, Prefix="many/", Marker=v1["Contents"][-1]["Key"])
+    assert [o["Key"] for o in v1["Contents"] + rest["Contents"]] == keys
+    pages = list(alice.get_paginator("list_objects").paginate(Bucket=bucket, Delimiter="/"))
+    assert [p["Prefix"] for p in pages[0]["CommonPrefixes"]] == ["many/"]
+
+
+def test_folders(bucket):
+    alice.put_object(Bucket=bucket, Key="empty-folder/", Body=b"")
+    alice.put_object(Bucket=bucket, Key="full/file", Body=b"f")
+    keys = [o["Key"] for o in alice.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert keys == ["empty-folder/", "full/file"]
+    assert alice.head_object(Bucket=bucket, Key="empty-folder/")["ContentLength"] == 0
+    with pytest.raises(ClientError) as e:
+        alice.put_object(Bucket=bucket, Key="full", Body=b"a file where a folder is")
+    assert code(e) == "InvalidRequest"
+    with pytest.raises(ClientError) as e:
+        alice.put_object(Bucket=bucket, Key="x//y", Body=b"")
+    assert code(e) == "InvalidArgument"
+    alice.delete_object(Bucket=bucket, Key="empty-folder/")
+    alice.delete_object(Bucket=bucket, Key="full/file")
+    assert alice.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+
+
+def test_multipart_upload(bucket):
+    parts = [data(5 << 20, seed=10), data(5 << 20, seed=11), data(1 << 20, seed=12)]
+    up = alice.create_multipart_upload(Bucket=bucket, Key="mp/obj", ContentType="application/x-hdf5",
+                                       Metadata={"kind": "checkpoint"})
+    uid = up["UploadId"]
+    etags = []
+    # Parts arrive out of order, as parallel uploaders send them.
+    for n in (2, 1, 3):
+        r = alice.upload_part(Bucket=bucket, Key="mp/obj", UploadId=uid, PartNumber=n, Body=parts[n - 1])
+        assert r["ETag"] == f'"{md5(parts[n - 1])}"'
+        etags.append((n, r["ETag"]))
+    listed = alice.list_parts(Bucket=bucket, Key="mp/obj", UploadId=uid)
+    assert [p["PartNumber"] for p in listed["Parts"]] == [1, 2, 3]
+    assert [p["Size"] for p in listed["Parts"]] == [len(p) for p in parts]
+    uploads = alice.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    assert [(u["Key"], u["UploadId"]) for u in uploads] == [("mp/obj", uid)]
+    # The object does not exist until the upload completes.
+    with pytest.raises(ClientError) as e:
+        alice.head_object(Bucket=bucket, Key="mp/obj")
+    assert code(e) == "404"
+    done = sorted(etags)
+    with pytest.raises(ClientError) as e:
+        alice.complete_multipart_upload(Bucket=bucket, Key="mp/obj", UploadId=uid, MultipartUpload={
+            "Parts": [{"PartNumber": 2, "ETag": done[1][1]}, {"PartNumber": 1, "ETag": done[0][1]}]})
+    assert code(e) == "InvalidPartOrder"
+    with pytest.raises(ClientError) as e:
+        alice.complete_multipart_upload(Bucket=bucket, Key="mp/obj", UploadId=uid, MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": done[1][1]}]})
+    assert code(e) == "InvalidPart"
+    r = alice.complete_multipart_upload(Bucket=bucket, Key="mp/obj", UploadId=uid, MultipartUpload={
+        "Parts": [{"PartNumber": n, "ETag": t} for n, t in done]})
+    whole = b"".join(parts)
+    expected = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest() + "-3"
+    assert r["ETag"] == f'"{expected}"'
+    got = alice.get_object(Bucket=bucket, Key="mp/obj")
+    assert got["Body"].read() == whole
+    assert got["ContentType"] == "application/x-hdf5"
+    assert got["Metadata"] == {"kind": "checkpoint"}
+    assert alice.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    with pytest.raises(ClientError) as e:
+        alice.upload_part(Bucket=bucket, Key="mp/obj", UploadId=uid, PartNumber=1, Body=b"late")
+    assert code(e) == "NoSuchUpload"
+    # An aborted upload leaves nothing behind.
+    up = alice.create_multipart_upload(Bucket=bucket, Key="mp/aborted")
+    alice.upload_part(Bucket=bucket, Key="mp/aborted", UploadId=up["UploadId"], PartNumber=1, Body=b"p")
+    alice.abort_multipart_upload(Bucket=bucket, Key="mp/aborted", UploadId=up["UploadId"])
+    assert alice.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    with pytest.raises(ClientError) as e:
+        alice.list_parts(Bucket=bucket, Key="mp/aborted", UploadId=up["UploadId"])
+    assert code(e) == "NoSuchUpload"
+    with pytest.raises(ClientError) as e:
+        alice.upload_part(Bucket=bucket, Key="mp/x", UploadId="../../etc", PartNumber=1, Body=b"p")
+    assert code(e) == "NoSuchUpload"
+
+
+def test_managed_transfers(bucket, tmp_path):
+    """upload_file and download_file: multipart and parallel ranged GETs."""
+    src = tmp_path / "src.bin"
+    src.write_bytes(data(12 << 20, seed=20))
+    cfg = TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20, max_concurrency=4)
+    alice.upload_file(str(src), bucket, "transfer/src.bin", Config=cfg)
+    dst = tmp_path / "dst.bin"
+    alice.download_file(bucket, "transfer/src.bin", str(dst), Config=cfg)
+    assert dst.read_bytes() == src.read_bytes()
+    assert alice.head_object(Bucket=bucket, Key="transfer/src.bin")["ETag"].endswith('-3"')
+
+
+def test_copy_object(bucket):
+    target = f"copy-target-{RUN}"
+    alice.create_bucket(Bucket=target)
+    body = data(3 << 20, seed=30)
+    alice.put_object(Bucket=bucket, Key="src", Body=body, ContentType="image/png", Metadata={"a": "1"})
+    alice.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+    got = alice.get_object(Bucket=bucket, Key="dst")
+    assert got["Body"].read() == body and got["Metadata"] == {"a": "1"}
+    assert got["ContentType"] == "image/png"
+    r = alice.copy_object(Bucket=target, Key="x/dst", CopySource=f"{bucket}/src",
+                          MetadataDirective="REPLACE", Metadata={"b": "2"}, ContentType="text/plain")
+    assert r["CopyObjectResult"]["ETag"] == f'"{md5(body)}"'
+    got = alice.get_object(Bucket=target, Key="x/dst")
+    assert got["Body"].read() == body and got["Metadata"] == {"b": "2"}
+    with pytest.raises(ClientError) as e:
+        alice.copy_object(Bucket=bucket, Key="src", CopySource={"Bucket": bucket, "Key": "src"})
+    assert code(e) == "InvalidRequest"
+    alice.copy_object(Bucket=bucket, Key="src", CopySource={"Bucket": bucket, "Key": "src"},
+                      MetadataDirective="REPLACE", Metadata={"c": "3"})
+    assert alice.head_object(Bucket=bucket, Key="src")["Metadata"] == {"c": "3"}
+    with pytest.raises(ClientError) as e:
+        alice.copy_object(Bucket=bucket, Key="d2", CopySource={"Bucket": bucket, "Key": "missing"})
+    assert code(e) == "NoSuchKey"
+
+
+def test_delete_objects(bucket):
+    for k in ("d/1", "d/2", "d/3"):
+        alice.put_object(Bucket=bucket, Key=k, Body=b"x")
+    r = alice.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "d/1"}, {"Key": "d/2"}, {"Key": "never"}]})
+    assert sorted(d["Key"] for d in r["Deleted"]) == ["d/1", "d/2", "never"]
+    r = alice.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "d/3"}], "Quiet": True})
+    assert "Deleted" not in r or r["Deleted"] == []
+    assert alice.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+
+
+def test_conditional_requests(bucket):
+    put = alice.put_object(Bucket=bucket, Key="c", Body=b"v1")
+    with pytest.raises(ClientError) as e:
+        alice.put_object(Bucket=bucket, Key="c", Body=b"v2", IfNoneMatch="*")
+    assert code(e) == "PreconditionFailed"
+    alice.put_object(Bucket=bucket, Key="new", Body=b"n", IfNoneMatch="*")
+    with pytest.raises(ClientError) as e:
+        alice.get_object(Bucket=bucket, Key="c", IfNoneMatch=put["ETag"])
+    assert code(e) == "304"
+    with pytest.raises(ClientError) as e:
+        alice.get_object(Bucket=bucket, Key="c", IfMatch='"0123456789abcdef0123456789abcdef"')
+    assert code(e) == "PreconditionFailed"
+    assert alice.get_object(Bucket=bucket, Key="c", IfMatch=put["ETag"])["Body"].read() == b"v1"
+
+
+def test_checksums(bucket):
+    body = data(1 << 20, seed=40)
+    for algorithm in ("CRC32", "SHA1", "SHA256"):
+        r = alice.put_object(Bucket=bucket, Key=f"sum/{algorithm}", Body=body, ChecksumAlgorithm=algorithm)
+        assert r["ETag"] == f'"{md5(body)}"'
+    import base64
+    wrong = base64.b64encode(hashlib.md5(b"something else").digest()).decode()
+    with pytest.raises(ClientError) as e:
+        alice.put_object(Bucket=bucket, Key="sum/bad", Body=body, ContentMD5=wrong)
+    assert code(e) == "BadDigest"
+    with pytest.raises(ClientError) as e:
+        alice.head_object(Bucket=bucket, Key="sum/bad")
+    assert code(e) == "404"
+
+
+def test_presigned_urls(bucket):
+    alice.put_object(Bucket=bucket, Key="shared.txt", Body=b"for a browser")
+    url = alice.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "shared.txt"}, ExpiresIn=60)
+    with urllib.request.urlopen(url) as r:
+        assert r.read() == b"for a browser"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url.replace("Signature=", "Signature=0"))
+    assert e.value.code == 403
+
+
+def test_errors_are_clear_s3_errors(bucket):
+    alice.put_object(Bucket=bucket, Key="private", Body=b"alice's")
+    wrong_secret = client(os.environ["ALICE_KEY"], "not-the-secret-at-all-0000000000000000")
+    with pytest.raises(ClientError) as e:
+        wrong_secret.get_object(Bucket=bucket, Key="private")
+    assert code(e) == "SignatureDoesNotMatch"
+    unknown = client("LBKNOSUCHKEY00000000", "whatever")
+    with pytest.raises(ClientError) as e:
+        unknown.list_buckets()
+    assert code(e) == "InvalidAccessKeyId"
+    assert "labios app create" in e.value.response["Error"]["Message"]
+    anonymous = boto3.client("s3", endpoint_url=URL, region_name="us-east-1",
+                             config=Config(signature_version=UNSIGNED, s3={"addressing_style": "path"}))
+    with pytest.raises(ClientError) as e:
+        anonymous.get_object(Bucket=bucket, Key="private")
+    assert code(e) == "AccessDenied"
+    with pytest.raises(ClientError) as e:
+        alice.get_object(Bucket="no-such-bucket", Key="k")
+    assert code(e) == "NoSuchBucket"
+    with pytest.raises(ClientError) as e:
+        alice.list_objects_v2(Bucket="no-such-bucket")
+    assert code(e) == "NoSuchBucket"
+    with pytest.raises(ClientError) as e:
+        alice.get_object(Bucket=bucket, Key="no-such-key")
+    assert code(e) == "NoSuchKey"
+    # Another tenant: nothing of alice's bucket is reachable.
+    for call in (
+        lambda: bob.get_object(Bucket=bucket, Key="private"),
+        lambda: bob.head_object(Bucket=bucket, Key="private"),
+        lambda: bob.put_object(Bucket=bucket, Key="private", Body=b"bob's"),
+        lambda: bob.delete_object(Bucket=bucket, Key="private"),
+        lambda: bob.list_objects_v2(Bucket=bucket),
+        lambda: bob.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "private"}),
+        lambda: bob.create_multipart_upload(Bucket=bucket, Key="mp"),
+        lambda: bob.delete_bucket(Bucket=bucket),
+    ):
+        with pytest.raises(ClientError) as e:
+            call()
+        assert code(e) in ("AccessDenied", "403"), e.value.response
+    assert alice.get_object(Bucket=bucket, Key="private")["Body"].read() == b"alice's"
+    # Bob cannot copy alice's object into his own bucket either.
+    bobs = f"bobs-{RUN}"
+    bob.create_bucket(Bucket=bobs)
+    with pytest.raises(ClientError) as e:
+        bob.copy_object(Bucket=bobs, Key="stolen", CopySource={"Bucket": bucket, "Key": "private"})
+    assert code(e) == "AccessDenied"
+    up = alice.create_multipart_upload(Bucket=bucket, Key="mp")
+    with pytest.raises(ClientError) as e:
+        bob.upload_part(Bucket=bobs, Key="mp", UploadId=up["UploadId"], PartNumber=1, Body=b"x")
+    assert code(e) in ("AccessDenied", "NoSuchUpload")
+    alice.abort_multipart_upload(Bucket=bucket, Key="mp", UploadId=up["UploadId"])
+
+
+def test_signature_v2_clients(bucket):
+    """Old clients sign with SigV2; the registry's secrets verify it too."""
+    v2 = client(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"], signature="s3")
+    v2.put_object(Bucket=bucket, Key="v2", Body=b"old client")
+    assert v2.get_object(Bucket=bucket, Key="v2")["Body"].read() == b"old client"

@@ -1,0 +1,931 @@
+//! `labios s3`, the S3 face of LABIOS, driven by unmodified S3 clients: boto3
+//! (a pytest suite, tests/s3/test_boto3.py), the aws CLI, rclone and s3cmd,
+//! and the same data read and written as files by programs under `labios
+//! run`. Every test runs against a `labios serve` process and against a
+//! cluster (NATS, Redis, dispatcher, manager and worker processes), with two
+//! applications of the tenant registry as the S3 users.
+//!
+//! Needs what `bash scripts/test.sh` installs: the test virtualenv (boto3,
+//! the aws CLI, pytest), rclone and s3cmd, nats-server and redis-server.
+
+mod common;
+
+use common::deploy::{env_of, Deployed, Kind};
+use common::serve::{Server, BIN};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+const TESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/s3");
+
+fn venv() -> String {
+    std::env::var("PYTHON_VENV").unwrap_or_else(|_| "/var/tmp/labios-venv".into())
+}
+
+/// An application's S3 credentials.
+#[derive(Clone)]
+struct Creds {
+    key: String,
+    secret: String,
+}
+
+enum Deployment {
+    Serve(Server),
+    Cluster(Box<Deployed>),
+}
+
+/// A deployment, its gateway and two tenants.
+struct Site {
+    deployment: Deployment,
+    /// How every `labios` process of the test reaches the deployment.
+    env: Vec<(String, String)>,
+    gateway: Gateway,
+    alice: Creds,
+    bob: Creds,
+    tmp: tempfile::TempDir,
+}
+
+struct Gateway {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        text(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text(&out)
+}
+
+/// The command must fail, and its output must name `code`.
+fn fails_with(out: Output, code: &str, what: &str) {
+    let all = format!("{}{}", text(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !out.status.success(),
+        "{what} should fail; it printed:\n{all}"
+    );
+    assert!(
+        all.contains(code),
+        "{what} should fail with {code}; it printed:\n{all}"
+    );
+}
+
+fn write(path: &Path, data: &[u8]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, data).unwrap();
+}
+
+fn sha256(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    ok(out, "sha256sum")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// A tree of files with a large one (multipart for every client) and
+/// names that need escaping.
+fn tree(root: &Path) {
+    write(&root.join("a.txt"), b"alpha\n");
+    write(&root.join("sub/b.txt"), b"beta\n");
+    write(&root.join("sub/deeper/c d+e.txt"), b"gamma\n");
+    write(&root.join("sub/big.bin"), &common::data(7, 21 << 20));
+}
+
+/// Whether two directory trees hold the same files with the same bytes.
+fn same_tree(a: &Path, b: &Path) {
+    let list = |root: &Path| {
+        let mut files: Vec<PathBuf> = common::files_under(root)
+            .into_iter()
+            .map(|p| p.strip_prefix(root).unwrap().to_path_buf())
+            .collect();
+        files.sort();
+        files
+    };
+    let (la, lb) = (list(a), list(b));
+    assert_eq!(la, lb, "trees {} and {} differ", a.display(), b.display());
+    for f in la {
+        assert!(
+            std::fs::read(a.join(&f)).unwrap() == std::fs::read(b.join(&f)).unwrap(),
+            "{} differs",
+            f.display()
+        );
+    }
+}
+
+impl Site {
+    async fn start(kind: Kind) -> Site {
+        let tmp = tempfile::tempdir().unwrap();
+        let (deployment, env) = match kind {
+            Kind::Embedded => {
+                let data = tmp.path().join("data");
+                let server = Server::start(&data);
+                let env = vec![
+                    (
+                        "LABIOS_ENDPOINT".into(),
+                        server.endpoint.display().to_string(),
+                    ),
+                    ("LABIOS_DATA_DIR".into(), data.display().to_string()),
+                ];
+                (Deployment::Serve(server), env)
+            }
+            Kind::Cluster => {
+                let d = Deployed::start(Kind::Cluster, |_| {}).await;
+                let env = env_of(d.config());
+                (Deployment::Cluster(Box::new(d)), env)
+            }
+        };
+        let mut site = Site {
+            deployment,
+            env,
+            gateway: Gateway {
+                child: Command::new("true").spawn().unwrap(),
+                url: String::new(),
+            },
+            alice: Creds {
+                key: String::new(),
+                secret: String::new(),
+            },
+            bob: Creds {
+                key: String::new(),
+                secret: String::new(),
+            },
+            tmp,
+        };
+        site.alice = site.app("alice");
+        site.bob = site.app("bob");
+        site.gateway = site.start_gateway();
+        site
+    }
+
+    fn labios(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.envs(self.env.iter().cloned())
+            .env_remove("LABIOS_KEY")
+            .env_remove("LABIOS_SECRET");
+        cmd
+    }
+
+    fn app(&self, name: &str) -> Creds {
+        let out = ok(
+            self.labios()
+                .args(["app", "create", name])
+                .output()
+                .unwrap(),
+            "app create",
+        );
+        let field = |f: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(f))
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        Creds {
+            key: field("key:"),
+            secret: field("secret:"),
+        }
+    }
+
+    /// `labios s3` on a free port; the banner names the address.
+    fn start_gateway(&self) -> Gateway {
+        let mut child = self
+            .labios()
+            .args(["s3", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("labios s3 printed {line:?}"))
+            .to_string();
+        Gateway { child, url }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.tmp.path().join(rel)
+    }
+
+    /// The aws CLI of the test virtualenv as `who`.
+    fn aws(&self, who: &Creds, args: &[&str]) -> Output {
+        Command::new(format!("{}/bin/aws", venv()))
+            .args(["--endpoint-url", &self.gateway.url])
+            .args(args)
+            .env("AWS_ACCESS_KEY_ID", &who.key)
+            .env("AWS_SECRET_ACCESS_KEY", &who.secret)
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .output()
+            .unwrap()
+    }
+
+    /// rclone with a remote `lab:` on the gateway, as `who`.
+    fn rclone(&self, who: &Creds, args: &[&str]) -> Output {
+        Command::new("rclone")
+            .args(["--config", "/dev/null"])
+            .args(args)
+            .env("RCLONE_CONFIG_LAB_TYPE", "s3")
+            .env("RCLONE_CONFIG_LAB_PROVIDER", "Other")
+            .env("RCLONE_CONFIG_LAB_ENDPOINT", &self.gateway.url)
+            .env("RCLONE_CONFIG_LAB_REGION", "us-east-1")
+            .env("RCLONE_CONFIG_LAB_ACCESS_KEY_ID", &who.key)
+            .env("RCLONE_CONFIG_LAB_SECRET_ACCESS_KEY", &who.secret)
+            // The aws SDK inside rclone refuses a CA bundle it cannot apply
+            // to its transport, even for plain http.
+            .env_remove("AWS_CA_BUNDLE")
+            .output()
+            .unwrap()
+    }
+
+    /// s3cmd in path style on the gateway, as `who`.
+    fn s3cmd(&self, who: &Creds, args: &[&str]) -> Output {
+        let host = self.gateway.url.trim_start_matches("http://");
+        Command::new("s3cmd")
+            .args(["--config=/dev/null", "--no-ssl", "--region=us-east-1"])
+            .arg(format!("--host={host}"))
+            .arg(format!("--host-bucket={host}"))
+            .arg(format!("--access_key={}", who.key))
+            .arg(format!("--secret_key={}", who.secret))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// `labios run -- sh -c SCRIPT` as `who`.
+    fn run(&self, who: &Creds, script: &str) -> String {
+        let out = self
+            .labios()
+            .args(["run", "--", "sh", "-c", script])
+            .env("LABIOS_KEY", &who.key)
+            .env("LABIOS_SECRET", &who.secret)
+            .env("TMP", self.tmp.path())
+            .output()
+            .unwrap();
+        ok(out, script)
+    }
+
+    async fn stop(self) {
+        drop(self.gateway);
+        match self.deployment {
+            Deployment::Serve(s) => s.stop(),
+            Deployment::Cluster(d) => d.shutdown().await,
+        }
+    }
+}
+
+both!(boto3, aws_cli, rclone, s3cmd, files_and_objects);
+
+/// The pytest suite of tests/s3/test_boto3.py: every operation and error.
+async fn boto3(kind: Kind) {
+    let site = Site::start(kind).await;
+    let out = Command::new(format!("{}/bin/python", venv()))
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"])
+        .arg(format!("{TESTS}/test_boto3.py"))
+        .env("LABIOS_S3_URL", &site.gateway.url)
+        .env("ALICE_KEY", &site.alice.key)
+        .env("ALICE_SECRET", &site.alice.secret)
+        .env("BOB_KEY", &site.bob.key)
+        .env("BOB_SECRET", &site.bob.secret)
+        .output()
+        .unwrap();
+    let printed = ok(out, "the boto3 suite");
+    assert!(printed.contains(" passed"), "{printed}");
+    site.stop().await;
+}
+
+async fn aws_cli(kind: Kind) {
+    let site = Site::start(kind).await;
+    let (a, b) = (&site.alice, &site.bob);
+    let src = site.path("src");
+    tree(&src);
+    let src_s = src.display().to_string();
+    ok(site.aws(a, &["s3", "mb", "s3://cli"]), "mb");
+    ok(
+        site.aws(a, &["s3", "sync", &src_s, "s3://cli/tree"]),
+        "sync up",
+    );
+    let listed = ok(site.aws(a, &["s3", "ls", "--recursive", "s3://cli/"]), "ls");
+    for (key, size) in [
+        ("tree/a.txt", 6),
+        ("tree/sub/b.txt", 5),
+        ("tree/sub/deeper/c d+e.txt", 6),
+        ("tree/sub/big.bin", 21 << 20),
+    ] {
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.ends_with(key) && l.contains(&format!(" {size} "))),
+            "{key} ({size} bytes) missing from\n{listed}"
+        );
+    }
+    let top = ok(site.aws(a, &["s3", "ls", "s3://cli/tree/"]), "ls top");
+    assert!(top.contains("PRE sub/") && top.contains("a.txt"), "{top}");
+    let down = site.path("down");
+    ok(
+        site.aws(
+            a,
+            &["s3", "sync", "s3://cli/tree", &down.display().to_string()],
+        ),
+        "sync down",
+    );
+    same_tree(&src, &down);
+    // The large object went up in parts: its ETag says how many.
+    let head = ok(
+        site.aws(
+            a,
+            &[
+                "s3api",
+                "head-object",
+                "--bucket",
+                "cli",
+                "--key",
+                "tree/sub/big.bin",
+            ],
+        ),
+        "head-object",
+    );
+    assert!(head.contains("-3\\\""), "{head}");
+    let range = site.path("range.bin");
+    ok(
+        site.aws(
+            a,
+            &[
+                "s3api",
+                "get-object",
+                "--bucket",
+                "cli",
+                "--key",
+                "tree/sub/big.bin",
+                "--range",
+                "bytes=1000-1999",
+                &range.display().to_string(),
+            ],
+        ),
+        "ranged get-object",
+    );
+    assert_eq!(
+        std::fs::read(&range).unwrap(),
+        common::data(7, 21 << 20)[1000..2000]
+    );
+    ok(
+        site.aws(
+            a,
+            &[
+                "s3api",
+                "put-object",
+                "--bucket",
+                "cli",
+                "--key",
+                "meta.json",
+                "--body",
+                &src.join("a.txt").display().to_string(),
+                "--content-type",
+                "application/json",
+                "--metadata",
+                "owner=alice,run=42",
+            ],
+        ),
+        "put-object with metadata",
+    );
+    let head = ok(
+        site.aws(
+            a,
+            &[
+                "s3api",
+                "head-object",
+                "--bucket",
+                "cli",
+                "--key",
+                "meta.json",
+            ],
+        ),
+        "head-object",
+    );
+    assert!(
+        head.contains("application/json") && head.contains("\"run\": \"42\""),
+        "{head}"
+    );
+    ok(
+        site.aws(
+            a,
+            &[
+                "s3api",
+                "copy-object",
+                "--bucket",
+                "cli",
+                "--key",
+                "copy.json",
+                "--copy-source",
+                "cli/meta.json",
+            ],
+        ),
+        "copy-object",
+    );
+    ok(
+        site.aws(
+            a,
+            &["s3", "mv", "s3://cli/copy.json", "s3://cli/moved.json"],
+        ),
+        "mv",
+    );
+    let v2 = ok(
+        site.aws(
+            a,
+            &[
+                "s3api",
+                "list-objects-v2",
+                "--bucket",
+                "cli",
+                "--prefix",
+                "tree/sub/",
+                "--delimiter",
+                "/",
+            ],
+        ),
+        "list-objects-v2",
+    );
+    assert!(
+        v2.contains("\"tree/sub/b.txt\"")
+            && v2.contains("\"tree/sub/deeper/\"")
+            && !v2.contains("c d+e"),
+        "{v2}"
+    );
+    let cat = site.aws(a, &["s3", "cp", "s3://cli/tree/a.txt", "-"]);
+    assert_eq!(ok(cat, "cp to stdout"), "alpha\n");
+
+    // Errors a user meets, each a named S3 error.
+    let wrong = Creds {
+        key: a.key.clone(),
+        secret: "0".repeat(40),
+    };
+    fails_with(
+        site.aws(&wrong, &["s3", "ls", "s3://cli"]),
+        "SignatureDoesNotMatch",
+        "a wrong secret",
+    );
+    let unknown = Creds {
+        key: "LBKNOBODY00000000000".into(),
+        secret: "x".into(),
+    };
+    fails_with(
+        site.aws(&unknown, &["s3", "ls"]),
+        "InvalidAccessKeyId",
+        "an unknown key",
+    );
+    fails_with(
+        site.aws(a, &["s3", "ls", "s3://nowhere"]),
+        "NoSuchBucket",
+        "a missing bucket",
+    );
+    fails_with(
+        site.aws(
+            a,
+            &[
+                "s3api",
+                "get-object",
+                "--bucket",
+                "cli",
+                "--key",
+                "nothing",
+                "/dev/null",
+            ],
+        ),
+        "NoSuchKey",
+        "a missing key",
+    );
+    fails_with(
+        site.aws(b, &["s3", "ls", "s3://cli"]),
+        "AccessDenied",
+        "another tenant listing",
+    );
+    fails_with(
+        site.aws(b, &["s3", "cp", "s3://cli/tree/a.txt", "-"]),
+        "403",
+        "another tenant reading",
+    );
+    fails_with(
+        site.aws(b, &["s3", "rm", "s3://cli/tree/a.txt"]),
+        "AccessDenied",
+        "another tenant deleting",
+    );
+    fails_with(
+        site.aws(a, &["s3", "rb", "s3://cli"]),
+        "BucketNotEmpty",
+        "removing a full bucket",
+    );
+    ok(
+        site.aws(a, &["s3", "rm", "--recursive", "s3://cli/"]),
+        "rm --recursive",
+    );
+    ok(site.aws(a, &["s3", "rb", "s3://cli"]), "rb");
+    let buckets = ok(site.aws(a, &["s3", "ls"]), "ls buckets");
+    assert!(!buckets.contains("cli"), "{buckets}");
+    site.stop().await;
+}
+
+async fn rclone(kind: Kind) {
+    let site = Site::start(kind).await;
+    let (a, b) = (&site.alice, &site.bob);
+    let src = site.path("src");
+    tree(&src);
+    let src_s = src.display().to_string();
+    ok(site.rclone(a, &["mkdir", "lab:rcl"]), "mkdir");
+    ok(site.rclone(a, &["copy", &src_s, "lab:rcl/tree"]), "copy up");
+    // check compares MD5s: the gateway's ETags are the MD5s rclone computes.
+    let check = site.rclone(a, &["check", &src_s, "lab:rcl/tree"]);
+    let said = String::from_utf8_lossy(&check.stderr).into_owned();
+    assert!(
+        check.status.success() && said.contains("0 differences found"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("hash"),
+        "rclone could not compare hashes: {said}"
+    );
+    let lsf = ok(site.rclone(a, &["lsf", "-R", "lab:rcl/tree"]), "lsf");
+    for f in ["a.txt", "sub/b.txt", "sub/deeper/c d+e.txt", "sub/big.bin"] {
+        assert!(lsf.lines().any(|l| l == f), "{f} missing from\n{lsf}");
+    }
+    assert_eq!(
+        ok(site.rclone(a, &["cat", "lab:rcl/tree/sub/b.txt"]), "cat"),
+        "beta\n"
+    );
+    let down = site.path("down");
+    ok(
+        site.rclone(a, &["copy", "lab:rcl/tree", &down.display().to_string()]),
+        "copy down",
+    );
+    same_tree(&src, &down);
+    ok(
+        site.rclone(a, &["moveto", "lab:rcl/tree/a.txt", "lab:rcl/moved/a.txt"]),
+        "moveto",
+    );
+    let lsf = ok(site.rclone(a, &["lsf", "-R", "lab:rcl"]), "lsf");
+    assert!(
+        lsf.contains("moved/a.txt") && !lsf.contains("tree/a.txt"),
+        "{lsf}"
+    );
+    fails_with(
+        site.rclone(b, &["lsf", "lab:rcl"]),
+        "AccessDenied",
+        "another tenant listing",
+    );
+    let wrong = Creds {
+        key: a.key.clone(),
+        secret: "0".repeat(40),
+    };
+    fails_with(
+        site.rclone(&wrong, &["lsf", "lab:rcl"]),
+        "SignatureDoesNotMatch",
+        "a wrong secret",
+    );
+    fails_with(
+        site.rclone(a, &["lsf", "lab:nowhere"]),
+        "directory not found",
+        "a missing bucket",
+    );
+    ok(site.rclone(a, &["purge", "lab:rcl"]), "purge");
+    let buckets = ok(site.rclone(a, &["lsd", "lab:"]), "lsd");
+    assert!(!buckets.contains("rcl"), "{buckets}");
+    site.stop().await;
+}
+
+async fn s3cmd(kind: Kind) {
+    let site = Site::start(kind).await;
+    let (a, b) = (&site.alice, &site.bob);
+    let src = site.path("src");
+    tree(&src);
+    let big = src.join("sub/big.bin").display().to_string();
+    ok(site.s3cmd(a, &["mb", "s3://cmd"]), "mb");
+    ok(
+        site.s3cmd(
+            a,
+            &[
+                "put",
+                &src.join("a.txt").display().to_string(),
+                "s3://cmd/x/a.txt",
+            ],
+        ),
+        "put",
+    );
+    // s3cmd checks the ETag of every part and of the whole against its MD5s.
+    let put = site.s3cmd(
+        a,
+        &[
+            "put",
+            "--multipart-chunk-size-mb=5",
+            &big,
+            "s3://cmd/big.bin",
+        ],
+    );
+    let said = format!("{}{}", text(&put), String::from_utf8_lossy(&put.stderr));
+    assert!(put.status.success() && !said.contains("WARNING"), "{said}");
+    let ls = ok(site.s3cmd(a, &["ls", "-r", "s3://cmd"]), "ls");
+    assert!(
+        ls.contains("s3://cmd/big.bin") && ls.contains("s3://cmd/x/a.txt"),
+        "{ls}"
+    );
+    let got = site.path("got.bin");
+    let get = site.s3cmd(
+        a,
+        &[
+            "get",
+            "--force",
+            "s3://cmd/big.bin",
+            &got.display().to_string(),
+        ],
+    );
+    let said = format!("{}{}", text(&get), String::from_utf8_lossy(&get.stderr));
+    assert!(get.status.success() && !said.contains("WARNING"), "{said}");
+    assert_eq!(sha256(&got), sha256(&src.join("sub/big.bin")));
+    let info = ok(site.s3cmd(a, &["info", "s3://cmd/x/a.txt"]), "info");
+    let md5 = format!("{:x}", md5_of(b"alpha\n"));
+    assert!(info.contains(&md5), "{info}");
+    ok(
+        site.s3cmd(a, &["cp", "s3://cmd/x/a.txt", "s3://cmd/y/a.txt"]),
+        "cp",
+    );
+    ok(
+        site.s3cmd(a, &["mv", "s3://cmd/y/a.txt", "s3://cmd/z/a.txt"]),
+        "mv",
+    );
+    ok(site.s3cmd(a, &["del", "s3://cmd/x/a.txt"]), "del");
+    let ls = ok(site.s3cmd(a, &["ls", "-r", "s3://cmd"]), "ls");
+    assert!(
+        ls.contains("s3://cmd/z/a.txt") && !ls.contains("x/a.txt") && !ls.contains("y/a.txt"),
+        "{ls}"
+    );
+    let synced = site.path("synced");
+    ok(
+        site.s3cmd(
+            a,
+            &["sync", &format!("{}/", src.display()), "s3://cmd/sync/"],
+        ),
+        "sync up",
+    );
+    ok(
+        site.s3cmd(
+            a,
+            &["sync", "s3://cmd/sync/", &format!("{}/", synced.display())],
+        ),
+        "sync down",
+    );
+    same_tree(&src, &synced);
+    fails_with(
+        site.s3cmd(b, &["ls", "s3://cmd"]),
+        "AccessDenied",
+        "another tenant listing",
+    );
+    let wrong = Creds {
+        key: a.key.clone(),
+        secret: "0".repeat(40),
+    };
+    fails_with(
+        site.s3cmd(&wrong, &["ls", "s3://cmd"]),
+        "SignatureDoesNotMatch",
+        "a wrong secret",
+    );
+    fails_with(
+        site.s3cmd(a, &["ls", "s3://nowhere"]),
+        "NoSuchBucket",
+        "a missing bucket",
+    );
+    fails_with(
+        site.s3cmd(a, &["rb", "s3://cmd"]),
+        "BucketNotEmpty",
+        "removing a full bucket",
+    );
+    ok(
+        site.s3cmd(a, &["del", "--recursive", "--force", "s3://cmd"]),
+        "del --recursive",
+    );
+    ok(site.s3cmd(a, &["rb", "s3://cmd"]), "rb");
+    site.stop().await;
+}
+
+fn md5_of(data: &[u8]) -> u128 {
+    let out = Command::new("md5sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(data)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    u128::from_str_radix(text(&out).split_whitespace().next().unwrap(), 16).unwrap()
+}
+
+/// One copy of the data, two views: what S3 clients put, programs under
+/// `labios run` read as files, and what they write, S3 clients get.
+async fn files_and_objects(kind: Kind) {
+    let site = Site::start(kind).await;
+    let a = &site.alice;
+    let input = site.path("input.bin");
+    write(&input, &common::data(11, 3 << 20));
+    ok(site.aws(a, &["s3", "mb", "s3://lake"]), "mb");
+    ok(
+        site.aws(
+            a,
+            &[
+                "s3",
+                "cp",
+                &input.display().to_string(),
+                "s3://lake/in/input.bin",
+            ],
+        ),
+        "put",
+    );
+    let digest = site.run(a, "sha256sum < /labios/lake/in/input.bin");
+    assert_eq!(digest.split_whitespace().next().unwrap(), sha256(&input));
+    site.run(
+        a,
+        "mkdir -p /labios/lake/out && cp /labios/lake/in/input.bin /labios/lake/out/copy.bin \
+         && printf 'written by a program\\n' > /labios/lake/out/note.txt",
+    );
+    let listed = ok(
+        site.aws(a, &["s3", "ls", "--recursive", "s3://lake/"]),
+        "ls",
+    );
+    for key in ["in/input.bin", "out/copy.bin", "out/note.txt"] {
+        assert!(listed.contains(key), "{key} missing from\n{listed}");
+    }
+    let note = site.aws(a, &["s3", "cp", "s3://lake/out/note.txt", "-"]);
+    assert_eq!(ok(note, "get note"), "written by a program\n");
+    let copy = site.path("copy.bin");
+    ok(
+        site.aws(
+            a,
+            &[
+                "s3",
+                "cp",
+                "s3://lake/out/copy.bin",
+                &copy.display().to_string(),
+            ],
+        ),
+        "get copy",
+    );
+    assert_eq!(sha256(&copy), sha256(&input));
+    // A program changes an object in place: S3 clients see the new bytes and
+    // an ETag that no longer claims the old MD5.
+    let before = ok(
+        site.aws(
+            a,
+            &[
+                "s3api",
+                "head-object",
+                "--bucket",
+                "lake",
+                "--key",
+                "in/input.bin",
+            ],
+        ),
+        "head",
+    );
+    site.run(
+        a,
+        "printf 'patched' | dd of=/labios/lake/in/input.bin bs=1 seek=100 conv=notrunc status=none",
+    );
+    let after = ok(
+        site.aws(
+            a,
+            &[
+                "s3api",
+                "head-object",
+                "--bucket",
+                "lake",
+                "--key",
+                "in/input.bin",
+            ],
+        ),
+        "head",
+    );
+    let etag = |h: &str| {
+        h.lines()
+            .find(|l| l.contains("\"ETag\""))
+            .unwrap()
+            .to_string()
+    };
+    assert_ne!(etag(&before), etag(&after));
+    assert!(etag(&after).contains("-1"), "{after}");
+    let range = site.aws(
+        a,
+        &[
+            "s3api",
+            "get-object",
+            "--bucket",
+            "lake",
+            "--key",
+            "in/input.bin",
+            "--range",
+            "bytes=100-106",
+            &site.path("r").display().to_string(),
+        ],
+    );
+    ok(range, "ranged get");
+    assert_eq!(std::fs::read(site.path("r")).unwrap(), b"patched");
+    // The LABIOS CLI sees the same namespace.
+    let ls = ok(
+        site.labios()
+            .args(["--key", &a.key, "--secret", &a.secret, "ls", "/lake/out"])
+            .output()
+            .unwrap(),
+        "labios ls",
+    );
+    assert!(ls.contains("/lake/out/note.txt"), "{ls}");
+    site.stop().await;
+}
+
+/// `labios s3` with nothing serving the endpoint runs the embedded runtime
+/// itself; a service secret that does not match is refused clearly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_alone_runs_the_runtime_and_refuses_a_wrong_service_secret() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let env = [
+        ("LABIOS_ENDPOINT", data.join("labios.sock")),
+        ("LABIOS_DATA_DIR", data.clone()),
+    ];
+    let mut child = Command::new(BIN)
+        .args(["s3", "--listen", "127.0.0.1:0"])
+        .envs(env.clone())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("http://127.0.0.1:"), "{line}");
+    let out = ok(
+        Command::new(BIN)
+            .args(["app", "create", "solo"])
+            .envs(env.clone())
+            .output()
+            .unwrap(),
+        "app create",
+    );
+    let field = |f: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(f))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap();
+    let aws = Command::new(format!("{}/bin/aws", venv()))
+        .args(["--endpoint-url", url, "s3", "mb", "s3://solo"])
+        .env("AWS_ACCESS_KEY_ID", field("key:"))
+        .env("AWS_SECRET_ACCESS_KEY", field("secret:"))
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .output()
+        .unwrap();
+    ok(aws, "mb against a gateway that runs its own runtime");
+    // A second gateway whose service secret is stale.
+    std::fs::write(data.join("service.secret"), "stale").unwrap();
+    let out = Command::new(BIN)
+        .args(["s3", "--listen", "127.0.0.1:0"])
+        .envs(env)
+        .output()
+        .unwrap();
+    fails_with(
+        out,
+        "refused the service secret",
+        "a gateway with a stale service secret",
+    );
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    assert!(
+        child.wait().unwrap().success(),
+        "labios s3 stops cleanly on SIGTERM"
+    );
+}
