@@ -90,7 +90,7 @@ pub async fn list(t: &Tenant) -> S3Result<ListBucketsOutput> {
         .filter(|m| m.kind == FileKind::Dir && m.owner == t.app)
         .filter_map(|m| {
             let name = m.path.strip_prefix('/')?;
-            (is_bucket_name(name) && !name.contains('/')).then(|| Bucket {
+            is_bucket_name(name).then(|| Bucket {
                 name: Some(name.to_string()),
                 creation_date: Some(timestamp(m.ctime)),
                 bucket_region: None,

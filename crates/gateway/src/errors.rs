@@ -21,6 +21,14 @@ pub fn s3(e: Error, missing: S3ErrorCode) -> S3Error {
         | Error::Storage(_)
         | Error::Protocol(_) => S3ErrorCode::InternalError,
     };
+    // Client mistakes are the client's to read; what LABIOS failed to do
+    // is the operator's.
+    if matches!(
+        code,
+        S3ErrorCode::InternalError | S3ErrorCode::ServiceUnavailable
+    ) {
+        tracing::warn!("labios s3: {e}");
+    }
     S3Error::with_message(code, e.to_string())
 }
 

@@ -15,6 +15,7 @@
 mod buckets;
 mod errors;
 mod listing;
+#[macro_use]
 mod metadata;
 mod multipart;
 mod names;

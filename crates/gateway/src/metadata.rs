@@ -44,6 +44,22 @@ pub struct ObjectMeta {
     pub user: HashMap<String, String>,
 }
 
+/// The metadata a PutObject, CopyObject or CreateMultipartUpload request
+/// sets: their inputs name the standard headers and user metadata alike.
+macro_rules! headers_of {
+    ($input:expr) => {
+        $crate::metadata::ObjectMeta {
+            content_type: $input.content_type,
+            content_encoding: $input.content_encoding,
+            content_disposition: $input.content_disposition,
+            content_language: $input.content_language,
+            cache_control: $input.cache_control,
+            user: $input.metadata.unwrap_or_default(),
+            ..$crate::metadata::ObjectMeta::default()
+        }
+    };
+}
+
 impl ObjectMeta {
     fn headers(&self) -> [&Option<String>; 5] {
         [

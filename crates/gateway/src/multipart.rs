@@ -115,15 +115,7 @@ pub async fn create(
     let path = upload_dir(&id)?;
     let fail = |e| t.fail(e, S3ErrorCode::NoSuchUpload);
     let dir = t.client.mkdir(&path).await.map_err(fail)?;
-    let meta = ObjectMeta {
-        content_type: input.content_type,
-        content_encoding: input.content_encoding,
-        content_disposition: input.content_disposition,
-        content_language: input.content_language,
-        cache_control: input.cache_control,
-        user: input.metadata.unwrap_or_default(),
-        ..ObjectMeta::default()
-    };
+    let meta = headers_of!(input);
     let mut xattrs = meta.to_xattrs(0, 0);
     xattrs.push((BUCKET.into(), Bytes::from(input.bucket.clone())));
     xattrs.push((KEY.into(), Bytes::from(input.key.clone())));

@@ -24,6 +24,54 @@ pub struct Found {
     pub meta: ObjectMeta,
 }
 
+impl Found {
+    /// A folder (directory) is an empty object.
+    pub fn size(&self) -> u64 {
+        match self.file.kind {
+            FileKind::Dir => 0,
+            FileKind::File => self.file.size,
+        }
+    }
+}
+
+/// `find`, then the conditions of a GetObject or HeadObject request, whose
+/// inputs name them alike.
+macro_rules! find_if {
+    ($t:expr, $input:expr) => {{
+        let found = find($t, &$input.bucket, &$input.key).await?;
+        check_conditions(
+            &found,
+            $input.if_match.as_ref(),
+            $input.if_none_match.as_ref(),
+            $input.if_modified_since.as_ref(),
+            $input.if_unmodified_since.as_ref(),
+        )?;
+        found
+    }};
+}
+
+/// A GetObject or HeadObject output describing `found`, `len` bytes of it,
+/// plus the given fields.
+macro_rules! described {
+    ($ty:ident, $found:expr, $len:expr, { $($field:ident: $value:expr),* $(,)? }) => {{
+        let m = $found.meta;
+        $ty {
+            content_length: Some($len as i64),
+            accept_ranges: Some("bytes".into()),
+            last_modified: Some(timestamp($found.file.mtime)),
+            e_tag: Some(ETag::Strong(m.etag)),
+            content_type: m.content_type,
+            content_encoding: m.content_encoding,
+            content_disposition: m.content_disposition,
+            content_language: m.content_language,
+            cache_control: m.cache_control,
+            metadata: (!m.user.is_empty()).then_some(m.user),
+            $($field: $value,)*
+            ..Default::default()
+        }
+    }};
+}
+
 /// The object `key` of a bucket `t` owns. A directory is an object only
 /// when asked for as a folder (`key/`).
 pub async fn find(t: &Tenant, bucket: &str, key: &str) -> S3Result<Found> {
@@ -297,7 +345,12 @@ pub async fn put(
                 None,
                 None,
             )
-            .map_err(|_| s3_error!(PreconditionFailed, "{} exists", input.key))?,
+            .map_err(|e| match e.code() {
+                S3ErrorCode::NotModified => {
+                    s3_error!(PreconditionFailed, "{} already exists", input.key)
+                }
+                _ => e,
+            })?,
             Err(e) if *e.code() == S3ErrorCode::NoSuchKey && input.if_match.is_some() => {
                 return Err(s3_error!(
                     PreconditionFailed,
@@ -350,12 +403,7 @@ pub async fn put(
     }
     let meta = ObjectMeta {
         etag: md5_etag(&written.md5),
-        content_type: input.content_type,
-        content_encoding: input.content_encoding,
-        content_disposition: input.content_disposition,
-        content_language: input.content_language,
-        cache_control: input.cache_control,
-        user: input.metadata.unwrap_or_default(),
+        ..headers_of!(input)
     };
     commit(t, &staged, &path, &meta).await?;
     let c = written.checksum;
@@ -372,19 +420,8 @@ pub async fn put(
 }
 
 pub async fn get(t: &Tenant, input: GetObjectInput) -> S3Result<GetObjectOutput> {
-    let found = find(t, &input.bucket, &input.key).await?;
-    check_conditions(
-        &found,
-        input.if_match.as_ref(),
-        input.if_none_match.as_ref(),
-        input.if_modified_since.as_ref(),
-        input.if_unmodified_since.as_ref(),
-    )?;
-    let size = if found.file.kind == FileKind::Dir {
-        0
-    } else {
-        found.file.size
-    };
+    let found = find_if!(t, input);
+    let size = found.size();
     let (range, content_range) = match &input.range {
         None => (0..size, None),
         Some(r) => {
@@ -400,52 +437,18 @@ pub async fn get(t: &Tenant, input: GetObjectInput) -> S3Result<GetObjectOutput>
         }
     };
     let body = read_body(t, &found.path, range.start, range.end).await?;
-    let m = found.meta;
-    Ok(GetObjectOutput {
-        body: Some(body),
-        content_length: Some((range.end - range.start) as i64),
-        content_range,
-        accept_ranges: Some("bytes".into()),
-        last_modified: Some(timestamp(found.file.mtime)),
-        e_tag: Some(ETag::Strong(m.etag)),
-        content_type: m.content_type,
-        content_encoding: m.content_encoding,
-        content_disposition: m.content_disposition,
-        content_language: m.content_language,
-        cache_control: m.cache_control,
-        metadata: (!m.user.is_empty()).then_some(m.user),
-        ..Default::default()
-    })
+    Ok(
+        described!(GetObjectOutput, found, range.end - range.start, {
+            body: Some(body),
+            content_range: content_range,
+        }),
+    )
 }
 
 pub async fn head(t: &Tenant, input: HeadObjectInput) -> S3Result<HeadObjectOutput> {
-    let found = find(t, &input.bucket, &input.key).await?;
-    check_conditions(
-        &found,
-        input.if_match.as_ref(),
-        input.if_none_match.as_ref(),
-        input.if_modified_since.as_ref(),
-        input.if_unmodified_since.as_ref(),
-    )?;
-    let size = if found.file.kind == FileKind::Dir {
-        0
-    } else {
-        found.file.size
-    };
-    let m = found.meta;
-    Ok(HeadObjectOutput {
-        content_length: Some(size as i64),
-        accept_ranges: Some("bytes".into()),
-        last_modified: Some(timestamp(found.file.mtime)),
-        e_tag: Some(ETag::Strong(m.etag)),
-        content_type: m.content_type,
-        content_encoding: m.content_encoding,
-        content_disposition: m.content_disposition,
-        content_language: m.content_language,
-        cache_control: m.cache_control,
-        metadata: (!m.user.is_empty()).then_some(m.user),
-        ..Default::default()
-    })
+    let found = find_if!(t, input);
+    let size = found.size();
+    Ok(described!(HeadObjectOutput, found, size, {}))
 }
 
 /// Deletes one object; a missing one is no error (S3's DELETE is
@@ -531,15 +534,7 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
         ));
     }
     let mut meta = if replace {
-        ObjectMeta {
-            content_type: input.content_type,
-            content_encoding: input.content_encoding,
-            content_disposition: input.content_disposition,
-            content_language: input.content_language,
-            cache_control: input.cache_control,
-            user: input.metadata.unwrap_or_default(),
-            ..ObjectMeta::default()
-        }
+        headers_of!(input)
     } else {
         src.meta.clone()
     };

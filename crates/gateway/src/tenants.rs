@@ -24,7 +24,7 @@ pub trait Tenants: Send + Sync + 'static {
     async fn connect(&self, key: &str, secret: &str) -> Result<Client>;
 }
 
-/// An unknown access key reloads the registry at most this often, so that
+/// Unknown access keys reload the registry at most this often, so that
 /// requests with made-up keys cannot turn into a registry scan each.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
@@ -88,18 +88,18 @@ impl Directory {
         if let Some(found) = self.known(key) {
             return Ok(found);
         }
-        let recent = self
-            .state
-            .lock()
-            .unwrap()
-            .loaded
-            .is_some_and(|t| t.elapsed() < RELOAD_EVERY);
-        if !recent {
-            let apps = self
-                .tenants
-                .registry()
-                .await
-                .map_err(|e| errors::s3(e, S3ErrorCode::InvalidAccessKeyId))?;
+        // An application created a moment ago is found by waiting for the
+        // next reload rather than refused.
+        let since = self.state.lock().unwrap().loaded.map(|t| t.elapsed());
+        if let Some(since) = since.filter(|s| *s < RELOAD_EVERY) {
+            tokio::time::sleep(RELOAD_EVERY - since).await;
+        }
+        let apps = self
+            .tenants
+            .registry()
+            .await
+            .map_err(|e| errors::s3(e, S3ErrorCode::InvalidAccessKeyId))?;
+        {
             let mut state = self.state.lock().unwrap();
             state.keys = apps
                 .into_iter()

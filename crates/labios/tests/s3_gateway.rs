@@ -46,16 +46,30 @@ struct Site {
 }
 
 struct Gateway {
-    child: Child,
+    /// Taken by `stop`.
+    child: Option<Child>,
     url: String,
+}
+
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    child.wait().unwrap()
+}
+
+impl Gateway {
+    /// SIGTERM: the gateway must stop cleanly.
+    fn stop(mut self) {
+        let status = terminate(self.child.as_mut().unwrap());
+        self.child = None;
+        assert!(status.success(), "labios s3 exited with {status}");
+    }
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
+        if let Some(c) = self.child.as_mut() {
+            terminate(c);
+        }
     }
 }
 
@@ -131,6 +145,79 @@ fn same_tree(a: &Path, b: &Path) {
     }
 }
 
+/// `labios` reaching a deployment through `env`, without credentials.
+fn labios_with(env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.envs(env.iter().cloned())
+        .env_remove("LABIOS_KEY")
+        .env_remove("LABIOS_SECRET");
+    cmd
+}
+
+/// `labios app create NAME`: the application's credentials.
+fn create_app(mut labios: Command, name: &str) -> Creds {
+    let out = ok(
+        labios.args(["app", "create", name]).output().unwrap(),
+        "app create",
+    );
+    let field = |f: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(f))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    Creds {
+        key: field("key:"),
+        secret: field("secret:"),
+    }
+}
+
+/// `labios s3` on a free port; its banner names the address.
+fn start_gateway(mut labios: Command) -> Gateway {
+    let mut child = labios
+        .args(["s3", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("labios s3 printed {line:?}"))
+        .to_string();
+    Gateway {
+        child: Some(child),
+        url,
+    }
+}
+
+/// The aws CLI of the test virtualenv against the gateway at `url`, as `who`.
+fn aws(url: &str, who: &Creds, args: &[&str]) -> Output {
+    Command::new(format!("{}/bin/aws", venv()))
+        .args(["--endpoint-url", url])
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", &who.key)
+        .env("AWS_SECRET_ACCESS_KEY", &who.secret)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .output()
+        .unwrap()
+}
+
+/// `who`'s access key with a secret that is not its own.
+fn wrong_secret(who: &Creds) -> Creds {
+    Creds {
+        key: who.key.clone(),
+        secret: "0".repeat(40),
+    }
+}
+
 impl Site {
     async fn start(kind: Kind) -> Site {
         let tmp = tempfile::tempdir().unwrap();
@@ -153,95 +240,27 @@ impl Site {
                 (Deployment::Cluster(Box::new(d)), env)
             }
         };
-        let mut site = Site {
+        let labios = || labios_with(&env);
+        Site {
             deployment,
+            alice: create_app(labios(), "alice"),
+            bob: create_app(labios(), "bob"),
+            gateway: start_gateway(labios()),
             env,
-            gateway: Gateway {
-                child: Command::new("true").spawn().unwrap(),
-                url: String::new(),
-            },
-            alice: Creds {
-                key: String::new(),
-                secret: String::new(),
-            },
-            bob: Creds {
-                key: String::new(),
-                secret: String::new(),
-            },
             tmp,
-        };
-        site.alice = site.app("alice");
-        site.bob = site.app("bob");
-        site.gateway = site.start_gateway();
-        site
-    }
-
-    fn labios(&self) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.envs(self.env.iter().cloned())
-            .env_remove("LABIOS_KEY")
-            .env_remove("LABIOS_SECRET");
-        cmd
-    }
-
-    fn app(&self, name: &str) -> Creds {
-        let out = ok(
-            self.labios()
-                .args(["app", "create", name])
-                .output()
-                .unwrap(),
-            "app create",
-        );
-        let field = |f: &str| {
-            out.lines()
-                .find_map(|l| l.strip_prefix(f))
-                .unwrap()
-                .trim()
-                .to_string()
-        };
-        Creds {
-            key: field("key:"),
-            secret: field("secret:"),
         }
     }
 
-    /// `labios s3` on a free port; the banner names the address.
-    fn start_gateway(&self) -> Gateway {
-        let mut child = self
-            .labios()
-            .args(["s3", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("labios s3 printed {line:?}"))
-            .to_string();
-        Gateway { child, url }
+    fn labios(&self) -> Command {
+        labios_with(&self.env)
     }
 
     fn path(&self, rel: &str) -> PathBuf {
         self.tmp.path().join(rel)
     }
 
-    /// The aws CLI of the test virtualenv as `who`.
     fn aws(&self, who: &Creds, args: &[&str]) -> Output {
-        Command::new(format!("{}/bin/aws", venv()))
-            .args(["--endpoint-url", &self.gateway.url])
-            .args(args)
-            .env("AWS_ACCESS_KEY_ID", &who.key)
-            .env("AWS_SECRET_ACCESS_KEY", &who.secret)
-            .env("AWS_DEFAULT_REGION", "us-east-1")
-            .env("AWS_CONFIG_FILE", "/dev/null")
-            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-            .output()
-            .unwrap()
+        aws(&self.gateway.url, who, args)
     }
 
     /// rclone with a remote `lab:` on the gateway, as `who`.
@@ -290,7 +309,7 @@ impl Site {
     }
 
     async fn stop(self) {
-        drop(self.gateway);
+        self.gateway.stop();
         match self.deployment {
             Deployment::Serve(s) => s.stop(),
             Deployment::Cluster(d) => d.shutdown().await,
@@ -479,10 +498,7 @@ async fn aws_cli(kind: Kind) {
     assert_eq!(ok(cat, "cp to stdout"), "alpha\n");
 
     // Errors a user meets, each a named S3 error.
-    let wrong = Creds {
-        key: a.key.clone(),
-        secret: "0".repeat(40),
-    };
+    let wrong = wrong_secret(a);
     fails_with(
         site.aws(&wrong, &["s3", "ls", "s3://cli"]),
         "SignatureDoesNotMatch",
@@ -595,10 +611,7 @@ async fn rclone(kind: Kind) {
         "AccessDenied",
         "another tenant listing",
     );
-    let wrong = Creds {
-        key: a.key.clone(),
-        secret: "0".repeat(40),
-    };
+    let wrong = wrong_secret(a);
     fails_with(
         site.rclone(&wrong, &["lsf", "lab:rcl"]),
         "SignatureDoesNotMatch",
@@ -701,10 +714,7 @@ async fn s3cmd(kind: Kind) {
         "AccessDenied",
         "another tenant listing",
     );
-    let wrong = Creds {
-        key: a.key.clone(),
-        secret: "0".repeat(40),
-    };
+    let wrong = wrong_secret(a);
     fails_with(
         site.s3cmd(&wrong, &["ls", "s3://cmd"]),
         "SignatureDoesNotMatch",
@@ -869,53 +879,30 @@ async fn gateway_alone_runs_the_runtime_and_refuses_a_wrong_service_secret() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let env = [
-        ("LABIOS_ENDPOINT", data.join("labios.sock")),
-        ("LABIOS_DATA_DIR", data.clone()),
+        (
+            "LABIOS_ENDPOINT".to_string(),
+            data.join("labios.sock").display().to_string(),
+        ),
+        ("LABIOS_DATA_DIR".to_string(), data.display().to_string()),
     ];
-    let mut child = Command::new(BIN)
-        .args(["s3", "--listen", "127.0.0.1:0"])
-        .envs(env.clone())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("http://127.0.0.1:"), "{line}");
-    let out = ok(
-        Command::new(BIN)
-            .args(["app", "create", "solo"])
-            .envs(env.clone())
-            .output()
-            .unwrap(),
-        "app create",
+    let labios = || labios_with(&env);
+    let gateway = start_gateway(labios());
+    let solo = create_app(labios(), "solo");
+    ok(
+        aws(&gateway.url, &solo, &["s3", "mb", "s3://solo"]),
+        "mb against a gateway that runs its own runtime",
     );
-    let field = |f: &str| {
-        out.lines()
-            .find_map(|l| l.strip_prefix(f))
-            .unwrap()
-            .trim()
-            .to_string()
-    };
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap();
-    let aws = Command::new(format!("{}/bin/aws", venv()))
-        .args(["--endpoint-url", url, "s3", "mb", "s3://solo"])
-        .env("AWS_ACCESS_KEY_ID", field("key:"))
-        .env("AWS_SECRET_ACCESS_KEY", field("secret:"))
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .output()
-        .unwrap();
-    ok(aws, "mb against a gateway that runs its own runtime");
+    // An application registered right after the gateway read the registry
+    // can use it at once.
+    let duo = create_app(labios(), "duo");
+    ok(
+        aws(&gateway.url, &duo, &["s3", "mb", "s3://duo"]),
+        "mb by an application newer than the gateway's registry",
+    );
     // A second gateway whose service secret is stale.
     std::fs::write(data.join("service.secret"), "stale").unwrap();
-    let out = Command::new(BIN)
+    let out = labios()
         .args(["s3", "--listen", "127.0.0.1:0"])
-        .envs(env)
         .output()
         .unwrap();
     fails_with(
@@ -923,9 +910,5 @@ async fn gateway_alone_runs_the_runtime_and_refuses_a_wrong_service_secret() {
         "refused the service secret",
         "a gateway with a stale service secret",
     );
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    assert!(
-        child.wait().unwrap().success(),
-        "labios s3 stops cleanly on SIGTERM"
-    );
+    gateway.stop();
 }
