@@ -650,6 +650,7 @@ impl ObjectMapper for Arc<Containers> {
         Ok(st.index.get(key).map(|l| ObjectInfo {
             key: key.to_string(),
             size: l.len,
+            mtime: None,
         }))
     }
 
@@ -667,6 +668,7 @@ impl ObjectMapper for Arc<Containers> {
             .map(|(k, l)| ObjectInfo {
                 key: k.clone(),
                 size: l.len,
+                mtime: None,
             })
             .collect())
     }

@@ -17,6 +17,9 @@ use std::sync::Arc;
 pub struct ObjectInfo {
     pub key: String,
     pub size: u64,
+    /// Last modification, nanoseconds since the epoch, where the store
+    /// keeps one (one-to-one: the file's mtime; containers keep none).
+    pub mtime: Option<u64>,
 }
 
 /// An object store kept in files. Keys are strings of 1 to 1024 bytes

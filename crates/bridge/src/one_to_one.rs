@@ -103,6 +103,7 @@ impl Inner {
             Ok(m) if m.is_file() => Ok(Some(ObjectInfo {
                 key: key.to_string(),
                 size: m.len(),
+                mtime: mtime(&m),
             })),
             Ok(_) => Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -154,9 +155,11 @@ impl Inner {
                         stack.push((entry.path(), k));
                     }
                 } else if ft.is_file() && k.starts_with(prefix) {
+                    let m = entry.metadata()?;
                     out.push(ObjectInfo {
                         key: k,
-                        size: entry.metadata()?.len(),
+                        size: m.len(),
+                        mtime: mtime(&m),
                     });
                 }
             }
@@ -164,6 +167,15 @@ impl Inner {
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
+}
+
+fn mtime(m: &fs::Metadata) -> Option<u64> {
+    let since = m
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    u64::try_from(since.as_nanos()).ok()
 }
 
 fn not_found(key: &str, e: std::io::Error) -> Error {

@@ -4,12 +4,34 @@
 //! bucket; anyone else gets AccessDenied.
 
 use crate::names::{bucket_path, is_bucket_name};
+use crate::object_buckets::ObjectBucket;
 use crate::tenants::Tenant;
 use crate::time::timestamp;
 use labios_label::Error;
 use labios_store::{FileKind, FileMeta};
 use s3s::dto::{Bucket, ListBucketsOutput};
 use s3s::{s3_error, S3ErrorCode, S3Result};
+use std::sync::Arc;
+
+/// The object bucket `bucket` (declared in `[s3.buckets]`), if it is one
+/// and `t` owns it; another application's is AccessDenied.
+pub fn object_bucket(t: &Tenant, bucket: &str) -> S3Result<Option<Arc<ObjectBucket>>> {
+    match t.objects.get(bucket) {
+        Some(b) => {
+            b.check(t)?;
+            Ok(Some(b.clone()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Whether `t` may use `bucket`, of either kind.
+pub async fn usable(t: &Tenant, bucket: &str) -> S3Result<()> {
+    if object_bucket(t, bucket)?.is_none() {
+        owned(t, bucket).await?;
+    }
+    Ok(())
+}
 
 /// The directory of `bucket` if `t` owns it.
 pub async fn owned(t: &Tenant, bucket: &str) -> S3Result<FileMeta> {
@@ -34,6 +56,19 @@ pub async fn lookup(t: &Tenant, path: &str) -> S3Result<Option<FileMeta>> {
 }
 
 pub async fn create(t: &Tenant, bucket: &str) -> S3Result<()> {
+    if let Some(b) = t.objects.get(bucket) {
+        return Err(if b.owner == t.name {
+            s3_error!(
+                BucketAlreadyOwnedByYou,
+                "bucket {bucket} is configured and yours"
+            )
+        } else {
+            s3_error!(
+                BucketAlreadyExists,
+                "bucket {bucket} is configured for another application"
+            )
+        });
+    }
     let path = bucket_path(bucket);
     match lookup(t, &path).await? {
         Some(m) if m.kind == FileKind::Dir && m.owner == t.app => Err(s3_error!(
@@ -54,6 +89,12 @@ pub async fn create(t: &Tenant, bucket: &str) -> S3Result<()> {
 }
 
 pub async fn delete(t: &Tenant, bucket: &str) -> S3Result<()> {
+    if object_bucket(t, bucket)?.is_some() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "bucket {bucket} is declared in the configuration ([s3.buckets.{bucket}]): remove it there"
+        ));
+    }
     let dir = owned(t, bucket).await?;
     let inside = t
         .client
@@ -85,18 +126,25 @@ pub async fn list(t: &Tenant) -> S3Result<ListBucketsOutput> {
         .list("/")
         .await
         .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
-    let buckets = all
+    let mut buckets: Vec<Bucket> = all
         .into_iter()
         .filter(|m| m.kind == FileKind::Dir && m.owner == t.app)
         .filter_map(|m| {
             let name = m.path.strip_prefix('/')?;
-            is_bucket_name(name).then(|| Bucket {
+            (is_bucket_name(name) && t.objects.get(name).is_none()).then(|| Bucket {
                 name: Some(name.to_string()),
                 creation_date: Some(timestamp(m.ctime)),
                 bucket_region: None,
             })
         })
         .collect();
+    buckets.extend(
+        t.objects
+            .all()
+            .filter(|b| b.owner == t.name)
+            .map(|b| b.bucket()),
+    );
+    buckets.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(ListBucketsOutput {
         buckets: Some(buckets),
         ..Default::default()

@@ -17,14 +17,17 @@ mod errors;
 mod listing;
 #[macro_use]
 mod metadata;
+#[macro_use]
+mod objects;
 mod multipart;
 mod names;
-mod objects;
+mod object_buckets;
 mod streams;
 mod tenants;
 mod time;
 
 pub use names::{STAGING, UPLOADS};
+pub use object_buckets::{ObjectBucketConfig, ObjectBuckets, SIDECAR};
 pub use tenants::Tenants;
 
 use async_trait::async_trait;
@@ -52,9 +55,9 @@ pub struct Gateway {
 
 impl Gateway {
     /// The hyper service answering S3 requests for the applications of
-    /// `tenants`.
-    pub fn service(tenants: Arc<dyn Tenants>) -> S3Service {
-        let directory = Directory::new(tenants);
+    /// `tenants`, with the namespace's buckets and the configured `objects`.
+    pub fn service(tenants: Arc<dyn Tenants>, objects: ObjectBuckets) -> S3Service {
+        let directory = Directory::new(tenants, Arc::new(objects));
         let mut builder = S3ServiceBuilder::new(Gateway {
             directory: directory.clone(),
         });
@@ -142,7 +145,7 @@ impl S3 for Gateway {
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
         let t = self.tenant(&req).await?;
-        buckets::owned(&t, &req.input.bucket).await?;
+        buckets::usable(&t, &req.input.bucket).await?;
         ok(HeadBucketOutput::default())
     }
 
@@ -151,7 +154,7 @@ impl S3 for Gateway {
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
         let t = self.tenant(&req).await?;
-        buckets::owned(&t, &req.input.bucket).await?;
+        buckets::usable(&t, &req.input.bucket).await?;
         ok(GetBucketLocationOutput::default())
     }
 
@@ -160,7 +163,11 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let t = self.tenant(&req).await?;
-        ok(objects::put(&t, req.input, req.trailing_headers.as_ref()).await?)
+        let trailers = req.trailing_headers.as_ref();
+        match buckets::object_bucket(&t, &req.input.bucket)? {
+            Some(b) => ok(b.put(req.input, trailers).await?),
+            None => ok(objects::put(&t, req.input, trailers).await?),
+        }
     }
 
     async fn get_object(
@@ -168,7 +175,10 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let t = self.tenant(&req).await?;
-        ok(objects::get(&t, req.input).await?)
+        match buckets::object_bucket(&t, &req.input.bucket)? {
+            Some(b) => ok(b.get(req.input).await?),
+            None => ok(objects::get(&t, req.input).await?),
+        }
     }
 
     async fn head_object(
@@ -176,7 +186,10 @@ impl S3 for Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let t = self.tenant(&req).await?;
-        ok(objects::head(&t, req.input).await?)
+        match buckets::object_bucket(&t, &req.input.bucket)? {
+            Some(b) => ok(b.head(req.input).await?),
+            None => ok(objects::head(&t, req.input).await?),
+        }
     }
 
     async fn delete_object(
@@ -184,7 +197,7 @@ impl S3 for Gateway {
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let t = self.tenant(&req).await?;
-        objects::delete(&t, &req.input.bucket, &req.input.key).await?;
+        objects::delete_any(&t, &req.input.bucket, &req.input.key).await?;
         ok(DeleteObjectOutput::default())
     }
 

@@ -41,6 +41,7 @@ pub struct Query<'a> {
     pub fetch_owner: bool,
 }
 
+/// One page of a listing, ready for either ListObjects version.
 pub struct Page {
     pub contents: Vec<Object>,
     pub prefixes: Vec<CommonPrefix>,
@@ -49,8 +50,16 @@ pub struct Page {
     pub last: Option<String>,
 }
 
-enum Entry {
-    Object(FileMeta),
+/// The objects of a page (still to be described) and its common prefixes.
+pub struct Paged<T> {
+    pub objects: Vec<(String, T)>,
+    pub prefixes: Vec<CommonPrefix>,
+    pub truncated: bool,
+    pub last: Option<String>,
+}
+
+enum Entry<T> {
+    Object(T),
     Prefix,
 }
 
@@ -62,8 +71,9 @@ pub fn encode(url_encoded: bool, text: &str) -> String {
     }
 }
 
-pub async fn page(t: &Tenant, q: &Query<'_>) -> S3Result<Page> {
-    let dir = buckets::owned(t, q.bucket).await?;
+/// S3's prefix, delimiter and paging rules over `keys`, which are in key
+/// order and all start with the query's prefix.
+pub fn paginate<T>(keys: Vec<(String, T)>, q: &Query<'_>) -> S3Result<Paged<T>> {
     let max = match q.max_keys {
         Some(n) if n < 0 => {
             return Err(s3_error!(InvalidArgument, "max-keys must not be negative"))
@@ -71,15 +81,9 @@ pub async fn page(t: &Tenant, q: &Query<'_>) -> S3Result<Page> {
         Some(n) => (n as usize).min(MAX_KEYS),
         None => MAX_KEYS,
     };
-    let inventory = t.client.catalog().inventory();
-    let under = inventory
-        .list(&format!("{}/{}", dir.path, q.prefix))
-        .await
-        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
-    let keys = keys(q.bucket, under);
-    let mut entries: Vec<(String, Entry)> = Vec::new();
+    let mut entries: Vec<(String, Entry<T>)> = Vec::new();
     let mut truncated = false;
-    for (key, file) in keys {
+    for (key, item) in keys {
         if q.after.as_deref().is_some_and(|a| key.as_str() <= a) {
             continue;
         }
@@ -96,7 +100,7 @@ pub async fn page(t: &Tenant, q: &Query<'_>) -> S3Result<Page> {
                 }
                 (prefix, Entry::Prefix)
             }
-            None => (key, Entry::Object(file)),
+            None => (key, Entry::Object(item)),
         };
         if entries.len() == max {
             truncated = true;
@@ -112,10 +116,60 @@ pub async fn page(t: &Tenant, q: &Query<'_>) -> S3Result<Page> {
             Entry::Prefix => prefixes.push(CommonPrefix {
                 prefix: Some(encode(q.url_encoded, &key)),
             }),
-            Entry::Object(file) => objects.push((key, file)),
+            Entry::Object(item) => objects.push((key, item)),
         }
     }
-    let contents = futures::stream::iter(objects)
+    Ok(Paged {
+        objects,
+        prefixes,
+        truncated,
+        last,
+    })
+}
+
+/// A listed object as S3 shows it.
+pub fn object(
+    q: &Query<'_>,
+    key: &str,
+    size: u64,
+    mtime: u64,
+    etag: String,
+    owner: &str,
+) -> Object {
+    Object {
+        key: Some(encode(q.url_encoded, key)),
+        size: Some(size as i64),
+        last_modified: Some(timestamp(mtime)),
+        e_tag: Some(ETag::Strong(etag)),
+        storage_class: Some(ObjectStorageClass::from_static(
+            ObjectStorageClass::STANDARD,
+        )),
+        owner: q.fetch_owner.then(|| Owner {
+            id: Some(owner.to_string()),
+            display_name: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A page of a bucket of either kind.
+pub async fn page(t: &Tenant, q: &Query<'_>) -> S3Result<Page> {
+    match buckets::object_bucket(t, q.bucket)? {
+        Some(b) => b.list(q).await,
+        None => namespace_page(t, q).await,
+    }
+}
+
+/// A page of a bucket of the namespace.
+async fn namespace_page(t: &Tenant, q: &Query<'_>) -> S3Result<Page> {
+    let dir = buckets::owned(t, q.bucket).await?;
+    let inventory = t.client.catalog().inventory();
+    let under = inventory
+        .list(&format!("{}/{}", dir.path, q.prefix))
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
+    let paged = paginate(keys(q.bucket, under), q)?;
+    let contents = futures::stream::iter(paged.objects)
         .map(|(key, file)| async move {
             let xattrs = inventory.xattrs(file.id).await?;
             let meta = ObjectMeta::from_xattrs(&file, &xattrs);
@@ -124,20 +178,8 @@ pub async fn page(t: &Tenant, q: &Query<'_>) -> S3Result<Page> {
             } else {
                 file.size
             };
-            Ok::<_, labios_label::Error>(Object {
-                key: Some(encode(q.url_encoded, &key)),
-                size: Some(size as i64),
-                last_modified: Some(timestamp(file.mtime)),
-                e_tag: Some(ETag::Strong(meta.etag)),
-                storage_class: Some(ObjectStorageClass::from_static(
-                    ObjectStorageClass::STANDARD,
-                )),
-                owner: q.fetch_owner.then(|| Owner {
-                    id: Some(file.owner.to_string()),
-                    display_name: None,
-                }),
-                ..Default::default()
-            })
+            let owner = file.owner.to_string();
+            Ok::<_, labios_label::Error>(object(q, &key, size, file.mtime, meta.etag, &owner))
         })
         .buffered(METADATA_LOOKUPS)
         .try_collect()
@@ -145,9 +187,9 @@ pub async fn page(t: &Tenant, q: &Query<'_>) -> S3Result<Page> {
         .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
     Ok(Page {
         contents,
-        prefixes,
-        truncated,
-        last,
+        prefixes: paged.prefixes,
+        truncated: paged.truncated,
+        last: paged.last,
     })
 }
 

@@ -62,7 +62,7 @@ fn text(xattrs: &[(String, Bytes)], name: &str) -> String {
 
 /// The upload `id` of `t`, for `bucket`/`key`.
 async fn open(t: &Tenant, bucket: &str, key: &str, id: &str) -> S3Result<Upload> {
-    buckets::owned(t, bucket).await?;
+    buckets::usable(t, bucket).await?;
     let path = upload_dir(id)?;
     let missing = || {
         s3_error!(
@@ -103,8 +103,13 @@ pub async fn create(
     t: &Tenant,
     input: CreateMultipartUploadInput,
 ) -> S3Result<CreateMultipartUploadOutput> {
-    buckets::owned(t, &input.bucket).await?;
-    object_path(&input.bucket, &input.key)?;
+    match buckets::object_bucket(t, &input.bucket)? {
+        Some(b) => b.check_key(&input.key)?,
+        None => {
+            buckets::owned(t, &input.bucket).await?;
+            object_path(&input.bucket, &input.key)?;
+        }
+    }
     if input.key.ends_with('/') {
         return Err(s3_error!(
             InvalidArgument,
@@ -200,7 +205,6 @@ pub async fn complete(
     input: CompleteMultipartUploadInput,
 ) -> S3Result<CompleteMultipartUploadOutput> {
     let upload = open(t, &input.bucket, &input.key, &input.upload_id).await?;
-    let path = object_path(&input.bucket, &input.key)?;
     let asked = input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -235,10 +239,58 @@ pub async fn complete(
             .ok_or_else(|| s3_error!(InvalidPart, "part {number} changed after its upload"))?;
         chosen.push((file.clone(), md5));
     }
+    let md5s: Vec<[u8; 16]> = chosen.iter().map(|(_, m)| *m).collect();
+    let meta = ObjectMeta {
+        etag: multipart_etag(&md5s),
+        ..upload.meta.clone()
+    };
+    match buckets::object_bucket(t, &input.bucket)? {
+        Some(b) => {
+            let size: u64 = chosen.iter().map(|(f, _)| f.size).sum();
+            if size > b.limit() {
+                return Err(s3_error!(
+                    EntityTooLarge,
+                    "the parts add up to {size} bytes; objects of bucket {} are limited to {}",
+                    input.bucket,
+                    b.limit()
+                ));
+            }
+            let mut whole = bytes::BytesMut::with_capacity(size as usize);
+            for (file, _) in &chosen {
+                let data = t
+                    .client
+                    .read_at(&file.path, 0, file.size)
+                    .await
+                    .map_err(|e| t.fail(e, S3ErrorCode::NoSuchUpload))?;
+                whole.extend_from_slice(&data);
+            }
+            b.store(&input.key, whole.freeze(), meta.clone()).await?;
+        }
+        None => {
+            let path = object_path(&input.bucket, &input.key)?;
+            concatenate(t, &chosen, &path, &meta).await?;
+        }
+    }
+    remove(t, &upload).await?;
+    Ok(CompleteMultipartUploadOutput {
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        e_tag: Some(ETag::Strong(meta.etag)),
+        ..Default::default()
+    })
+}
+
+/// The parts, in order, into a staged file renamed over `path`.
+async fn concatenate(
+    t: &Tenant,
+    chosen: &[(FileMeta, [u8; 16])],
+    path: &str,
+    meta: &ObjectMeta,
+) -> S3Result<()> {
     let empty = StreamingBlob::from(s3s::Body::empty());
     let (staged, _) = stage(t, empty, ChecksumHasher::default()).await?;
     let mut offset = 0;
-    for (file, _) in &chosen {
+    for (file, _) in chosen {
         let copied = async {
             let body = read_body(t, &file.path, 0, file.size).await?;
             write_body(t, &staged, offset, body, ChecksumHasher::default()).await
@@ -252,19 +304,8 @@ pub async fn complete(
             }
         }
     }
-    let md5s: Vec<[u8; 16]> = chosen.iter().map(|(_, m)| *m).collect();
-    let meta = ObjectMeta {
-        etag: multipart_etag(&md5s),
-        ..upload.meta.clone()
-    };
-    commit(t, &staged, &path, &meta).await?;
-    remove(t, &upload).await?;
-    Ok(CompleteMultipartUploadOutput {
-        bucket: Some(input.bucket),
-        key: Some(input.key),
-        e_tag: Some(ETag::Strong(meta.etag)),
-        ..Default::default()
-    })
+    commit(t, &staged, path, meta).await?;
+    Ok(())
 }
 
 pub async fn abort(t: &Tenant, input: AbortMultipartUploadInput) -> S3Result<()> {
@@ -314,7 +355,7 @@ pub async fn list_uploads(
     t: &Tenant,
     input: ListMultipartUploadsInput,
 ) -> S3Result<ListMultipartUploadsOutput> {
-    buckets::owned(t, &input.bucket).await?;
+    buckets::usable(t, &input.bucket).await?;
     let inventory = t.client.catalog().inventory();
     let dirs = inventory
         .list(&format!("{UPLOADS}/"))

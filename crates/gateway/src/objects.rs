@@ -14,6 +14,7 @@ use crate::time::{timestamp, timestamp_secs};
 use futures::future::try_join_all;
 use labios_store::{FileKind, FileMeta};
 use s3s::checksum::ChecksumHasher;
+use s3s::crypto::{Checksum as _, Md5};
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
 
@@ -134,7 +135,7 @@ pub fn check_conditions(
 }
 
 /// A checksum hasher for the algorithms the request names.
-fn hasher(
+pub fn hasher(
     algorithm: Option<&ChecksumAlgorithm>,
     given: [Option<&String>; 5],
 ) -> S3Result<ChecksumHasher> {
@@ -181,8 +182,25 @@ pub struct Claimed {
     pub checksum: Checksum,
 }
 
+/// The checksums of a PutObject request (moved out of `input`).
+macro_rules! claimed_of {
+    ($input:expr) => {
+        $crate::objects::Claimed {
+            md5: $input.content_md5,
+            checksum: s3s::dto::Checksum {
+                checksum_crc32: $input.checksum_crc32,
+                checksum_crc32c: $input.checksum_crc32c,
+                checksum_sha1: $input.checksum_sha1,
+                checksum_sha256: $input.checksum_sha256,
+                checksum_crc64nvme: $input.checksum_crc64nvme,
+                ..Default::default()
+            },
+        }
+    };
+}
+
 impl Claimed {
-    fn take_trailers(&mut self, trailers: Option<&s3s::TrailingHeaders>) -> S3Result<()> {
+    pub fn take_trailers(&mut self, trailers: Option<&s3s::TrailingHeaders>) -> S3Result<()> {
         let Some(headers) = trailers.and_then(|t| t.take()) else {
             return Ok(());
         };
@@ -205,7 +223,7 @@ impl Claimed {
     }
 
     /// BadDigest unless what was stored has the checksums the client sent.
-    fn verify(&self, written: &Written) -> S3Result<()> {
+    pub fn verify(&self, written: &Written) -> S3Result<()> {
         if let Some(md5) = &self.md5 {
             let sent = base64_md5(md5)
                 .ok_or_else(|| s3_error!(InvalidDigest, "Content-MD5 is not a base64 MD5"))?;
@@ -382,17 +400,7 @@ pub async fn put(
             input.checksum_crc64nvme.as_ref(),
         ],
     )?;
-    let mut claimed = Claimed {
-        md5: input.content_md5,
-        checksum: Checksum {
-            checksum_crc32: input.checksum_crc32,
-            checksum_crc32c: input.checksum_crc32c,
-            checksum_sha1: input.checksum_sha1,
-            checksum_sha256: input.checksum_sha256,
-            checksum_crc64nvme: input.checksum_crc64nvme,
-            ..Default::default()
-        },
-    };
+    let mut claimed = claimed_of!(input);
     let (staged, written) = stage(t, body, hasher).await?;
     if let Err(e) = claimed
         .take_trailers(trailers)
@@ -419,23 +427,29 @@ pub async fn put(
     })
 }
 
+/// The bytes a Range header asks of an object of `size` bytes, and the
+/// Content-Range of the answer.
+pub fn range_of(
+    range: Option<&Range>,
+    size: u64,
+) -> S3Result<(std::ops::Range<u64>, Option<String>)> {
+    let Some(r) = range else {
+        return Ok((0..size, None));
+    };
+    let range = r.check(size).map_err(|_| {
+        s3_error!(
+            InvalidRange,
+            "range {} is outside the object's {size} bytes",
+            r.to_header_string()
+        )
+    })?;
+    let header = format!("bytes {}-{}/{size}", range.start, range.end - 1);
+    Ok((range, Some(header)))
+}
+
 pub async fn get(t: &Tenant, input: GetObjectInput) -> S3Result<GetObjectOutput> {
     let found = find_if!(t, input);
-    let size = found.size();
-    let (range, content_range) = match &input.range {
-        None => (0..size, None),
-        Some(r) => {
-            let range = r.check(size).map_err(|_| {
-                s3_error!(
-                    InvalidRange,
-                    "range {} is outside the object's {size} bytes",
-                    r.to_header_string()
-                )
-            })?;
-            let header = format!("bytes {}-{}/{size}", range.start, range.end - 1);
-            (range, Some(header))
-        }
-    };
+    let (range, content_range) = range_of(input.range.as_ref(), found.size())?;
     let body = read_body(t, &found.path, range.start, range.end).await?;
     Ok(
         described!(GetObjectOutput, found, range.end - range.start, {
@@ -481,13 +495,21 @@ pub async fn delete(t: &Tenant, bucket: &str, key: &str) -> S3Result<()> {
     Ok(())
 }
 
+/// Deletes one object of a bucket of either kind.
+pub async fn delete_any(t: &Tenant, bucket: &str, key: &str) -> S3Result<()> {
+    match buckets::object_bucket(t, bucket)? {
+        Some(b) => b.delete(key).await,
+        None => delete(t, bucket, key).await,
+    }
+}
+
 pub async fn delete_many(t: &Tenant, input: DeleteObjectsInput) -> S3Result<DeleteObjectsOutput> {
-    buckets::owned(t, &input.bucket).await?;
+    buckets::usable(t, &input.bucket).await?;
     let quiet = input.delete.quiet.unwrap_or(false);
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for id in input.delete.objects {
-        match delete(t, &input.bucket, &id.key).await {
+        match delete_any(t, &input.bucket, &id.key).await {
             Ok(()) if !quiet => deleted.push(DeletedObject {
                 key: Some(id.key),
                 ..Default::default()
@@ -520,19 +542,89 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
             "only bucket/key copy sources are supported"
         ));
     };
-    let src = find(t, src_bucket, src_key).await?;
-    buckets::owned(t, &input.bucket).await?;
-    let path = object_path(&input.bucket, &input.key)?;
+    let (src_bucket, src_key) = (src_bucket.to_string(), src_key.to_string());
     let replace = input
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    if path == src.path && !replace {
+    if (src_bucket.as_str(), src_key.as_str()) == (input.bucket.as_str(), input.key.as_str())
+        && !replace
+    {
         return Err(s3_error!(
             InvalidRequest,
             "copying an object onto itself needs new metadata (x-amz-metadata-directive: REPLACE)"
         ));
     }
+    let from = buckets::object_bucket(t, &src_bucket)?;
+    let into = buckets::object_bucket(t, &input.bucket)?;
+    if from.is_none() && into.is_none() {
+        return copy_in_namespace(t, &src_bucket, &src_key, replace, input).await;
+    }
+    // One side keeps whole objects in memory: the copy goes through it.
+    let limit = into.as_ref().map_or(u64::MAX, |b| b.limit());
+    let (data, src_meta) = match &from {
+        Some(b) => b.read_all(&src_key, limit).await?,
+        None => {
+            let src = find(t, &src_bucket, &src_key).await?;
+            if src.size() > limit {
+                return Err(s3_error!(
+                    EntityTooLarge,
+                    "{src_key} has {} bytes, more than bucket {} takes",
+                    src.size(),
+                    input.bucket
+                ));
+            }
+            let data = t
+                .client
+                .read_at(&src.path, 0, src.size())
+                .await
+                .map_err(|e| t.fail(e, S3ErrorCode::NoSuchKey))?;
+            (data, src.meta)
+        }
+    };
+    let key = input.key.clone();
+    let mut meta = if replace {
+        headers_of!(input)
+    } else {
+        src_meta
+    };
+    meta.etag = md5_etag(&Md5::checksum(&data));
+    let etag = match into {
+        Some(b) => b.store(&key, data, meta).await?,
+        None => {
+            let path = object_path(&input.bucket, &key)?;
+            buckets::owned(t, &input.bucket).await?;
+            let body = StreamingBlob::from(s3s::Body::from(data));
+            let (staged, _) = stage(t, body, ChecksumHasher::default()).await?;
+            commit(t, &staged, &path, &meta).await?;
+            meta.etag
+        }
+    };
+    Ok(copied(etag, crate::time::now()))
+}
+
+fn copied(etag: String, when: Timestamp) -> CopyObjectOutput {
+    CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(ETag::Strong(etag)),
+            last_modified: Some(when),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A copy between buckets of the namespace, streamed through the gateway.
+async fn copy_in_namespace(
+    t: &Tenant,
+    src_bucket: &str,
+    src_key: &str,
+    replace: bool,
+    input: CopyObjectInput,
+) -> S3Result<CopyObjectOutput> {
+    let src = find(t, src_bucket, src_key).await?;
+    buckets::owned(t, &input.bucket).await?;
+    let path = object_path(&input.bucket, &input.key)?;
     let mut meta = if replace {
         headers_of!(input)
     } else {
@@ -540,33 +632,18 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
     };
     if src.file.kind == FileKind::Dir {
         put_folder(t, &path, None).await?;
-        return Ok(CopyObjectOutput {
-            copy_object_result: Some(CopyObjectResult {
-                e_tag: Some(ETag::Strong(src.meta.etag)),
-                last_modified: Some(crate::time::now()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
+        return Ok(copied(src.meta.etag, crate::time::now()));
     }
     let body = read_body(t, &src.path, 0, src.file.size).await?;
     let (staged, written) = stage(t, body, ChecksumHasher::default()).await?;
     meta.etag = md5_etag(&written.md5);
     let file = commit(t, &staged, &path, &meta).await?;
-    Ok(CopyObjectOutput {
-        copy_object_result: Some(CopyObjectResult {
-            e_tag: Some(ETag::Strong(meta.etag)),
-            last_modified: Some(timestamp(file.mtime)),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    Ok(copied(meta.etag, timestamp(file.mtime)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use s3s::crypto::{Checksum as _, Md5};
 
     #[test]
     fn content_md5_is_base64() {

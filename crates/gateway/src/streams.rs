@@ -4,6 +4,7 @@
 //! object of any size passes through the gateway in bounded memory.
 
 use crate::tenants::Tenant;
+use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use labios_client::{Client, Handle};
@@ -14,6 +15,7 @@ use s3s::dto::StreamingBlob;
 use s3s::{s3_error, S3ErrorCode, S3Result};
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
@@ -84,28 +86,67 @@ pub async fn write_body(
     })
 }
 
-/// Bytes `start..end` of the file at `path` as a response body. Small
-/// ranges are read at once; larger ones by a task that keeps `READ_AHEAD`
-/// chunks ahead of the connection and stops when the client goes away.
+/// Where a download reads from: a LABIOS file or a mapped object.
+#[async_trait]
+pub trait Source: Send + Sync + 'static {
+    /// Exactly the bytes `start..end`, or an error.
+    async fn read(&self, start: u64, end: u64) -> Result<Bytes, Error>;
+}
+
+/// A LABIOS file, read through read labels.
+pub struct FileSource {
+    pub client: Client,
+    pub path: String,
+}
+
+#[async_trait]
+impl Source for FileSource {
+    async fn read(&self, start: u64, end: u64) -> Result<Bytes, Error> {
+        if start == end {
+            return Ok(Bytes::new());
+        }
+        let data = self.client.read_at(&self.path, start, end - start).await?;
+        if (data.len() as u64) < end - start {
+            return Err(Error::Storage(format!(
+                "{} shrank to {} bytes while it was being read",
+                self.path,
+                start + data.len() as u64
+            )));
+        }
+        Ok(data)
+    }
+}
+
+/// Bytes `start..end` of the file at `path` as a response body.
 pub async fn read_body(
     tenant: &Tenant,
     path: &str,
     start: u64,
     end: u64,
 ) -> S3Result<StreamingBlob> {
+    let source = FileSource {
+        client: tenant.client.clone(),
+        path: path.to_string(),
+    };
+    stream(Arc::new(source), start, end)
+        .await
+        .map_err(|e| tenant.fail(e, S3ErrorCode::NoSuchKey))
+}
+
+/// Bytes `start..end` of `source` as a response body. Small ranges are
+/// read at once; larger ones by a task that keeps `READ_AHEAD` chunks ahead
+/// of the connection and stops when the client goes away.
+pub async fn stream(source: Arc<dyn Source>, start: u64, end: u64) -> Result<StreamingBlob, Error> {
     if end - start <= CHUNK as u64 {
-        let data = read_exact(&tenant.client, path, start, end)
-            .await
-            .map_err(|e| tenant.fail(e, S3ErrorCode::NoSuchKey))?;
+        let data = source.read(start, end).await?;
         return Ok(StreamingBlob::from(s3s::Body::from(data)));
     }
     let (tx, rx) = mpsc::channel(READ_AHEAD);
-    let (client, path) = (tenant.client.clone(), path.to_string());
     tokio::spawn(async move {
         let mut pos = start;
         while pos < end {
             let upto = end.min(pos + CHUNK as u64);
-            let data = read_exact(&client, &path, pos, upto).await;
+            let data = source.read(pos, upto).await;
             let failed = data.is_err();
             if tx.send(data).await.is_err() || failed {
                 return;
@@ -114,20 +155,6 @@ pub async fn read_body(
         }
     });
     Ok(StreamingBlob::wrap(Chunks(rx)))
-}
-
-async fn read_exact(client: &Client, path: &str, start: u64, end: u64) -> Result<Bytes, Error> {
-    if start == end {
-        return Ok(Bytes::new());
-    }
-    let data = client.read_at(path, start, end - start).await?;
-    if (data.len() as u64) < end - start {
-        return Err(Error::Storage(format!(
-            "{path} shrank to {} bytes while it was being read",
-            start + data.len() as u64
-        )));
-    }
-    Ok(data)
 }
 
 /// The receiving end of a download's read-ahead.

@@ -4,6 +4,7 @@
 //! application, confined to it exactly as any other client is.
 
 use crate::errors;
+use crate::object_buckets::ObjectBuckets;
 use async_trait::async_trait;
 use labios_client::Client;
 use labios_label::{AppId, Error, Result};
@@ -31,6 +32,7 @@ const RELOAD_EVERY: Duration = Duration::from_secs(1);
 /// The registry as last read, and one client per application.
 pub struct Directory {
     tenants: Arc<dyn Tenants>,
+    objects: Arc<ObjectBuckets>,
     state: Mutex<State>,
     /// One reload or connect at a time: a burst of requests from a new
     /// tenant makes one client, not one each.
@@ -39,15 +41,27 @@ pub struct Directory {
 
 #[derive(Default)]
 struct State {
-    keys: HashMap<String, (AppId, String)>,
+    /// Access key -> application, its name and its secret.
+    keys: HashMap<String, Known>,
     loaded: Option<Instant>,
     clients: HashMap<AppId, Client>,
+}
+
+#[derive(Clone)]
+struct Known {
+    app: AppId,
+    name: String,
+    secret: String,
 }
 
 /// The application a request runs as.
 pub struct Tenant {
     pub app: AppId,
+    /// Its name in the registry.
+    pub name: String,
     pub client: Client,
+    /// Buckets kept outside the namespace ([`crate::object_buckets`]).
+    pub objects: Arc<ObjectBuckets>,
     directory: Arc<Directory>,
 }
 
@@ -68,19 +82,20 @@ impl Tenant {
 }
 
 impl Directory {
-    pub fn new(tenants: Arc<dyn Tenants>) -> Arc<Self> {
+    pub fn new(tenants: Arc<dyn Tenants>, objects: Arc<ObjectBuckets>) -> Arc<Self> {
         Arc::new(Directory {
             tenants,
+            objects,
             state: Mutex::new(State::default()),
             reload: tokio::sync::Mutex::new(()),
         })
     }
 
-    fn known(&self, key: &str) -> Option<(AppId, String)> {
+    fn known(&self, key: &str) -> Option<Known> {
         self.state.lock().unwrap().keys.get(key).cloned()
     }
 
-    async fn credentials(&self, key: &str) -> S3Result<(AppId, String)> {
+    async fn credentials(&self, key: &str) -> S3Result<Known> {
         if let Some(found) = self.known(key) {
             return Ok(found);
         }
@@ -103,7 +118,14 @@ impl Directory {
             let mut state = self.state.lock().unwrap();
             state.keys = apps
                 .into_iter()
-                .map(|a| (a.key, (a.id, a.secret)))
+                .map(|a| {
+                    let known = Known {
+                        app: a.id,
+                        name: a.name,
+                        secret: a.secret,
+                    };
+                    (a.key, known)
+                })
                 .collect();
             state.loaded = Some(Instant::now());
         }
@@ -119,7 +141,7 @@ impl Directory {
     /// here (s3s refuses them with AccessDenied).
     pub async fn tenant(self: &Arc<Self>, creds: Option<&Credentials>) -> S3Result<Tenant> {
         let creds = creds.ok_or_else(|| s3_error!(AccessDenied, "a signed request is required"))?;
-        let (app, secret) = self.credentials(&creds.access_key).await?;
+        let Known { app, name, secret } = self.credentials(&creds.access_key).await?;
         let cached = self.state.lock().unwrap().clients.get(&app).cloned();
         let client = match cached {
             Some(c) => c,
@@ -142,7 +164,9 @@ impl Directory {
         };
         Ok(Tenant {
             app,
+            name,
             client,
+            objects: self.objects.clone(),
             directory: self.clone(),
         })
     }
@@ -154,6 +178,8 @@ pub struct Auth(pub Arc<Directory>);
 #[async_trait]
 impl S3Auth for Auth {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        Ok(SecretKey::from(self.0.credentials(access_key).await?.1))
+        Ok(SecretKey::from(
+            self.0.credentials(access_key).await?.secret,
+        ))
     }
 }

@@ -10,6 +10,7 @@ use labios_client::ClientConfig;
 use labios_core::dispatcher::DispatcherConfig;
 use labios_distributed::nats_queue::NatsConfig;
 use labios_distributed::redis_store::RedisConfig;
+use labios_gateway::ObjectBucketConfig;
 use labios_label::WorkerSpec;
 use labios_server::{ManagerConfig, WorkerConfig};
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,18 @@ pub struct Config {
     /// External storage (article 3.3.3a), `[mounts.NAME]`: what workers
     /// may read and write and clients may name as `NAME:/path`.
     pub mounts: BTreeMap<String, MountConfig>,
+    /// The S3 gateway (`labios s3`).
+    pub s3: S3Settings,
+}
+
+/// `[s3]`: settings of `labios s3` beyond its command line.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct S3Settings {
+    /// `[s3.buckets.NAME]`: buckets kept in a directory of a file system
+    /// by an objects-to-files mapping (IRIS 3.4.1) instead of in the
+    /// LABIOS namespace.
+    pub buckets: BTreeMap<String, ObjectBucketConfig>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +149,7 @@ impl Default for Config {
             nats: NatsConfig::default(),
             redis: RedisConfig::default(),
             mounts: BTreeMap::new(),
+            s3: S3Settings::default(),
         }
     }
 }

@@ -15,7 +15,7 @@ use anyhow::Context;
 use async_trait::async_trait;
 use labios_client::Client;
 use labios_core::administrator::SERVICE_KEY;
-use labios_gateway::{Gateway, Tenants};
+use labios_gateway::{Gateway, ObjectBuckets, Tenants};
 use labios_store::remote::{connect, Endpoint};
 use labios_store::{AppRecord, Inventory};
 use std::sync::Arc;
@@ -81,6 +81,16 @@ pub async fn s3(mut config: Config, listen: &str) -> anyhow::Result<()> {
         }
         Deployment::Distributed => distributed_stores(&config).await?.inventory,
     };
+    let objects = ObjectBuckets::open(&config.s3.buckets)?;
+    let apps = registry.apps().await?;
+    for (name, b) in &config.s3.buckets {
+        if !apps.iter().any(|a| a.name == b.owner) {
+            eprintln!(
+                "labios s3: warning: bucket {name} belongs to {:?}, which is not a registered application (yet)",
+                b.owner
+            );
+        }
+    }
     let tenants = Arc::new(Deployed { config, registry });
     println!(
         "labios s3: serving the LABIOS namespace over S3 at http://{address} (credentials: `labios app create NAME`)"
@@ -91,7 +101,7 @@ pub async fn s3(mut config: Config, listen: &str) -> anyhow::Result<()> {
             std::future::pending::<()>().await;
         }
     };
-    labios_gateway::serve(listener, Gateway::service(tenants), stop).await?;
+    labios_gateway::serve(listener, Gateway::service(tenants, objects), stop).await?;
     eprintln!("labios s3: stopped");
     if let Some(s) = served {
         s.shutdown().await?;

@@ -220,8 +220,14 @@ fn wrong_secret(who: &Creds) -> Creds {
 
 impl Site {
     async fn start(kind: Kind) -> Site {
+        Site::start_configured(kind, |_| String::new()).await
+    }
+
+    /// A site whose `labios` processes also read the TOML `config` makes
+    /// of the test's directory.
+    async fn start_configured(kind: Kind, config: impl FnOnce(&Path) -> String) -> Site {
         let tmp = tempfile::tempdir().unwrap();
-        let (deployment, env) = match kind {
+        let (deployment, mut env) = match kind {
             Kind::Embedded => {
                 let data = tmp.path().join("data");
                 let server = Server::start(&data);
@@ -240,6 +246,9 @@ impl Site {
                 (Deployment::Cluster(Box::new(d)), env)
             }
         };
+        let file = tmp.path().join("labios.toml");
+        std::fs::write(&file, config(tmp.path())).unwrap();
+        env.push(("LABIOS_CONFIG".into(), file.display().to_string()));
         let labios = || labios_with(&env);
         Site {
             deployment,
@@ -253,6 +262,16 @@ impl Site {
 
     fn labios(&self) -> Command {
         labios_with(&self.env)
+    }
+
+    /// Stops the gateway (cleanly) and starts another.
+    fn restart_gateway(&mut self) {
+        let stopped = Gateway {
+            child: None,
+            url: String::new(),
+        };
+        std::mem::replace(&mut self.gateway, stopped).stop();
+        self.gateway = start_gateway(self.labios());
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -911,4 +930,119 @@ async fn gateway_alone_runs_the_runtime_and_refuses_a_wrong_service_secret() {
         "a gateway with a stale service secret",
     );
     gateway.stop();
+}
+
+/// The four objects-to-files mappings of IRIS behind `[s3.buckets]`, with
+/// boto3 (tests/s3/test_object_buckets.py), their layouts on disk, a
+/// restart of the gateway and the lock that keeps a second one out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_buckets_keep_objects_in_a_file_system_by_their_mapping() {
+    let buckets = [
+        ("objects-one", "one-to-one", ""),
+        ("objects-n-to-one", "n-to-one", ""),
+        ("objects-n-to-m", "n-to-m", "container_size = 4194304\n"),
+        ("objects-hashed", "hashed-n-to-m", "containers = 4\n"),
+    ];
+    let mut site = Site::start_configured(Kind::Embedded, |root| {
+        let mut toml = String::new();
+        for (name, mapping, extra) in buckets {
+            toml.push_str(&format!(
+                "[s3.buckets.{name}]\ndir = \"{}\"\nowner = \"alice\"\nmapping = \"{mapping}\"\nmax_object_size = 16777216\n{extra}",
+                root.join("pfs").join(name).display()
+            ));
+        }
+        toml
+    })
+    .await;
+    let names: Vec<&str> = buckets.iter().map(|b| b.0).collect();
+    let out = Command::new(format!("{}/bin/python", venv()))
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"])
+        .arg(format!("{TESTS}/test_object_buckets.py"))
+        .env("LABIOS_S3_URL", &site.gateway.url)
+        .env("ALICE_KEY", &site.alice.key)
+        .env("ALICE_SECRET", &site.alice.secret)
+        .env("BOB_KEY", &site.bob.key)
+        .env("BOB_SECRET", &site.bob.secret)
+        .env("OBJECT_BUCKETS", names.join(","))
+        .output()
+        .unwrap();
+    let printed = ok(out, "the object bucket suite");
+    assert!(printed.contains(" passed"), "{printed}");
+
+    // One-to-one: objects are plain files; the containers: few files.
+    let pfs = site.path("pfs");
+    assert_eq!(
+        std::fs::metadata(pfs.join("objects-one/kept/05"))
+            .unwrap()
+            .len(),
+        1005
+    );
+    let containers = |name: &str| {
+        std::fs::read_dir(pfs.join(name).join("containers"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("dat".as_ref()))
+            .count()
+    };
+    assert_eq!(containers("objects-n-to-one"), 1);
+    assert!(
+        containers("objects-n-to-m") >= 2,
+        "n-to-m keeps to 4 MiB containers"
+    );
+    assert!(containers("objects-hashed") <= 4);
+    for (name, _, _) in &buckets[1..] {
+        assert!(
+            !pfs.join(name).join("kept").exists(),
+            "{name} keeps no file per object"
+        );
+    }
+
+    // Another gateway on the same directories is refused while one runs.
+    let second = site
+        .labios()
+        .args(["s3", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    fails_with(
+        second,
+        "served by another labios s3 process",
+        "a second gateway",
+    );
+
+    // Restarted, the gateway finds every object with the same ETag.
+    let listing = |site: &Site, bucket: &str| {
+        ok(
+            site.aws(
+                &site.alice,
+                &[
+                    "s3api",
+                    "list-objects-v2",
+                    "--bucket",
+                    bucket,
+                    "--prefix",
+                    "kept/",
+                ],
+            ),
+            "list-objects-v2",
+        )
+        .lines()
+        .filter(|l| l.contains("\"Key\"") || l.contains("\"ETag\"") || l.contains("\"Size\""))
+        .collect::<Vec<_>>()
+        .join("\n")
+    };
+    let before: Vec<String> = names.iter().map(|b| listing(&site, b)).collect();
+    assert!(
+        before.iter().all(|l| l.matches("\"Key\"").count() == 20),
+        "{before:?}"
+    );
+    site.restart_gateway();
+    for (b, was) in names.iter().zip(&before) {
+        assert_eq!(&listing(&site, b), was, "{b} after a restart");
+    }
+    let got = site.aws(
+        &site.alice,
+        &["s3", "cp", "s3://objects-hashed/kept/07", "-"],
+    );
+    assert!(got.status.success(), "get after restart: {got:?}");
+    assert_eq!(got.stdout.len(), 1007);
+    site.stop().await;
 }
