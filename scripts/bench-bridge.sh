@@ -51,43 +51,12 @@ else
 fi
 [ -f "$(dirname "$BIN")/liblabios_preload.so" ] || { echo "no liblabios_preload.so beside $BIN" >&2; exit 1; }
 
-WORK="$(mktemp -d -p /var/tmp labios-bench-bridge.XXXXXX)"
-cleanup() {
-    set +e
-    [ -f "$WORK/s3.pid" ] && kill "$(cat "$WORK/s3.pid")" 2>/dev/null
-    [ -f "$WORK/serve.pid" ] && kill "$(cat "$WORK/serve.pid")" 2>/dev/null
-    bash scripts/services.sh stop-versitygw "$WORK/vgw" >/dev/null 2>&1
-    wait 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-VPORT=$(free_port)
-bash scripts/services.sh start-versitygw "$VPORT" "$WORK/vgw" benchkey benchsecret123 >/dev/null
-
-# `labios s3` finds the server's service secret through the data directory.
-export LABIOS_ENDPOINT="$WORK/data/labios.sock" LABIOS_DATA_DIR="$WORK/data"
-"$BIN" serve --data-dir "$WORK/data" >"$WORK/serve.log" 2>&1 &
-echo $! >"$WORK/serve.pid"
-for _ in $(seq 100); do [ -S "$LABIOS_ENDPOINT" ] && break; sleep 0.1; done
-CREDS=$("$BIN" app create cm1-bench)
-"$BIN" s3 --listen 127.0.0.1:0 >"$WORK/s3.log" 2>&1 &
-echo $! >"$WORK/s3.pid"
-URL=""
-for _ in $(seq 100); do
-    URL=$(grep -o 'http://[0-9.:]*' "$WORK/s3.log" | head -1 || true)
-    [ -n "$URL" ] && break
-    sleep 0.1
-done
-[ -n "$URL" ] || { cat "$WORK/s3.log" >&2; exit 1; }
+. scripts/bench-site.sh
+start_site bench-bridge cm1-bench
 # From here on every LABIOS client (labios run's programs, the analysis)
 # acts as the bench application, so the files the simulation writes belong
 # to the application the S3 client signs as.
-export LABIOS_KEY=$(awk '/^key:/ {print $2}' <<<"$CREDS")
-export LABIOS_SECRET=$(awk '/^secret:/ {print $2}' <<<"$CREDS")
+export LABIOS_KEY="$KEY" LABIOS_SECRET="$SECRET"
 
 cat >"$WORK/simulate.py" <<'PY'
 import hashlib, os, sys

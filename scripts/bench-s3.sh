@@ -47,40 +47,8 @@ else
     BIN="$CARGO_TARGET_DIR/release/labios"
 fi
 
-# Everything on the same file system as the raw baseline.
-WORK="$(mktemp -d -p /var/tmp labios-bench-s3.XXXXXX)"
-cleanup() {
-    set +e
-    [ -f "$WORK/s3.pid" ] && kill "$(cat "$WORK/s3.pid")" 2>/dev/null
-    [ -f "$WORK/serve.pid" ] && kill "$(cat "$WORK/serve.pid")" 2>/dev/null
-    bash scripts/services.sh stop-versitygw "$WORK/vgw" >/dev/null 2>&1
-    wait 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-VPORT=$(free_port)
-bash scripts/services.sh start-versitygw "$VPORT" "$WORK/vgw" benchkey benchsecret123 >/dev/null
-
-export LABIOS_ENDPOINT="$WORK/labios/labios.sock" LABIOS_DATA_DIR="$WORK/labios"
-"$BIN" serve --data-dir "$WORK/labios" >"$WORK/serve.log" 2>&1 &
-echo $! >"$WORK/serve.pid"
-for _ in $(seq 100); do [ -S "$LABIOS_ENDPOINT" ] && break; sleep 0.1; done
-CREDS=$("$BIN" app create s3-bench)
-KEY=$(awk '/^key:/ {print $2}' <<<"$CREDS")
-SECRET=$(awk '/^secret:/ {print $2}' <<<"$CREDS")
-"$BIN" s3 --listen 127.0.0.1:0 >"$WORK/s3.log" 2>&1 &
-echo $! >"$WORK/s3.pid"
-URL=""
-for _ in $(seq 100); do
-    URL=$(grep -o 'http://[0-9.:]*' "$WORK/s3.log" | head -1 || true)
-    [ -n "$URL" ] && break
-    sleep 0.1
-done
-[ -n "$URL" ] || { cat "$WORK/s3.log" >&2; exit 1; }
+. scripts/bench-site.sh
+start_site bench-s3 s3-bench
 
 cat >"$WORK/bench.py" <<'PY'
 import datetime, json, os, platform, shutil, statistics, subprocess, sys, threading, time

@@ -18,7 +18,7 @@
 use crate::errors;
 use crate::listing::{self, Page, Query};
 use crate::metadata::{derived_etag, md5_etag, ObjectMeta};
-use crate::objects::{check_conditions, hasher, Found};
+use crate::objects::{put_conditions, Claimed, Found};
 use crate::streams::{self, Source, Written};
 use crate::tenants::Tenant;
 use crate::time::timestamp;
@@ -376,51 +376,17 @@ impl ObjectBucket {
 
     pub async fn put(
         &self,
-        input: PutObjectInput,
+        mut input: PutObjectInput,
         trailers: Option<&s3s::TrailingHeaders>,
     ) -> S3Result<PutObjectOutput> {
         self.check_key(&input.key)?;
-        if input.if_none_match.is_some() || input.if_match.is_some() {
-            match self.find(&input.key).await {
-                Ok(found) => check_conditions(
-                    &found,
-                    input.if_match.as_ref(),
-                    input.if_none_match.as_ref(),
-                    None,
-                    None,
-                )
-                .map_err(|e| match e.code() {
-                    S3ErrorCode::NotModified => {
-                        s3_error!(PreconditionFailed, "{} already exists", input.key)
-                    }
-                    _ => e,
-                })?,
-                Err(e) if *e.code() == S3ErrorCode::NoSuchKey && input.if_match.is_some() => {
-                    return Err(s3_error!(
-                        PreconditionFailed,
-                        "{} does not exist",
-                        input.key
-                    ))
-                }
-                Err(e) if *e.code() == S3ErrorCode::NoSuchKey => {}
-                Err(e) => return Err(e),
-            }
-        }
+        put_conditions(&input, self.find(&input.key)).await?;
         let body = input
             .body
+            .take()
             .ok_or_else(|| s3_error!(IncompleteBody, "PUT without a body"))?;
-        let hasher = hasher(
-            input.checksum_algorithm.as_ref(),
-            [
-                input.checksum_crc32.as_ref(),
-                input.checksum_crc32c.as_ref(),
-                input.checksum_sha1.as_ref(),
-                input.checksum_sha256.as_ref(),
-                input.checksum_crc64nvme.as_ref(),
-            ],
-        )?;
+        let (mut claimed, hasher) = Claimed::of_put(&mut input)?;
         let (data, written) = self.collect(body, hasher).await?;
-        let mut claimed = claimed_of!(input);
         claimed.take_trailers(trailers)?;
         claimed.verify(&written)?;
         let meta = ObjectMeta {
@@ -437,13 +403,7 @@ impl ObjectBucket {
 
     pub async fn get(&self, input: GetObjectInput) -> S3Result<GetObjectOutput> {
         let found = self.find(&input.key).await?;
-        check_conditions(
-            &found,
-            input.if_match.as_ref(),
-            input.if_none_match.as_ref(),
-            input.if_modified_since.as_ref(),
-            input.if_unmodified_since.as_ref(),
-        )?;
+        conditions!(found, input)?;
         let size = found.file.size;
         let (range, content_range) = crate::objects::range_of(input.range.as_ref(), size)?;
         let source = Arc::new(Stored {
@@ -463,13 +423,7 @@ impl ObjectBucket {
 
     pub async fn head(&self, input: HeadObjectInput) -> S3Result<HeadObjectOutput> {
         let found = self.find(&input.key).await?;
-        check_conditions(
-            &found,
-            input.if_match.as_ref(),
-            input.if_none_match.as_ref(),
-            input.if_modified_since.as_ref(),
-            input.if_unmodified_since.as_ref(),
-        )?;
+        conditions!(found, input)?;
         let size = found.file.size;
         Ok(described!(HeadObjectOutput, found, size, {}))
     }

@@ -35,20 +35,18 @@ impl Found {
     }
 }
 
-/// `find`, then the conditions of a GetObject or HeadObject request, whose
-/// inputs name them alike.
-macro_rules! find_if {
-    ($t:expr, $input:expr) => {{
-        let found = find($t, &$input.bucket, &$input.key).await?;
-        check_conditions(
-            &found,
+/// The conditions of a GetObject or HeadObject request (whose inputs name
+/// them alike) on `found`.
+macro_rules! conditions {
+    ($found:expr, $input:expr) => {
+        $crate::objects::check_conditions(
+            &$found,
             $input.if_match.as_ref(),
             $input.if_none_match.as_ref(),
             $input.if_modified_since.as_ref(),
             $input.if_unmodified_since.as_ref(),
-        )?;
-        found
-    }};
+        )
+    };
 }
 
 /// A GetObject or HeadObject output describing `found`, `len` bytes of it,
@@ -134,8 +132,39 @@ pub fn check_conditions(
     Ok(())
 }
 
+/// If-Match and If-None-Match of a PUT: `existing` (looked up only when
+/// the request has a condition) must be, or must not be, there.
+pub async fn put_conditions(
+    input: &PutObjectInput,
+    existing: impl std::future::Future<Output = S3Result<Found>>,
+) -> S3Result<()> {
+    if input.if_match.is_none() && input.if_none_match.is_none() {
+        return Ok(());
+    }
+    match existing.await {
+        Ok(found) => check_conditions(
+            &found,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+            None,
+            None,
+        )
+        .map_err(|e| match e.code() {
+            S3ErrorCode::NotModified => {
+                s3_error!(PreconditionFailed, "{} already exists", input.key)
+            }
+            _ => e,
+        }),
+        Err(e) if *e.code() == S3ErrorCode::NoSuchKey && input.if_match.is_some() => Err(
+            s3_error!(PreconditionFailed, "{} does not exist", input.key),
+        ),
+        Err(e) if *e.code() == S3ErrorCode::NoSuchKey => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// A checksum hasher for the algorithms the request names.
-pub fn hasher(
+fn hasher(
     algorithm: Option<&ChecksumAlgorithm>,
     given: [Option<&String>; 5],
 ) -> S3Result<ChecksumHasher> {
@@ -182,24 +211,34 @@ pub struct Claimed {
     pub checksum: Checksum,
 }
 
-/// The checksums of a PutObject request (moved out of `input`).
-macro_rules! claimed_of {
-    ($input:expr) => {
-        $crate::objects::Claimed {
-            md5: $input.content_md5,
-            checksum: s3s::dto::Checksum {
-                checksum_crc32: $input.checksum_crc32,
-                checksum_crc32c: $input.checksum_crc32c,
-                checksum_sha1: $input.checksum_sha1,
-                checksum_sha256: $input.checksum_sha256,
-                checksum_crc64nvme: $input.checksum_crc64nvme,
+impl Claimed {
+    /// The checksums a PutObject request claims (taken out of `input`),
+    /// and the hasher that computes them over its body.
+    pub fn of_put(input: &mut PutObjectInput) -> S3Result<(Claimed, ChecksumHasher)> {
+        let hasher = hasher(
+            input.checksum_algorithm.as_ref(),
+            [
+                input.checksum_crc32.as_ref(),
+                input.checksum_crc32c.as_ref(),
+                input.checksum_sha1.as_ref(),
+                input.checksum_sha256.as_ref(),
+                input.checksum_crc64nvme.as_ref(),
+            ],
+        )?;
+        let claimed = Claimed {
+            md5: input.content_md5.take(),
+            checksum: Checksum {
+                checksum_crc32: input.checksum_crc32.take(),
+                checksum_crc32c: input.checksum_crc32c.take(),
+                checksum_sha1: input.checksum_sha1.take(),
+                checksum_sha256: input.checksum_sha256.take(),
+                checksum_crc64nvme: input.checksum_crc64nvme.take(),
                 ..Default::default()
             },
-        }
-    };
-}
+        };
+        Ok((claimed, hasher))
+    }
 
-impl Claimed {
     pub fn take_trailers(&mut self, trailers: Option<&s3s::TrailingHeaders>) -> S3Result<()> {
         let Some(headers) = trailers.and_then(|t| t.take()) else {
             return Ok(());
@@ -349,37 +388,12 @@ async fn put_folder(t: &Tenant, path: &str, body: Option<StreamingBlob>) -> S3Re
 
 pub async fn put(
     t: &Tenant,
-    input: PutObjectInput,
+    mut input: PutObjectInput,
     trailers: Option<&s3s::TrailingHeaders>,
 ) -> S3Result<PutObjectOutput> {
     buckets::owned(t, &input.bucket).await?;
     let path = object_path(&input.bucket, &input.key)?;
-    if input.if_match.is_some() || input.if_none_match.is_some() {
-        match find(t, &input.bucket, &input.key).await {
-            Ok(found) => check_conditions(
-                &found,
-                input.if_match.as_ref(),
-                input.if_none_match.as_ref(),
-                None,
-                None,
-            )
-            .map_err(|e| match e.code() {
-                S3ErrorCode::NotModified => {
-                    s3_error!(PreconditionFailed, "{} already exists", input.key)
-                }
-                _ => e,
-            })?,
-            Err(e) if *e.code() == S3ErrorCode::NoSuchKey && input.if_match.is_some() => {
-                return Err(s3_error!(
-                    PreconditionFailed,
-                    "{} does not exist",
-                    input.key
-                ))
-            }
-            Err(e) if *e.code() == S3ErrorCode::NoSuchKey => {}
-            Err(e) => return Err(e),
-        }
-    }
+    put_conditions(&input, find(t, &input.bucket, &input.key)).await?;
     if input.key.ends_with('/') {
         put_folder(t, &path, input.body).await?;
         return Ok(PutObjectOutput {
@@ -389,18 +403,9 @@ pub async fn put(
     }
     let body = input
         .body
+        .take()
         .ok_or_else(|| s3_error!(IncompleteBody, "PUT without a body"))?;
-    let hasher = hasher(
-        input.checksum_algorithm.as_ref(),
-        [
-            input.checksum_crc32.as_ref(),
-            input.checksum_crc32c.as_ref(),
-            input.checksum_sha1.as_ref(),
-            input.checksum_sha256.as_ref(),
-            input.checksum_crc64nvme.as_ref(),
-        ],
-    )?;
-    let mut claimed = claimed_of!(input);
+    let (mut claimed, hasher) = Claimed::of_put(&mut input)?;
     let (staged, written) = stage(t, body, hasher).await?;
     if let Err(e) = claimed
         .take_trailers(trailers)
@@ -448,7 +453,8 @@ pub fn range_of(
 }
 
 pub async fn get(t: &Tenant, input: GetObjectInput) -> S3Result<GetObjectOutput> {
-    let found = find_if!(t, input);
+    let found = find(t, &input.bucket, &input.key).await?;
+    conditions!(found, input)?;
     let (range, content_range) = range_of(input.range.as_ref(), found.size())?;
     let body = read_body(t, &found.path, range.start, range.end).await?;
     Ok(
@@ -460,7 +466,8 @@ pub async fn get(t: &Tenant, input: GetObjectInput) -> S3Result<GetObjectOutput>
 }
 
 pub async fn head(t: &Tenant, input: HeadObjectInput) -> S3Result<HeadObjectOutput> {
-    let found = find_if!(t, input);
+    let found = find(t, &input.bucket, &input.key).await?;
+    conditions!(found, input)?;
     let size = found.size();
     Ok(described!(HeadObjectOutput, found, size, {}))
 }

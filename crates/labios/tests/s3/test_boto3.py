@@ -19,43 +19,7 @@ from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-URL = os.environ["LABIOS_S3_URL"]
-# Bucket names of this run, so that the suite can run again on the same data.
-RUN = os.urandom(3).hex()
-
-
-def client(key, secret, signature=None):
-    config = Config(
-        s3={"addressing_style": "path"},
-        retries={"max_attempts": 1},
-        signature_version=signature,
-    )
-    return boto3.client(
-        "s3",
-        endpoint_url=URL,
-        aws_access_key_id=key,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-        config=config,
-    )
-
-
-alice = client(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"])
-bob = client(os.environ["BOB_KEY"], os.environ["BOB_SECRET"])
-
-
-def code(e):
-    return e.value.response["Error"]["Code"]
-
-
-def data(n, seed=1):
-    """n deterministic pseudo-random bytes."""
-    out = bytearray()
-    block = hashlib.sha256(str(seed).encode()).digest()
-    while len(out) < n:
-        block = hashlib.sha256(block).digest()
-        out += block
-    return bytes(out[:n])
+from tenants import RUN, URL, alice, bob, client, code, data
 
 
 def md5(b):

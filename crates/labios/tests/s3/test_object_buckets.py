@@ -10,42 +10,12 @@ alice, each with max_object_size = 16 MiB).
 import hashlib
 import os
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-URL = os.environ["LABIOS_S3_URL"]
+from tenants import RUN, alice, bob, code, data
+
 BUCKETS = os.environ["OBJECT_BUCKETS"].split(",")
-RUN = os.urandom(3).hex()
-
-
-def client(key, secret):
-    return boto3.client(
-        "s3",
-        endpoint_url=URL,
-        aws_access_key_id=key,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-    )
-
-
-alice = client(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"])
-bob = client(os.environ["BOB_KEY"], os.environ["BOB_SECRET"])
-
-
-def code(e):
-    return e.value.response["Error"]["Code"]
-
-
-def data(n, seed):
-    out = bytearray()
-    block = hashlib.sha256(str(seed).encode()).digest()
-    while len(out) < n:
-        block = hashlib.sha256(block).digest()
-        out += block
-    return bytes(out[:n])
 
 
 def md5(b):
