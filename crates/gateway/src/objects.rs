@@ -567,8 +567,22 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
     if from.is_none() && into.is_none() {
         return copy_in_namespace(t, &src_bucket, &src_key, replace, input).await;
     }
+    // The destination is checked before any byte is read.
+    let into = match into {
+        Some(b) => {
+            b.check_key(&input.key)?;
+            CopyTarget::Objects(b)
+        }
+        None => {
+            buckets::owned(t, &input.bucket).await?;
+            CopyTarget::Namespace(object_path(&input.bucket, &input.key)?)
+        }
+    };
     // One side keeps whole objects in memory: the copy goes through it.
-    let limit = into.as_ref().map_or(u64::MAX, |b| b.limit());
+    let limit = match &into {
+        CopyTarget::Objects(b) => b.limit(),
+        CopyTarget::Namespace(_) => u64::MAX,
+    };
     let (data, src_meta) = match &from {
         Some(b) => b.read_all(&src_key, limit).await?,
         None => {
@@ -597,10 +611,8 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
     };
     meta.etag = md5_etag(&Md5::checksum(&data));
     let etag = match into {
-        Some(b) => b.store(&key, data, meta).await?,
-        None => {
-            let path = object_path(&input.bucket, &key)?;
-            buckets::owned(t, &input.bucket).await?;
+        CopyTarget::Objects(b) => b.store(&key, data, meta).await?,
+        CopyTarget::Namespace(path) => {
             let body = StreamingBlob::from(s3s::Body::from(data));
             let (staged, _) = stage(t, body, ChecksumHasher::default()).await?;
             commit(t, &staged, &path, &meta).await?;
@@ -608,6 +620,12 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
         }
     };
     Ok(copied(etag, crate::time::now()))
+}
+
+/// Where a copy goes.
+enum CopyTarget {
+    Objects(std::sync::Arc<crate::object_buckets::ObjectBucket>),
+    Namespace(String),
 }
 
 fn copied(etag: String, when: Timestamp) -> CopyObjectOutput {
