@@ -31,7 +31,7 @@ const HEADERS: [&str; 5] = [
 /// MD5 of no bytes: the ETag of an empty object or folder.
 pub const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ObjectMeta {
     /// Without quotes.
     pub etag: String,

@@ -169,9 +169,7 @@ struct Sidecar {
     /// The store's own mtime of the object right after it was stored, where
     /// the store keeps one: a later change of the object shows as another.
     stamp: Option<u64>,
-    etag: String,
-    headers: [Option<String>; 5],
-    user: HashMap<String, String>,
+    meta: ObjectMeta,
 }
 
 fn now() -> u64 {
@@ -222,20 +220,7 @@ impl ObjectBucket {
         };
         let mtime = info.mtime.unwrap_or(self.created);
         match sidecar.filter(|s| s.size == info.size && s.stamp == info.mtime) {
-            Some(s) => {
-                let [content_type, content_encoding, content_disposition, content_language, cache_control] =
-                    s.headers;
-                let meta = ObjectMeta {
-                    etag: s.etag,
-                    content_type,
-                    content_encoding,
-                    content_disposition,
-                    content_language,
-                    cache_control,
-                    user: s.user,
-                };
-                Ok((s.stored, meta))
-            }
+            Some(s) => Ok((s.stored, s.meta)),
             None => {
                 let etag = derived_etag(&format!("{}:{}:{mtime}", info.key, info.size), info.size);
                 Ok((
@@ -294,28 +279,12 @@ impl ObjectBucket {
             .await
             .map_err(|e| self.fail(e))?
             .and_then(|i| i.mtime);
-        let ObjectMeta {
-            etag,
-            content_type,
-            content_encoding,
-            content_disposition,
-            content_language,
-            cache_control,
-            user,
-        } = meta;
+        let etag = meta.etag.clone();
         let sidecar = Sidecar {
             size,
             stored: now(),
             stamp,
-            etag: etag.clone(),
-            headers: [
-                content_type,
-                content_encoding,
-                content_disposition,
-                content_language,
-                cache_control,
-            ],
-            user,
+            meta,
         };
         let text = serde_json::to_vec(&sidecar).expect("a sidecar serializes");
         self.store
