@@ -11,10 +11,10 @@
 //! it, so flush before reporting data durable.
 
 use crate::mapping::{Entry, FileMapper, Stat};
+use crate::slots::Slots;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use labios_label::{Error, Result};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -25,15 +25,13 @@ struct Run {
     data: BytesMut,
 }
 
-type Slot = Arc<tokio::sync::Mutex<Option<Run>>>;
-
 #[derive(Debug)]
 pub struct Aggregator {
     inner: Arc<dyn FileMapper>,
     max_run: u64,
     max_buffered: u64,
     buffered: AtomicU64,
-    runs: parking_lot::Mutex<HashMap<String, Slot>>,
+    runs: Slots<Option<Run>>,
 }
 
 impl Aggregator {
@@ -52,14 +50,6 @@ impl Aggregator {
             buffered: AtomicU64::new(0),
             runs: Default::default(),
         })
-    }
-
-    fn slot(&self, path: &str) -> Slot {
-        self.runs
-            .lock()
-            .entry(path.to_string())
-            .or_default()
-            .clone()
     }
 
     /// Bytes written but not yet passed on.
@@ -85,20 +75,19 @@ impl Aggregator {
 
     /// Writes the buffered run of `path` through.
     pub async fn flush(&self, path: &str) -> Result<()> {
-        let slot = self.runs.lock().get(path).cloned();
-        if let Some(slot) = slot {
-            let mut run = slot.lock().await;
-            self.store(path, &mut run).await?;
-        }
-        self.runs.lock().remove(path);
+        let Some(slot) = self.runs.get(path) else {
+            return Ok(());
+        };
+        let mut run = slot.lock().await;
+        self.store(path, &mut run).await?;
+        self.runs.retire(path, &slot);
         Ok(())
     }
 
     /// Writes every buffered run through.
     pub async fn flush_all(&self) -> Result<()> {
-        let paths: Vec<String> = self.runs.lock().keys().cloned().collect();
-        for p in paths {
-            self.flush(&p).await?;
+        for (path, _) in self.runs.all() {
+            self.flush(&path).await?;
         }
         Ok(())
     }
@@ -122,7 +111,8 @@ impl FileMapper for Aggregator {
             self.flush(path).await?;
             return self.inner.write(path, offset, data).await;
         }
-        let slot = self.slot(path);
+        // Slots are retired when emptied, never evicted while they hold a run.
+        let slot = self.runs.get_or_insert(path, usize::MAX, Option::is_none);
         let mut run = slot.lock().await;
         let fits = run.as_ref().is_some_and(|r| {
             let end = r.start + r.data.len() as u64;
@@ -170,14 +160,15 @@ impl FileMapper for Aggregator {
     }
 
     async fn remove(&self, path: &str) -> Result<()> {
-        let slot = self.runs.lock().remove(path);
         let mut dropped = false;
-        if let Some(slot) = slot {
-            if let Some(r) = slot.lock().await.take() {
+        if let Some(slot) = self.runs.get(path) {
+            let mut run = slot.lock().await;
+            if let Some(r) = run.take() {
                 self.buffered
                     .fetch_sub(r.data.len() as u64, Ordering::AcqRel);
                 dropped = true;
             }
+            self.runs.retire(path, &slot);
         }
         match self.inner.remove(path).await {
             // The file existed only in our buffer.

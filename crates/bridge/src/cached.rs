@@ -14,7 +14,11 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use labios_label::{Error, Result};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Stripes of the change counters; files sharing one only cache less.
+const EPOCHS: usize = 64;
 
 #[derive(Debug)]
 pub struct Cached {
@@ -22,6 +26,11 @@ pub struct Cached {
     block: u64,
     cache: parking_lot::Mutex<BlockCache>,
     prefetcher: parking_lot::Mutex<Prefetcher>,
+    /// Changes through this wrapper, by stripe of the file's name. A fetch
+    /// that began before a change ended may hold the old bytes: it caches
+    /// nothing if its stripe's count moved meanwhile, else a read after an
+    /// acknowledged write could be served the bytes it replaced.
+    epochs: [AtomicU64; EPOCHS],
 }
 
 impl Cached {
@@ -44,7 +53,23 @@ impl Cached {
             block,
             cache: parking_lot::Mutex::new(BlockCache::new(policy, capacity)),
             prefetcher: parking_lot::Mutex::new(Prefetcher::new(depth)),
+            epochs: std::array::from_fn(|_| AtomicU64::new(0)),
         })
+    }
+
+    fn epoch(&self, path: &str) -> &AtomicU64 {
+        &self.epochs[(crate::containers::fnv1a(path.as_bytes()) % EPOCHS as u64) as usize]
+    }
+
+    /// Forgets cached blocks `first..=last` of `path` after a change, so
+    /// that no fetch still in flight caches what the change replaced.
+    fn changed(&self, path: &str, blocks: Option<(u64, u64)>) {
+        let mut cache = self.cache.lock();
+        self.epoch(path).fetch_add(1, Ordering::AcqRel);
+        match blocks {
+            Some((first, last)) => cache.invalidate(path, first, last, self.block),
+            None => cache.forget(path),
+        }
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -55,22 +80,24 @@ impl Cached {
     /// returns those that exist (the file may end before `last`).
     async fn fetch(&self, path: &str, first: u64, last: u64) -> Result<Vec<(u64, Bytes)>> {
         let bs = self.block;
+        let epoch = self.epoch(path).load(Ordering::Acquire);
         let data = self
             .inner
             .read(path, first * bs, (last - first + 1) * bs)
             .await?;
         let mut out = Vec::new();
-        let mut cache = self.cache.lock();
         for (n, chunk) in data.chunks(bs as usize).enumerate() {
-            let b = data.slice_ref(chunk);
-            cache.insert(path, first + n as u64, b.clone());
-            out.push((first + n as u64, b));
+            out.push((first + n as u64, data.slice_ref(chunk)));
         }
         // A file ending on a block boundary: the empty block after it says so.
         if (data.len() as u64) < (last - first + 1) * bs && (data.len() as u64).is_multiple_of(bs) {
-            let eof = first + data.len() as u64 / bs;
-            cache.insert(path, eof, Bytes::new());
-            out.push((eof, Bytes::new()));
+            out.push((first + data.len() as u64 / bs, Bytes::new()));
+        }
+        let mut cache = self.cache.lock();
+        if self.epoch(path).load(Ordering::Acquire) == epoch {
+            for (i, b) in &out {
+                cache.insert(path, *i, b.clone());
+            }
         }
         Ok(out)
     }
@@ -101,13 +128,10 @@ impl FileMapper for Cached {
     async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
         let end = offset.saturating_add(data.len() as u64);
         let r = self.inner.write(path, offset, data).await;
-        // After the write, so no read can cache the old bytes meanwhile.
         let bs = self.block;
-        self.cache.lock().invalidate(
+        self.changed(
             path,
-            offset / bs,
-            end.saturating_sub(1).max(offset) / bs,
-            bs,
+            Some((offset / bs, end.saturating_sub(1).max(offset) / bs)),
         );
         r
     }
@@ -189,7 +213,7 @@ impl FileMapper for Cached {
 
     async fn remove(&self, path: &str) -> Result<()> {
         let r = self.inner.remove(path).await;
-        self.cache.lock().forget(path);
+        self.changed(path, None);
         self.prefetcher.lock().forget(path);
         r
     }

@@ -22,6 +22,7 @@ pub mod one_to_one;
 pub mod options;
 pub mod prefetch;
 pub mod read_optimized;
+pub mod slots;
 pub mod virtual_file;
 pub mod write_optimized;
 

@@ -13,6 +13,7 @@
 //! no conditional writes to arbitrate two writers.
 
 use crate::mapping::{storage_error, Entry, FileMapper, Stat};
+use crate::slots::{Slot, Slots};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -216,8 +217,6 @@ struct State<I> {
     unstored: u32,
 }
 
-type Slot<I> = Arc<tokio::sync::Mutex<Option<State<I>>>>;
-
 /// Files over objects with layout `L`: the [`FileMapper`] of the
 /// balanced, write-optimized and read-optimized mappings.
 #[derive(Debug)]
@@ -233,7 +232,7 @@ struct Inner<L: Layout> {
     relaxed: Relaxed,
     /// One lock per file: writes of a file are serialized in the process
     /// (read-modify-write of buckets), reads only take it to load state.
-    files: parking_lot::Mutex<HashMap<String, Slot<L::Index>>>,
+    files: Slots<Option<State<L::Index>>>,
     flusher: AtomicBool,
 }
 
@@ -263,8 +262,7 @@ impl<L: Layout> VirtualFiles<L> {
     /// Stores the relaxed metadata of `path` now (IRIS stores it at
     /// `fclose()`); nothing to do in strict mode.
     pub async fn flush(&self, path: &str) -> Result<()> {
-        let slot = self.inner.files.lock().get(path).cloned();
-        if let Some(slot) = slot {
+        if let Some(slot) = self.inner.files.get(path) {
             let mut g = slot.lock().await;
             self.inner.store_meta(path, &mut g).await?;
         }
@@ -278,18 +276,12 @@ impl<L: Layout> VirtualFiles<L> {
 }
 
 impl<L: Layout> Inner<L> {
-    fn slot(&self, path: &str) -> Slot<L::Index> {
-        let mut files = self.files.lock();
-        if files.len() > CACHED_FILES {
-            files.retain(|_, slot| {
-                Arc::strong_count(slot) > 1
-                    || match slot.try_lock() {
-                        Ok(g) => g.as_ref().is_some_and(|s| s.dirty_since.is_some()),
-                        Err(_) => true,
-                    }
-            });
-        }
-        files.entry(path.to_string()).or_default().clone()
+    /// The slot of `path`; past [`CACHED_FILES`], clean states nobody
+    /// holds are dropped (unstored relaxed metadata never is).
+    fn slot(&self, path: &str) -> Slot<Option<State<L::Index>>> {
+        self.files.get_or_insert(path, CACHED_FILES, |state| {
+            state.as_ref().is_none_or(|s| s.dirty_since.is_none())
+        })
     }
 
     async fn read_meta(&self, path: &str) -> Result<Option<Meta>> {
@@ -396,13 +388,7 @@ impl<L: Layout> Inner<L> {
 
 /// Stores the metadata of files unstored for at least `age`.
 async fn flush_dirty<L: Layout>(inner: &Inner<L>, age: Duration) -> Result<()> {
-    let slots: Vec<_> = inner
-        .files
-        .lock()
-        .iter()
-        .map(|(p, s)| (p.clone(), s.clone()))
-        .collect();
-    for (path, slot) in slots {
+    for (path, slot) in inner.files.all() {
         let mut g = slot.lock().await;
         if g.as_ref()
             .and_then(|s| s.dirty_since)
@@ -615,8 +601,7 @@ impl<L: Layout> FileMapper for VirtualFiles<L> {
         // A file system keeps the file's emptied folder; if a directory
         // appeared under the name meanwhile, it stays.
         let _ = inner.op.delete(&format!("{path}/")).await;
-        drop(g);
-        inner.files.lock().remove(path);
+        inner.files.retire(path, &slot);
         Ok(())
     }
 }

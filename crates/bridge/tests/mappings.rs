@@ -4,7 +4,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{all_mappers, conformance, metadata_modes, options, Counting, Lcg};
+use common::{all_mappers, conformance, metadata_modes, options, Counting, Gate, Hold, Lcg};
 use labios_bridge::cache::Policy;
 use labios_bridge::{Aggregator, Cached, FileMapper, Mapping, MetadataMode, Relaxed};
 use opendal::Operator;
@@ -348,6 +348,81 @@ async fn small_writes_are_aggregated() {
     agg.remove("g").await.unwrap();
     assert!(agg.stat("g").await.unwrap().is_none());
     assert!(Aggregator::new(base.clone(), 0, 1).is_err());
+}
+
+/// The silent loss of an acknowledged append (issue 11, finding 1): the
+/// periodic store of merged writes took a file's run and, once stored,
+/// dropped the file's slot from the map. An append that had fetched the
+/// slot meanwhile and was waiting for its lock then buffered its bytes in
+/// that orphan, was acknowledged, and was never stored: the file read back
+/// with zeros in its place. Here the gate holds the store exactly in that
+/// window, every time.
+#[tokio::test]
+async fn an_append_racing_the_store_of_its_run_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = options(MetadataMode::Relaxed)
+        .mapper(Mapping::WriteOptimized, fs(&dir))
+        .unwrap();
+    let gate = Gate::new(base.clone());
+    let agg = Arc::new(Aggregator::new(gate.clone(), 1 << 20, 16 << 20).unwrap());
+    agg.write("log", 0, Bytes::from_static(b"event 0006\n"))
+        .await
+        .unwrap();
+    gate.close(Hold::Writes);
+    let store = tokio::spawn({
+        let agg = agg.clone();
+        async move { agg.flush_all().await }
+    });
+    gate.until_held(1).await;
+    // The append takes the slot, then waits for the run's lock.
+    let append = tokio::spawn({
+        let agg = agg.clone();
+        async move {
+            agg.write("log", 11, Bytes::from_static(b"event 0007\n"))
+                .await
+        }
+    });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    gate.open();
+    store.await.unwrap().unwrap();
+    append.await.unwrap().unwrap();
+    assert_eq!(
+        agg.read("log", 0, 100).await.unwrap(),
+        &b"event 0006\nevent 0007\n"[..]
+    );
+    assert_eq!(agg.buffered(), 0);
+}
+
+/// A cache fill that read a block before a write and finished after it
+/// must not cache the replaced bytes: the next read would be served them
+/// after the write was acknowledged.
+#[tokio::test]
+async fn a_read_racing_a_write_does_not_cache_the_old_bytes() {
+    let base = options(MetadataMode::Strict)
+        .mapper(Mapping::Balanced, memory())
+        .unwrap();
+    let gate = Gate::new(base.clone());
+    let cached = Arc::new(Cached::new(gate.clone(), Policy::Lru, 64, 1 << 20, 0).unwrap());
+    cached
+        .write("f", 0, Bytes::from(vec![b'o'; 64]))
+        .await
+        .unwrap();
+    gate.close(Hold::Reads);
+    let read = tokio::spawn({
+        let cached = cached.clone();
+        async move { cached.read("f", 0, 64).await }
+    });
+    // The read holds the old bytes; the write goes by it and is done.
+    gate.until_held(1).await;
+    cached
+        .write("f", 0, Bytes::from(vec![b'n'; 64]))
+        .await
+        .unwrap();
+    gate.open();
+    assert_eq!(read.await.unwrap().unwrap(), vec![b'o'; 64]);
+    assert_eq!(cached.read("f", 0, 64).await.unwrap(), vec![b'n'; 64]);
 }
 
 #[tokio::test]

@@ -357,3 +357,86 @@ pub async fn metadata_modes(op: &Operator, base: &str) {
     let other = options(MetadataMode::Strict).balanced(op.clone()).unwrap();
     assert_eq!(other.read(&f, 38, 10).await.unwrap(), &b"8901234"[..]);
 }
+
+/// Holds calls to a real mapper at a chosen step, so that a test can put
+/// another call exactly in the window a race needs: writes wait before
+/// they reach the mapper, reads after they got its bytes.
+#[derive(Debug)]
+pub struct Gate {
+    pub inner: Arc<dyn FileMapper>,
+    /// Calls held now: a test waits for one to arrive.
+    pub held: tokio::sync::watch::Sender<u32>,
+    closed: parking_lot::Mutex<Option<(Hold, Arc<tokio::sync::Semaphore>)>>,
+}
+
+/// Which calls a closed [`Gate`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    Writes,
+    Reads,
+}
+
+impl Gate {
+    pub fn new(inner: Arc<dyn FileMapper>) -> Arc<Gate> {
+        Arc::new(Gate {
+            inner,
+            held: tokio::sync::watch::channel(0).0,
+            closed: Default::default(),
+        })
+    }
+
+    /// From now on every call of kind `hold` waits at the gate.
+    pub fn close(&self, hold: Hold) {
+        *self.closed.lock() = Some((hold, Arc::new(tokio::sync::Semaphore::new(0))));
+    }
+
+    /// Lets every held call and all later ones through.
+    pub fn open(&self) {
+        if let Some((_, s)) = self.closed.lock().take() {
+            s.close();
+        }
+    }
+
+    /// Waits until `n` calls are held.
+    pub async fn until_held(&self, n: u32) {
+        let mut rx = self.held.subscribe();
+        rx.wait_for(|&h| h >= n).await.unwrap();
+    }
+
+    async fn pass(&self, call: Hold) {
+        let s = match self.closed.lock().clone() {
+            Some((hold, s)) if hold == call => s,
+            _ => return,
+        };
+        self.held.send_modify(|h| *h += 1);
+        // Closed (opened) is the only way out.
+        let _ = s.acquire().await;
+        self.held.send_modify(|h| *h -= 1);
+    }
+}
+
+#[async_trait]
+impl FileMapper for Gate {
+    async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
+        self.pass(Hold::Writes).await;
+        self.inner.write(path, offset, data).await
+    }
+
+    async fn read(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
+        let b = self.inner.read(path, offset, len).await;
+        self.pass(Hold::Reads).await;
+        b
+    }
+
+    async fn stat(&self, path: &str) -> Result<Option<Stat>> {
+        self.inner.stat(path).await
+    }
+
+    async fn list(&self, dir: &str) -> Result<Vec<Entry>> {
+        self.inner.list(dir).await
+    }
+
+    async fn remove(&self, path: &str) -> Result<()> {
+        self.inner.remove(path).await
+    }
+}
