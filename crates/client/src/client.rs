@@ -138,6 +138,12 @@ impl Client {
     }
 
     /// The queue, warehouse and inventory this client talks to.
+    /// Labels this client has published: what it submitted, counted where
+    /// it is submitted (worker statistics lag by a score interval).
+    pub fn labels_published(&self) -> u64 {
+        self.inner.labels.published()
+    }
+
     pub fn stores(&self) -> &Stores {
         &self.inner.stores
     }
@@ -700,7 +706,18 @@ impl Client {
         if self.has_pending(meta.id) {
             self.settle(meta.id).await?;
         }
-        self.inner.catalog.inventory().set_size(meta.id, size).await
+        let before = self.inner.catalog.inventory().file(meta.id).await?;
+        self.inner
+            .catalog
+            .inventory()
+            .set_size(meta.id, size)
+            .await?;
+        // Bytes past the new end go out of use on every worker that held
+        // some: each frees what the inventory no longer gives it.
+        if before.is_some_and(|b| b.size > size) {
+            self.to_every_worker(LabelKind::Delete, &meta).await?;
+        }
+        Ok(())
     }
 
     /// Removes a file (its data on every worker) or an empty directory.

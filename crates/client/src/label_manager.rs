@@ -10,6 +10,7 @@ use labios_label::{
     Result, Segment, StateFlags, WorkerId,
 };
 use labios_store::{client_queue, Inventory, LabelQueue};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ pub struct LabelManager {
     /// (`labios_label::auth`). Without it labels go out unsigned and the
     /// dispatcher fails them.
     secret: Option<Arc<str>>,
+    /// Labels this manager has published.
+    published: AtomicU64,
 }
 
 /// A byte range of a request and the label that carries it.
@@ -53,6 +56,7 @@ impl LabelManager {
             app,
             queue_name: client_queue(app),
             config,
+            published: AtomicU64::new(0),
         }
     }
 
@@ -261,7 +265,15 @@ impl LabelManager {
                 labios_label::auth::sign(label, secret.as_bytes());
             }
         }
-        self.queue.push(&self.queue_name, labels).await
+        let n = labels.len() as u64;
+        self.queue.push(&self.queue_name, labels).await?;
+        self.published.fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Labels published so far.
+    pub fn published(&self) -> u64 {
+        self.published.load(Ordering::Relaxed)
     }
 
     /// Waits for labels and returns their final statuses; a timeout is an

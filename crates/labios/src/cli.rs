@@ -9,6 +9,7 @@ use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use labios_client::Client;
 use labios_core::administrator::Administrator;
+use labios_label::WorkerStatus;
 use labios_store::remote::{connect, Endpoint};
 use labios_store::FileKind;
 use std::io::{Read, Write};
@@ -552,19 +553,24 @@ async fn get(client: &Client, path: &str, local: &Path) -> anyhow::Result<()> {
 
 async fn status(client: &Client) -> anyhow::Result<()> {
     let inventory = client.catalog().inventory();
-    let before: u64 = inventory
-        .workers()
-        .await?
-        .iter()
-        .map(|w| w.labels_done)
-        .sum();
-    let t0 = Instant::now();
-    // Workers publish their counters once per score interval (1 s by
-    // default): sample across more than one interval.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let mut workers = inventory.workers().await?;
+    let before = inventory.workers().await?;
+    // Workers publish their counters about once per score interval (1 s
+    // by default): wait until each has published again, or 3 s.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut workers = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = inventory.workers().await?;
+        let all_new = now.iter().all(|a| {
+            before
+                .iter()
+                .find(|b| b.spec.id == a.spec.id)
+                .is_none_or(|b| a.heartbeat > b.heartbeat)
+        });
+        if all_new || Instant::now() >= deadline {
+            break now;
+        }
+    };
     workers.sort_by_key(|w| w.spec.id);
-    let after: u64 = workers.iter().map(|w| w.labels_done).sum();
     println!(
         "{:>3} {:<8} {:<14} {:>5} {:>6} {:>6} {:>7} {:>12} {:>12}",
         "id", "tier", "state", "speed", "energy", "score", "queued", "used", "labels"
@@ -596,9 +602,24 @@ async fn status(client: &Client) -> anyhow::Result<()> {
             stores.tasks.depth(&queue).await?
         );
     }
-    let rate = (after.saturating_sub(before)) as f64 / t0.elapsed().as_secs_f64();
-    println!("labels/s: {rate:.0}");
+    println!("labels/s: {:.0}", labels_per_second(&before, &workers));
     Ok(())
+}
+
+/// Labels per second the workers executed between two looks at their
+/// statuses, each worker over the interval between the two statuses it
+/// published: counters are published about once per score interval, so
+/// dividing by the caller's own wall-clock window would be off by up to
+/// an interval's worth of labels.
+fn labels_per_second(before: &[WorkerStatus], after: &[WorkerStatus]) -> f64 {
+    after
+        .iter()
+        .filter_map(|a| {
+            let b = before.iter().find(|b| b.spec.id == a.spec.id)?;
+            let nanos = a.heartbeat.checked_sub(b.heartbeat).filter(|&n| n > 0)?;
+            Some(a.labels_done.saturating_sub(b.labels_done) as f64 * 1e9 / nanos as f64)
+        })
+        .sum()
 }
 
 fn fmt_time(nanos: u64) -> String {
@@ -624,4 +645,48 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use labios_label::WorkerSpec;
+
+    fn status(id: u32, labels_done: u64, heartbeat: u64) -> WorkerStatus {
+        WorkerStatus {
+            labels_done,
+            heartbeat,
+            ..WorkerStatus::new(WorkerSpec {
+                id,
+                tier: "t".into(),
+                speed: 1,
+                energy: 1,
+                capacity: 1,
+                max_queue: 1,
+                functions: false,
+            })
+        }
+    }
+
+    /// The rate is each worker's own over the interval between its two
+    /// publications, not over the window the command happened to wait.
+    #[test]
+    fn labels_per_second_counts_over_each_workers_publications() {
+        let s = 1_000_000_000;
+        let before = [
+            status(0, 100, 10 * s),
+            status(1, 0, 10 * s),
+            status(2, 5, 9 * s),
+        ];
+        let after = [
+            status(0, 300, 12 * s),
+            status(1, 50, 10 * s + s / 2),
+            // Not published again: no figure, not a zero.
+            status(2, 5, 9 * s),
+            // New since the first look: no interval yet.
+            status(3, 1000, 12 * s),
+        ];
+        let rate = labels_per_second(&before, &after);
+        assert!((rate - 200.0).abs() < 1e-6, "{rate}");
+    }
 }

@@ -63,6 +63,16 @@ pub async fn run(mut config: Config, data_dir: Option<PathBuf>) -> anyhow::Resul
         );
     }
     runtime.shutdown().await?;
+    // Every label the writers published went to some worker.
+    for r in &rows {
+        let sent: u64 = r.per_worker.values().sum();
+        anyhow::ensure!(
+            sent == r.labels,
+            "{} phase: writers published {} labels but the dispatchers sent {sent} to workers",
+            r.mode,
+            r.labels
+        );
+    }
     if rows.iter().all(|r| r.verified) {
         println!("\nall checkpoints read back byte-exact");
         Ok(())
@@ -90,16 +100,24 @@ fn pattern(mode: &str, step: usize, writer: usize, len: usize, salt: u64) -> Byt
     Bytes::from(v)
 }
 
-async fn labels_per_worker(runtime: &Runtime) -> anyhow::Result<BTreeMap<u32, u64>> {
-    let workers = runtime.stores.inventory.workers().await?;
-    Ok(workers
-        .into_iter()
-        .map(|w| (w.spec.id, w.labels_done))
-        .collect())
+/// Labels the runtime's dispatchers have sent to each worker: counted as
+/// they are sent, so a phase's figures are exact once its writers have
+/// waited for their labels (worker heartbeats lag by a score interval).
+fn labels_per_worker(runtime: &Runtime) -> BTreeMap<u32, u64> {
+    let mut total = BTreeMap::new();
+    for stats in &runtime.dispatch_stats {
+        for (w, n) in stats.per_worker() {
+            *total.entry(w).or_default() += n;
+        }
+    }
+    for id in 0..runtime.config.workers.len() as u32 {
+        total.entry(id).or_default();
+    }
+    total
 }
 
 async fn phase(runtime: &Runtime, mode: &'static str) -> anyhow::Result<Row> {
-    let before = labels_per_worker(runtime).await?;
+    let before = labels_per_worker(runtime);
     let started = Instant::now();
     let mut writers = Vec::new();
     for w in 0..WRITERS {
@@ -108,23 +126,19 @@ async fn phase(runtime: &Runtime, mode: &'static str) -> anyhow::Result<Row> {
     }
     let mut io_time = Duration::ZERO;
     let mut bytes = 0;
+    let mut labels = 0;
     for h in writers {
-        let (t, b) = h.await??;
+        let (t, b, l) = h.await??;
         io_time = io_time.max(t);
         bytes += b;
+        labels += l;
     }
     let wall = started.elapsed();
-    // The worker statuses lag by up to one score interval: let them settle.
-    tokio::time::sleep(Duration::from_millis(
-        runtime.config.worker.score_interval_ms + 100,
-    ))
-    .await;
-    let after = labels_per_worker(runtime).await?;
+    let after = labels_per_worker(runtime);
     let per_worker: BTreeMap<u32, u64> = after
         .iter()
         .map(|(w, n)| (*w, n - before.get(w).copied().unwrap_or(0)))
         .collect();
-    let labels = per_worker.values().sum();
     let verified = verify(runtime, mode).await?;
     println!(
         "{mode:>5}: {WRITERS} writers x {STEPS} steps, {:.1} MiB, I/O visible to the application {:.1} ms",
@@ -143,8 +157,12 @@ async fn phase(runtime: &Runtime, mode: &'static str) -> anyhow::Result<Row> {
 }
 
 /// One simulated rank: compute, then write its checkpoint; returns the time
-/// it spent blocked in I/O and the bytes it wrote.
-async fn writer(client: Client, mode: &'static str, w: usize) -> anyhow::Result<(Duration, u64)> {
+/// it spent blocked in I/O, the bytes it wrote and the labels it published.
+async fn writer(
+    client: Client,
+    mode: &'static str,
+    w: usize,
+) -> anyhow::Result<(Duration, u64, u64)> {
     let mut io = Duration::ZERO;
     let mut bytes = 0u64;
     let mut handles = Vec::new();
@@ -181,7 +199,7 @@ async fn writer(client: Client, mode: &'static str, w: usize) -> anyhow::Result<
     client.wait_many(&handles).await?;
     client.wait_all().await?;
     io += t.elapsed();
-    Ok((io, bytes))
+    Ok((io, bytes, client.labels_published()))
 }
 
 async fn verify(runtime: &Runtime, mode: &str) -> anyhow::Result<bool> {

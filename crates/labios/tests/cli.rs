@@ -139,10 +139,33 @@ fn demo_runs_and_verifies() {
         stdout.contains("all checkpoints read back byte-exact"),
         "{stdout}"
     );
-    assert!(
-        stdout.contains("sync") && stdout.contains("async"),
-        "{stdout}"
-    );
+    // The table (issue 11, finding 3): both phases count the labels their
+    // writers published, and the labels per worker add up to them.
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("mode"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for (row, mode) in rows.iter().zip(["sync", "async"]) {
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(fields[0], mode, "{stdout}");
+        let labels: u64 = fields[2].parse().unwrap();
+        let per_worker: Vec<u64> = fields
+            .iter()
+            .filter_map(|f| f.strip_prefix('w'))
+            .map(|f| f.split_once(':').unwrap().1.parse().unwrap())
+            .collect();
+        assert_eq!(per_worker.len(), 4, "{row}");
+        assert_eq!(per_worker.iter().sum::<u64>(), labels, "{row}");
+        // Every step's array is at least 7 labels of 1 MiB: 4 x 4 x 7.
+        assert!(labels >= 112, "{row}");
+        assert!(
+            per_worker.iter().filter(|&&n| n > 0).count() >= 2,
+            "labels should spread over the workers: {row}"
+        );
+    }
 }
 
 /// Software-defined storage from the command line: a compressed put, an

@@ -62,6 +62,8 @@ pub struct DispatcherStats {
     failed: AtomicU64,
     tasks: AtomicU64,
     batches: AtomicU64,
+    /// Labels published to each worker's queue.
+    per_worker: parking_lot::Mutex<BTreeMap<WorkerId, u64>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,6 +84,11 @@ impl DispatcherStats {
             tasks: self.tasks.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
         }
+    }
+
+    /// Labels published to each worker's queue so far.
+    pub fn per_worker(&self) -> BTreeMap<WorkerId, u64> {
+        self.per_worker.lock().clone()
     }
 
     fn add(counter: &AtomicU64, n: usize) {
@@ -388,6 +395,7 @@ impl Dispatcher {
                 Ok(()) => {
                     DispatcherStats::add(&self.stats.labels, ids.len());
                     DispatcherStats::add(&self.stats.tasks, count);
+                    *self.stats.per_worker.lock().entry(worker).or_default() += ids.len() as u64;
                 }
                 Err(e) => {
                     let reason = format!("could not queue on worker {worker}: {e}");

@@ -8,7 +8,7 @@
 //! works on one flat, sorted array of byte spans rather than per-file maps.
 
 use labios_label::{FileId, Label, LabelId, LabelKind, Pointer, Task, WorkerId};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Most labels one aggregated task carries.
 pub const AGGREGATE_MAX_LABELS: usize = 64;
@@ -48,12 +48,20 @@ pub fn shuffle(
     for file in spans.chunk_by(|a, b| a.file == b.file) {
         link_conflicts(file, &mut sets);
     }
-    let pins: Vec<Option<WorkerId>> = labels
+    let addressed: Vec<Option<WorkerId>> = labels
         .iter()
         .map(|l| match l.destination {
             Pointer::Worker(w) => Some(w),
-            _ if l.kind == LabelKind::Read => located.get(&l.id).copied(),
             _ => None,
+        })
+        .collect();
+    let mut pins: Vec<Option<WorkerId>> = labels
+        .iter()
+        .zip(&addressed)
+        .map(|(l, to)| match to {
+            Some(w) => Some(*w),
+            None if l.kind == LabelKind::Read => located.get(&l.id).copied(),
+            None => None,
         })
         .collect();
     let roots: Vec<u32> = (0..n as u32).map(|i| sets.find(i)).collect();
@@ -71,12 +79,23 @@ pub fn shuffle(
         .collect();
     dependent.sort_unstable_by_key(|&i| roots[i as usize]);
     for set in dependent.chunk_by(|&a, &b| roots[a as usize] == roots[b as usize]) {
-        let pinned = set
-            .iter()
-            .filter(|&&i| pins[i as usize].is_some())
-            .min_by_key(|&&i| labels[i as usize].id)
-            .and_then(|&i| pins[i as usize]);
-        add_group(set, true, pinned, &mut dest, &mut groups);
+        // Labels addressed to a worker run there whatever they conflict
+        // with: a delete sent to every worker holding a file is one label
+        // per worker, and one supertask would carry them all to the first.
+        // The rest of the set stays one supertask with its oldest pinned
+        // label. Order on each worker is kept by its queue.
+        let set_pin = oldest_pin(set, &labels, &pins);
+        let mut parts: BTreeMap<Option<WorkerId>, Vec<u32>> = BTreeMap::new();
+        for &i in set {
+            parts.entry(addressed[i as usize]).or_default().push(i);
+        }
+        for (to, part) in parts {
+            let pin = to.or_else(|| oldest_pin(&part, &labels, &pins).or(set_pin));
+            match part.as_slice() {
+                [single] => pins[*single as usize] = pin,
+                _ => add_group(&part, true, pin, &mut dest, &mut groups),
+            }
+        }
     }
     if aggregation {
         aggregate(&spans, &roots, &members, &pins, &mut dest, &mut groups);
@@ -101,6 +120,15 @@ pub fn shuffle(
     }
     out.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     out.into_iter().map(|(_, _, r)| r).collect()
+}
+
+/// The pin of the oldest pinned label among `members`.
+fn oldest_pin(members: &[u32], labels: &[Label], pins: &[Option<WorkerId>]) -> Option<WorkerId> {
+    members
+        .iter()
+        .filter(|&&i| pins[i as usize].is_some())
+        .min_by_key(|&&i| labels[i as usize].id)
+        .and_then(|&i| pins[i as usize])
 }
 
 /// `dest` value of a label that becomes a task of its own.
@@ -495,6 +523,40 @@ mod tests {
             &located,
         ));
         assert_eq!(out, vec![(vec![1, 3], false, true, Some(4))]);
+    }
+
+    /// A file removed from four workers is one delete label per worker
+    /// (issue 11, finding 5): they conflict with each other as whole-file
+    /// operations, yet each must reach its own worker, or the space of the
+    /// file stays taken on the others.
+    #[test]
+    fn labels_addressed_to_workers_reach_them_whatever_they_conflict_with() {
+        let to = |kind, n, worker| {
+            let mut l = whole(kind, n, 1);
+            l.destination = Pointer::Worker(worker);
+            l
+        };
+        let out = plain(vec![
+            write(1, 1, 0, 10),
+            to(LabelKind::Delete, 2, 0),
+            to(LabelKind::Delete, 3, 1),
+            to(LabelKind::Delete, 4, 2),
+            to(LabelKind::Flush, 5, 2),
+            read(6, 1, 0, 10),
+            to(LabelKind::Delete, 7, 3),
+        ]);
+        assert_eq!(
+            out,
+            vec![
+                // The unaddressed rest keeps its order, placed with the
+                // oldest addressed label as before.
+                (vec![1, 6], false, true, Some(0)),
+                (vec![2], false, false, Some(0)),
+                (vec![3], false, false, Some(1)),
+                (vec![4, 5], false, true, Some(2)),
+                (vec![7], false, false, Some(3)),
+            ]
+        );
     }
 
     #[test]

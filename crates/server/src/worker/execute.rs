@@ -219,24 +219,57 @@ impl Executor {
         let ranges = ranges(label, offset, dest_len, *len)?;
         // Two independent look-ups, one round trip.
         let t = anatomy::start();
-        let fetch = async {
-            self.stores
-                .warehouse
-                .get(key)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("data for label {} is missing from the warehouse", label.id))
-        };
-        let (data, pieces) = tokio::join!(fetch, self.not_yet_overwritten(label, file, &ranges));
+        let (data, guard) = tokio::join!(
+            self.staged(label, key, *len),
+            self.not_yet_overwritten(label, file, &ranges)
+        );
         anatomy::record(Phase::WorkerWarehouse, t);
-        let (data, pieces) = (data?, pieces?);
-        if data.len() as u64 != *len {
+        let size = self.store(label, file, &ranges, data?, guard?).await?;
+        self.unstage(key).await?;
+        Ok(Done::bytes(size))
+    }
+
+    /// The data a write label staged in the warehouse, checked against
+    /// the length the label gives.
+    async fn staged(&self, label: &Label, key: &str, len: u64) -> Result<Bytes, Failure> {
+        let data = self
+            .stores
+            .warehouse
+            .get(key)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("data for label {} is missing from the warehouse", label.id))?;
+        if data.len() as u64 != len {
             return Err(format!(
                 "label {} says {len} bytes but the warehouse holds {} bytes",
                 label.id,
                 data.len()
             ));
         }
+        Ok(data)
+    }
+
+    /// Drops a written label's staged data.
+    async fn unstage(&self, key: &str) -> Result<(), Failure> {
+        let t = anatomy::start();
+        let dropped = self.stores.warehouse.delete(key).await;
+        anatomy::record(Phase::WorkerWarehouse, t);
+        dropped.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// The one sequence every write into a LABIOS file runs, whatever made
+    /// its bytes (plain or pipeline labels): the bytes no newer label
+    /// holds go to the device, then every range's extent to the inventory
+    /// (where the newest label wins), then the workers whose older bytes
+    /// this write replaced are told to free them.
+    async fn store(
+        &self,
+        label: &Label,
+        file: FileId,
+        ranges: &[Range],
+        data: Bytes,
+        guard: Guarded,
+    ) -> Result<u64, Failure> {
         let size = data.len() as u64;
         if !self.storage.try_reserve(size, self.capacity) {
             return Err(format!("worker {} is full", self.id));
@@ -245,7 +278,8 @@ impl Executor {
         let t = anatomy::start();
         let written = self
             .blocking(move |storage| {
-                let pieces: Vec<(u64, &[u8])> = pieces
+                let pieces: Vec<(u64, &[u8])> = guard
+                    .pieces
                     .iter()
                     .map(|r| {
                         (
@@ -261,7 +295,7 @@ impl Executor {
         written?;
         anatomy::record(Phase::WorkerStorage, t);
         let t = anatomy::start();
-        for r in &ranges {
+        for r in ranges {
             let extent = Extent {
                 offset: r.file_offset,
                 len: r.len,
@@ -275,38 +309,47 @@ impl Executor {
                 .map_err(|e| e.to_string())?;
         }
         anatomy::record(Phase::WorkerInventory, t);
-        let t = anatomy::start();
-        self.stores
-            .warehouse
-            .delete(key)
-            .await
-            .map_err(|e| e.to_string())?;
-        anatomy::record(Phase::WorkerWarehouse, t);
-        Ok(Done::bytes(size))
+        if !guard.displaced.is_empty() {
+            let (path, start, end) = span(label, ranges);
+            self.reclaim_on(label, &guard.displaced, &path, file, start, end - start)
+                .await?;
+        }
+        Ok(size)
     }
 
-    /// The parts of `ranges` that no newer label has already written on this
-    /// worker. Labels of one file reach a worker in id order when a single
-    /// dispatcher serves their queue, but several dispatchers (or a retry)
-    /// can deliver an older write after a newer one; writing it anyway would
-    /// put stale bytes under an extent the inventory gives to the newer label.
+    /// What of `ranges` to put on this worker's device: the parts no newer
+    /// label holds on any worker. Labels of one file reach a worker in id
+    /// order when a single dispatcher serves their queue, but several
+    /// dispatchers (or a retry) can deliver an older write after a newer
+    /// one; writing it anyway would put stale bytes under an extent the
+    /// inventory gives to the newer label, or bytes nobody points at.
+    /// Also the other workers holding older bytes of these ranges, which
+    /// the write makes garbage there.
     async fn not_yet_overwritten(
         &self,
         label: &Label,
         file: FileId,
         ranges: &[Range],
-    ) -> Result<Vec<Range>, Failure> {
-        let mut out = Vec::with_capacity(ranges.len());
+    ) -> Result<Guarded, Failure> {
+        let mut guard = Guarded {
+            pieces: Vec::with_capacity(ranges.len()),
+            displaced: BTreeSet::new(),
+        };
         for r in ranges {
-            let newer: Vec<Extent> = self
+            let (newer, older): (Vec<Extent>, Vec<Extent>) = self
                 .stores
                 .inventory
                 .extents(file, r.file_offset, r.len)
                 .await
                 .map_err(|e| e.to_string())?
                 .into_iter()
-                .filter(|e| e.worker == self.id && e.label > label.id)
-                .collect();
+                .partition(|e| e.label > label.id);
+            guard.displaced.extend(
+                older
+                    .iter()
+                    .filter(|e| e.worker != self.id && e.len > 0)
+                    .map(|e| e.worker),
+            );
             let mut at = r.file_offset;
             let end = r.file_offset + r.len;
             let stop = Extent {
@@ -317,7 +360,7 @@ impl Executor {
             };
             for e in newer.iter().chain(std::iter::once(&stop)) {
                 if e.offset > at {
-                    out.push(Range {
+                    guard.pieces.push(Range {
                         file_offset: at,
                         buf_offset: r.buf_offset + (at - r.file_offset),
                         len: e.offset - at,
@@ -326,7 +369,7 @@ impl Executor {
                 at = at.max(e.offset + e.len);
             }
         }
-        Ok(out)
+        Ok(guard)
     }
 
     async fn read(&self, label: &Label) -> Result<Done, Failure> {
@@ -424,10 +467,53 @@ impl Executor {
         }
     }
 
+    /// Frees what this worker holds of a file and the inventory no longer
+    /// gives it, in the label's range (`len` 0: the whole file): all of it
+    /// once the file is removed; after a truncation or an overwrite on
+    /// another worker, the bytes that went out of use. A worker runs a
+    /// delete alone among the tasks of its file, so no write of it is
+    /// between its bytes and its extent meanwhile.
     async fn delete(&self, label: &Label) -> Result<Done, Failure> {
-        let (file, _, _) = file_of(label, &label.source, "source")?;
-        self.blocking(move |storage| storage.remove(file)).await?;
+        let (file, offset, len) = file_of(label, &label.source, "source")?;
+        let end = if len == 0 {
+            u64::MAX
+        } else {
+            offset.saturating_add(len)
+        };
+        self.keep_held(file, offset, end).await?;
         Ok(Done::bytes(0))
+    }
+
+    /// [`Storage::keep_only`] what the inventory gives this worker of
+    /// `file` in `start..end`.
+    async fn keep_held(&self, file: FileId, start: u64, end: u64) -> Result<(), Failure> {
+        let exists = self.stores.inventory.file(file).await;
+        let held: Vec<(u64, u64)> = match exists.map_err(|e| e.to_string())? {
+            None => Vec::new(),
+            Some(_) => self
+                .stores
+                .inventory
+                .extents(file, start, end - start)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|e| e.worker == self.id && e.len > 0)
+                .map(|e| (e.offset, e.offset + e.len))
+                .collect(),
+        };
+        self.blocking(move |storage| storage.keep_only(file, start, end, &held))
+            .await
+    }
+
+    /// Brings this worker's device in line with the inventory after a
+    /// restart: files removed, truncated or overwritten elsewhere while it
+    /// was down (or whose deletes failed) give their space back.
+    pub async fn reconcile(&self) -> Result<(), Failure> {
+        let files = self.blocking(|storage| storage.files()).await?;
+        for file in files {
+            self.keep_held(file, 0, u64::MAX).await?;
+        }
+        Ok(())
     }
 
     async fn flush(&self, label: &Label) -> Result<Done, Failure> {
@@ -462,13 +548,32 @@ impl Executor {
             self.blocking(move |storage| storage.remove(replaced))
                 .await?;
         }
-        for worker in holders.into_iter().filter(|w| *w != self.id) {
+        let others: BTreeSet<WorkerId> = holders.into_iter().filter(|w| *w != self.id).collect();
+        self.reclaim_on(label, &others, &meta.path, meta.id, 0, 0)
+            .await
+            .map_err(|e| format!("renamed, but {e}"))?;
+        Ok(Done::bytes(0))
+    }
+
+    /// Sends each of `workers` a delete of `len` bytes of `file` at
+    /// `offset` (0: all of it), signed for `label`'s owner, straight to its
+    /// queue: it frees there what the inventory no longer gives it.
+    async fn reclaim_on(
+        &self,
+        label: &Label,
+        workers: &BTreeSet<WorkerId>,
+        path: &str,
+        file: FileId,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), Failure> {
+        for &worker in workers {
             let mut delete = Label::new(self.ids.next(), LabelKind::Delete, label.owner);
             delete.source = Pointer::File {
-                path: meta.path.clone(),
-                file: meta.id,
-                offset: 0,
-                len: meta.size,
+                path: path.to_string(),
+                file,
+                offset,
+                len,
             };
             delete.destination = Pointer::Worker(worker);
             self.verifier
@@ -480,12 +585,10 @@ impl Executor {
                 .push(&worker_queue(worker), vec![Task::single(delete)])
                 .await
                 .map_err(|e| {
-                    format!(
-                        "renamed, but could not reclaim the replaced file on worker {worker}: {e}"
-                    )
+                    format!("could not reclaim space of {path} on worker {worker}: {e}")
                 })?;
         }
-        Ok(Done::bytes(0))
+        Ok(())
     }
 
     /// Runs local I/O on a blocking thread, retrying I/O errors up to
@@ -538,6 +641,28 @@ struct Range {
     file_offset: u64,
     buf_offset: u64,
     len: u64,
+}
+
+/// What [`Executor::not_yet_overwritten`] found: the pieces to write, and
+/// the other workers whose older bytes the write replaces.
+struct Guarded {
+    pieces: Vec<Range>,
+    displaced: BTreeSet<WorkerId>,
+}
+
+/// The label's path and the file range its `ranges` cover.
+fn span(label: &Label, ranges: &[Range]) -> (String, u64, u64) {
+    let path = match &label.destination {
+        Pointer::File { path, .. } => path.clone(),
+        _ => String::new(),
+    };
+    let start = ranges.iter().map(|r| r.file_offset).min().unwrap_or(0);
+    let end = ranges
+        .iter()
+        .map(|r| r.file_offset + r.len)
+        .max()
+        .unwrap_or(start);
+    (path, start, end)
 }
 
 /// The pieces a write label puts on disk, validated against its data.

@@ -293,6 +293,14 @@ impl Worker {
             storage,
             stores,
         )?);
+        // Before any label: the device holds nothing the inventory does
+        // not give this worker. Failing costs only space.
+        if let Err(e) = executor.reconcile().await {
+            tracing::warn!(
+                worker = shared.spec.id,
+                "cannot reclaim space at start: {e}"
+            );
+        }
         let task = tokio::spawn(serve(shared.clone(), executor, config));
         Ok(WorkerHandle {
             shared,

@@ -182,6 +182,69 @@ impl Storage {
         }
     }
 
+    /// Frees every byte of `file` in `start..end` that lies outside `held`
+    /// (the ranges the inventory gives this worker, sorted and disjoint):
+    /// bytes an overwrite on another worker or a truncation left behind.
+    /// With `end == u64::MAX` the local file also ends with its last held
+    /// byte, and goes if it holds none. Holes read as zeros, so nothing the
+    /// inventory points at changes.
+    pub fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
+        assert!(
+            held.windows(2).all(|w| w[0].1 <= w[1].0),
+            "held ranges overlap or are unsorted: {held:?}"
+        );
+        if end == u64::MAX && held.is_empty() {
+            return self.remove(file);
+        }
+        let path = self.path(file);
+        let handle = match self.handle(file, false) {
+            Err(Error::NotFound(_)) => return Ok(()),
+            r => r?,
+        };
+        let _turn = self.stripe(file).lock();
+        let before = handle.metadata().map_err(|e| io_error(&path, e))?;
+        let stop = end.min(before.len());
+        let mut at = start;
+        let freed = held
+            .iter()
+            .map(|&(s, e)| (s.clamp(start, stop), e.clamp(start, stop)))
+            .chain(std::iter::once((stop, stop)))
+            .try_for_each(|(s, e)| {
+                let gap = if s > at {
+                    punch(&handle, at, s - at)
+                } else {
+                    Ok(())
+                };
+                at = at.max(e);
+                gap
+            });
+        let cut = match held.last() {
+            Some(&(_, last)) if end == u64::MAX && last < before.len() => handle.set_len(last),
+            _ => Ok(()),
+        };
+        let after = handle.metadata().map_err(|e| io_error(&path, e))?;
+        self.account(allocated(&before), allocated(&after));
+        freed.map_err(|e| io_error(&path, e))?;
+        cut.map_err(|e| io_error(&path, e))
+    }
+
+    /// The files this worker holds bytes of.
+    pub fn files(&self) -> Result<Vec<FileId>> {
+        let mut ids = Vec::new();
+        for entry in std::fs::read_dir(&self.files).map_err(|e| io_error(&self.files, e))? {
+            let entry = entry.map_err(|e| io_error(&self.files, e))?;
+            let name = entry.file_name();
+            if let Some(id) = name
+                .to_str()
+                .filter(|n| n.len() == 16)
+                .and_then(|n| u64::from_str_radix(n, 16).ok())
+            {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
+    }
+
     /// Makes everything written to the local file durable; a file that was
     /// never written is fine.
     pub fn flush(&self, file: FileId) -> Result<()> {
@@ -246,6 +309,31 @@ impl Storage {
         }
         cache.open.insert(file, (handle.clone(), now));
         Ok(handle)
+    }
+}
+
+/// Deallocates `len` bytes at `offset` (they read as zeros after). A file
+/// system that cannot punch holes keeps the bytes: nothing is lost, only
+/// space stays taken.
+fn punch(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return Ok(());
+    };
+    // SAFETY: fallocate reads no memory of ours; the descriptor is open
+    // for as long as `file` lives.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        )
+    };
+    match std::io::Error::last_os_error() {
+        _ if rc == 0 => Ok(()),
+        e if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
+        e => Err(e),
     }
 }
 
@@ -335,6 +423,37 @@ mod tests {
         s.remove(5).unwrap();
         assert!(!s.holds(5));
         assert_eq!(s.used(), 0);
+    }
+
+    #[test]
+    fn keep_only_frees_what_the_inventory_no_longer_gives_the_worker() {
+        let (_dir, s) = storage();
+        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+        s.write(7, &[(0, &data)], false).unwrap();
+        let full = s.used();
+        // Keep 64..128 KiB and 512..576 KiB of the first 768 KiB; the rest
+        // of the file is outside the range and stays.
+        let held = [(64 << 10, 128 << 10), (512 << 10, 576 << 10)];
+        s.keep_only(7, 0, 768 << 10, &held).unwrap();
+        assert!(
+            s.used() <= full - (600 << 10),
+            "{} of {full} still used",
+            s.used()
+        );
+        let mut back = vec![0u8; 1 << 20];
+        s.read(7, 0, &mut back).unwrap();
+        for (i, (&got, &was)) in back.iter().zip(&data).enumerate() {
+            let kept = held.iter().any(|&(a, b)| (a..b).contains(&(i as u64))) || i >= 768 << 10;
+            assert_eq!(got, if kept { was } else { 0 }, "byte {i}");
+        }
+        // The whole file: cut after the last held byte, then gone.
+        s.keep_only(7, 0, u64::MAX, &held).unwrap();
+        assert_eq!(std::fs::metadata(s.path(7)).unwrap().len(), 576 << 10);
+        assert_eq!(s.files().unwrap(), [7]);
+        s.keep_only(7, 0, u64::MAX, &[]).unwrap();
+        assert!(!s.holds(7));
+        assert_eq!(s.used(), 0);
+        assert!(s.files().unwrap().is_empty());
     }
 
     #[test]

@@ -178,7 +178,9 @@ async fn decommissioned_worker_serves_its_data_then_retires() {
     assert_eq!(rig.result(&s[0]).await, &b"pinned"[..]);
     assert!(m.handle(1).is_ok());
 
-    // Once its data is deleted it retires.
+    // Once its data is deleted it retires (as a client removes a file:
+    // the inventory first, then the workers' bytes).
+    rig.stores.inventory.remove("/d").await.unwrap();
     complete(&rig.run(1, vec![rig.on_file(LabelKind::Delete, &f)]).await);
     // The handle goes first, the view entry once the worker has stopped.
     until("worker 1 to retire", || {

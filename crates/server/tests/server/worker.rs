@@ -218,6 +218,15 @@ async fn delete_flush_and_rename() {
 
     let used = w1.refresh().await.used;
     assert!(used >= 10_000, "used {used}");
+    // A delete keeps what the inventory still gives the worker...
+    complete(
+        &rig.run(1, vec![rig.on_file(LabelKind::Delete, &moved)])
+            .await,
+    );
+    assert_eq!(w1.status().used, used);
+    // ...and frees everything once the file is gone from it, as a client
+    // removes a file.
+    rig.stores.inventory.remove("/r/b").await.unwrap();
     complete(
         &rig.run(1, vec![rig.on_file(LabelKind::Delete, &moved)])
             .await,
@@ -526,4 +535,75 @@ async fn suspended_worker_keeps_its_heartbeat_and_wakes_on_an_empty_task() {
     assert_eq!(w.stats().labels_done, 0);
     assert!(heartbeat().await >= later.heartbeat);
     w.shutdown().await;
+}
+
+/// Issue 11, finding 2: every write kind runs one sequence with the
+/// newest-label-wins guard. An older label delivered after a newer one
+/// (several dispatchers, a redelivery) must not put its bytes under the
+/// newer label's extent, whether either carries a pipeline, and whether
+/// the newer one ran on this worker or another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_label_arriving_late_never_overwrites_a_newer_one() {
+    let rig = Rig::new();
+    let w1 = start(&rig, 1, 64 * MB, config()).await;
+    let w2 = start(&rig, 2, 64 * MB, config()).await;
+    // `sort` keeps the length, so both versions cover the same bytes.
+    let sorted = |l: &mut labios_label::Label| {
+        l.operations = labios_label::Operation::parse_pipeline("sort:dtype=u32").unwrap();
+    };
+    let words = |seed: u32| -> Vec<u8> {
+        (0..4096u32)
+            .flat_map(|i| (i.wrapping_mul(2_654_435_761) ^ seed).to_le_bytes())
+            .collect()
+    };
+    let sort = |data: &[u8]| -> Vec<u8> {
+        let mut v: Vec<u32> = data
+            .chunks(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        v.sort_unstable();
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    };
+    // (older is a pipeline, newer is a pipeline, newer runs elsewhere)
+    let cases = [
+        (true, false, false),
+        (false, true, false),
+        (true, true, false),
+        (true, false, true),
+        (false, false, true),
+    ];
+    for (n, &(older_sorts, newer_sorts, elsewhere)) in cases.iter().enumerate() {
+        let f = rig.file(&format!("/late/{n}")).await;
+        let (a, b) = (words(n as u32), words(1000 + n as u32));
+        let mut older = rig.write(&f, 0, &a).await;
+        let mut newer = rig.write(&f, 0, &b).await;
+        if older_sorts {
+            sorted(&mut older);
+        }
+        if newer_sorts {
+            sorted(&mut newer);
+        }
+        let want = if newer_sorts { sort(&b) } else { b.clone() };
+        complete(&rig.run(if elsewhere { 2 } else { 1 }, vec![newer]).await);
+        complete(&rig.run(1, vec![older]).await);
+        let size = want.len() as u64;
+        let holder = if elsewhere { 2 } else { 1 };
+        let status = rig.run(holder, vec![rig.read(&f, 0, size)]).await;
+        assert!(
+            rig.result(&status[0]).await == want,
+            "case {n}: the older label's bytes won"
+        );
+        if !elsewhere {
+            let on_disk = std::fs::read(local(&rig.worker_dir(1), f.id)).unwrap();
+            assert!(on_disk == want, "case {n}: stale bytes on the device");
+        } else {
+            // Nothing of the older label stays on worker 1.
+            let kept = std::fs::metadata(local(&rig.worker_dir(1), f.id))
+                .map(|m| std::os::unix::fs::MetadataExt::blocks(&m))
+                .unwrap_or(0);
+            assert_eq!(kept, 0, "case {n}: worker 1 keeps bytes nobody reads");
+        }
+    }
+    w1.shutdown().await;
+    w2.shutdown().await;
 }

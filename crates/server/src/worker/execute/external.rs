@@ -15,30 +15,13 @@ impl Executor {
             return Err(bad_pointer(label, "destination", "external storage"));
         };
         let target = self.mounts.resolve(uri).map_err(|e| e.to_string())?;
-        let data = self
-            .stores
-            .warehouse
-            .get(key)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("data for label {} is missing from the warehouse", label.id))?;
-        if data.len() as u64 != *len {
-            return Err(format!(
-                "label {} says {len} bytes but the warehouse holds {} bytes",
-                label.id,
-                data.len()
-            ));
-        }
+        let data = self.staged(label, key, *len).await?;
         target
             .mapper()
             .write(&target.path, *offset, data)
             .await
             .map_err(|e| format!("{uri}: {e}"))?;
-        self.stores
-            .warehouse
-            .delete(key)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.unstage(key).await?;
         Ok(Done::bytes(*len))
     }
 

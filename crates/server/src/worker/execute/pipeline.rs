@@ -9,60 +9,31 @@
 //!   Its input is its own device's range, or, for a file spread over
 //!   several workers, the parts earlier reads gathered into the warehouse.
 
-use super::{bad_pointer, file_of, Done, Executor, Failure, MAX_READ};
+use super::{bad_pointer, file_of, Done, Executor, Failure, Range, MAX_READ};
 use bytes::Bytes;
 use labios_functions::Context;
 use labios_label::{part_key, Label, Pointer};
-use labios_store::Extent;
 use std::collections::HashMap;
 
 impl Executor {
+    /// Computational storage: the pipeline's output is what the label
+    /// writes, through the same sequence as any write (the newest label
+    /// wins, whatever order the labels arrive in).
     pub(super) async fn write_through(&self, label: &Label) -> Result<Done, Failure> {
         let Pointer::Warehouse { key, len } = &label.source else {
             return Err(bad_pointer(label, "source", "a warehouse entry"));
         };
         let (file, offset, _) = file_of(label, &label.destination, "destination")?;
-        let data = self
-            .stores
-            .warehouse
-            .get(key)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("data for label {} is missing from the warehouse", label.id))?;
-        if data.len() as u64 != *len {
-            return Err(format!(
-                "label {} says {len} bytes but the warehouse holds {} bytes",
-                label.id,
-                data.len()
-            ));
-        }
+        let data = self.staged(label, key, *len).await?;
         let out = self.apply(label, data).await?;
-        let size = out.len() as u64;
-        if !self.storage.try_reserve(size, self.capacity) {
-            return Err(format!("worker {} is full", self.id));
-        }
-        let sync = label.sync;
-        let written = self
-            .blocking(move |storage| storage.write(file, &[(offset, &out[..])], sync))
-            .await;
-        self.storage.release(size);
-        written?;
-        let extent = Extent {
-            offset,
-            len: size,
-            worker: self.id,
-            label: label.id,
-        };
-        self.stores
-            .inventory
-            .commit_extent(file, extent)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.stores
-            .warehouse
-            .delete(key)
-            .await
-            .map_err(|e| e.to_string())?;
+        let ranges = [Range {
+            file_offset: offset,
+            buf_offset: 0,
+            len: out.len() as u64,
+        }];
+        let guard = self.not_yet_overwritten(label, file, &ranges).await?;
+        let size = self.store(label, file, &ranges, out, guard).await?;
+        self.unstage(key).await?;
         Ok(Done::bytes(size))
     }
 
