@@ -170,6 +170,18 @@ impl Session {
         }
     }
 
+    /// Bytes the workers may store in all, and bytes they hold now (what
+    /// `statfs` of a LABIOS path reports).
+    pub fn capacity(&self) -> Result<(u64, u64)> {
+        let workers = self.run(self.client.catalog().inventory().workers())?;
+        Ok(workers.iter().fold((0, 0), |(cap, used), w| {
+            (
+                cap.saturating_add(w.spec.capacity),
+                used.saturating_add(w.used),
+            )
+        }))
+    }
+
     /// Names of the entries directly inside directory `dir`.
     pub fn read_dir(&self, dir: &str) -> Result<Vec<FileMeta>> {
         let meta = self.run(self.client.stat(dir))?;

@@ -251,6 +251,14 @@ impl Config {
                 );
             }
         }
+        // The Redis store can place keys made by `local_key` on a node's own
+        // server, but LABIOS's label data is always hashed over `urls`: a
+        // setting that changes nothing must not look like it works.
+        if self.redis.node_local {
+            anyhow::bail!(
+                "invalid configuration: field `redis.node_local`: LABIOS hashes its warehouse data over every server in redis.urls; node-local placement of label data is not implemented (set it to false)"
+            );
+        }
         self.dispatcher.validate()?;
         self.manager
             .validate()

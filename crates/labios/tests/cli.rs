@@ -124,6 +124,17 @@ fn clear_errors_for_bad_input() {
         e.contains("policy"),
         "bad policy from the environment must be named: {e}"
     );
+    // A setting LABIOS does not honour is refused, not ignored.
+    let e = String::from_utf8(
+        Command::new(BIN)
+            .args(["ls"])
+            .env("LABIOS_REDIS__NODE_LOCAL", "true")
+            .output()
+            .unwrap()
+            .stderr,
+    )
+    .unwrap();
+    assert!(e.contains("redis.node_local"), "{e}");
 }
 
 #[test]

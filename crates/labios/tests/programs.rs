@@ -365,7 +365,7 @@ set -e
 mkdir -p "$ROOT/mpi"
 mpiexec -n 4 "$IN/mpi_io" "$ROOT/mpi"
 ls "$ROOT/mpi"
-cp "$ROOT/mpi/cm1.out" "$ROOT/mpi/hacc.3" "$OUT/"
+cp "$ROOT/mpi/cm1.out" "$ROOT/mpi/hacc.3" "$ROOT/mpi/cm1.mpiio" "$OUT/"
 "#;
     let out = b.same(false, script);
     assert!(

@@ -236,6 +236,13 @@ pub fn stat(path: &Vpath) -> Result<FileMeta, Errno> {
     conn::with(&format!("stat {}", path.full), |s| s.stat(&path.ns))?.ok_or(libc::ENOENT)
 }
 
+/// Capacity and use of the whole deployment, once `path` is known to
+/// exist: what `statfs` reports for any LABIOS path.
+pub fn capacity(path: &Vpath) -> Result<(u64, u64), Errno> {
+    exists(path)?;
+    conn::with(&format!("statfs {}", path.full), |s| s.capacity())
+}
+
 /// Whether the entry exists (access, chmod and friends).
 pub fn exists(path: &Vpath) -> Result<(), Errno> {
     stat(path).map(|_| ())

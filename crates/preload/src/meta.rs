@@ -1,6 +1,10 @@
-//! The stat family. LABIOS entries report the inventory's size, mode and
-//! times; the device number is LABIOS's own and the inode is the file id.
+//! The stat and statfs families. LABIOS entries report the inventory's
+//! size, mode and times; the device number is LABIOS's own and the inode is
+//! the file id. A LABIOS path's file system is the whole deployment: the
+//! workers' capacity and use, and a magic number of its own, which MPI-IO
+//! (ROMIO) takes for a plain POSIX file system.
 
+use crate::conn;
 use crate::fdtable;
 use crate::io::{self, Errno};
 use crate::mount::{self, Target};
@@ -278,3 +282,100 @@ pub unsafe extern "C" fn statx(
         ),
     }
 }
+
+/// "LABI": `f_type` of every LABIOS path. Not a magic number any program
+/// special-cases, so ROMIO and friends treat LABIOS as plain POSIX storage.
+const FS_MAGIC: i64 = 0x4c41_4249;
+/// Block size statfs reports.
+const FS_BLOCK: u64 = 4096;
+
+/// What statfs says of LABIOS: `(capacity, used)` in bytes.
+fn fs_fill(cap: u64, used: u64) -> libc::statfs {
+    // SAFETY: statfs is plain old data; zero is a valid value of each field.
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    sf.f_type = FS_MAGIC as _;
+    sf.f_bsize = FS_BLOCK as _;
+    sf.f_frsize = FS_BLOCK as _;
+    sf.f_blocks = cap / FS_BLOCK;
+    sf.f_bfree = cap.saturating_sub(used) / FS_BLOCK;
+    sf.f_bavail = sf.f_bfree;
+    sf.f_files = u64::MAX >> 1;
+    sf.f_ffree = u64::MAX >> 1;
+    sf.f_namelen = 255;
+    sf
+}
+
+fn vfs_fill(sf: &libc::statfs) -> libc::statvfs {
+    // SAFETY: statvfs is plain old data; zero is a valid value of each field.
+    let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
+    v.f_bsize = sf.f_bsize as _;
+    v.f_frsize = sf.f_frsize as _;
+    v.f_blocks = sf.f_blocks;
+    v.f_bfree = sf.f_bfree;
+    v.f_bavail = sf.f_bavail;
+    v.f_files = sf.f_files;
+    v.f_ffree = sf.f_ffree;
+    v.f_favail = sf.f_ffree;
+    v.f_fsid = FS_MAGIC as _;
+    v.f_namemax = 255;
+    v
+}
+
+/// statfs of a LABIOS path, or the libc path to ask instead (`None`: the
+/// caller's own).
+unsafe fn statfs_path(
+    path: *const c_char,
+) -> Result<Result<libc::statfs, Errno>, Option<std::ffi::CString>> {
+    match mount::resolve_at(libc::AT_FDCWD, path) {
+        Target::Labios(v) if !crate::conn::bypass() => {
+            Ok(io::capacity(&v).map(|(cap, used)| fs_fill(cap, used)))
+        }
+        Target::Labios(_) => Err(None),
+        Target::Real(p) => Err(p),
+    }
+}
+
+/// statfs of a descriptor: LABIOS's own for a LABIOS descriptor.
+fn statfs_fd(fd: c_int) -> Option<Result<libc::statfs, Errno>> {
+    let f = fdtable::get(fd)?;
+    Some(
+        conn::with(&format!("fstatfs {}", f.path.full), |s| s.capacity())
+            .map(|(cap, used)| fs_fill(cap, used)),
+    )
+}
+
+macro_rules! statfs_entry {
+    ($name:ident, $out:ty, $fill:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, out: *mut $out) -> c_int {
+            match statfs_path(path) {
+                Ok(r) => done(r, |sf| *out = $fill(sf)),
+                Err(p) => real!($name: fn(*const c_char, *mut $out) -> c_int)(
+                    p.as_ref().map_or(path, |c| c.as_ptr()),
+                    out,
+                ),
+            }
+        }
+    };
+}
+
+macro_rules! fstatfs_entry {
+    ($name:ident, $out:ty, $fill:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, out: *mut $out) -> c_int {
+            match statfs_fd(fd) {
+                Some(r) => done(r, |sf| *out = $fill(sf)),
+                None => real!($name: fn(c_int, *mut $out) -> c_int)(fd, out),
+            }
+        }
+    };
+}
+
+statfs_entry!(statfs, libc::statfs, |sf: &libc::statfs| *sf);
+statfs_entry!(statfs64, libc::statfs, |sf: &libc::statfs| *sf);
+statfs_entry!(statvfs, libc::statvfs, vfs_fill);
+statfs_entry!(statvfs64, libc::statvfs, vfs_fill);
+fstatfs_entry!(fstatfs, libc::statfs, |sf: &libc::statfs| *sf);
+fstatfs_entry!(fstatfs64, libc::statfs, |sf: &libc::statfs| *sf);
+fstatfs_entry!(fstatvfs, libc::statvfs, vfs_fill);
+fstatfs_entry!(fstatvfs64, libc::statvfs, vfs_fill);
