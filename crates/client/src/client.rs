@@ -48,8 +48,6 @@ struct Inner {
     content: ContentManager,
     catalog: CatalogManager,
     app: AppId,
-    /// Path -> file, for repeated writes to one file without a lookup each.
-    files: Mutex<HashMap<String, FileMeta>>,
     /// Small writes waiting to be aggregated, per file (article 3.3.1b).
     small: Mutex<HashMap<FileId, SmallWrites>>,
     /// Background flushes of full small-write caches, and their bound.
@@ -74,7 +72,6 @@ struct InFlight {
     failures: Vec<(LabelId, String)>,
 }
 
-const PATH_CACHE_LIMIT: usize = 4096;
 const FAILURES_KEPT: usize = 1024;
 /// Small-write caches being stored and published in the background at once.
 const BACKGROUND_FLUSHES: usize = 16;
@@ -123,7 +120,6 @@ impl Client {
                 catalog: CatalogManager::new(stores.inventory.clone(), app),
                 stores,
                 app,
-                files: Mutex::new(HashMap::new()),
                 small: Mutex::new(HashMap::new()),
                 flushes: Mutex::new(Vec::new()),
                 flush_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_FLUSHES)),
@@ -732,7 +728,6 @@ impl Client {
         if meta.kind == FileKind::File {
             self.settle(meta.id).await?;
         }
-        self.forget(&meta.path);
         let (meta, _) = self.inner.catalog.remove(&meta.path).await?;
         if meta.kind == FileKind::File {
             self.to_every_worker(LabelKind::Delete, &meta).await?;
@@ -779,8 +774,6 @@ impl Client {
         if meta.kind == FileKind::File {
             self.settle(meta.id).await?;
         }
-        self.forget(&meta.path);
-        self.forget(&to);
         let label = self.inner.labels.rename(&meta.path, meta.id, &to);
         let id = label.id;
         self.inner.labels.publish(vec![label]).await?;
@@ -796,26 +789,18 @@ impl Client {
         self.inner.content.receive(name, timeout).await
     }
 
+    /// The file `path` names now, created if missing. Asked of the
+    /// inventory every time: a path another client renamed or removed
+    /// names another file (or none) from then on, and a cached answer
+    /// would put this write into the file that moved away (found by the
+    /// model checker).
     async fn file_for_write(&self, path: &str) -> Result<FileMeta> {
         let norm = normalize_path(path)?;
-        if let Some(meta) = self.inner.files.lock().get(&norm) {
-            return Ok(meta.clone());
-        }
         let meta = self.inner.catalog.open_or_create(&norm).await?;
         if meta.kind == FileKind::Dir {
             return Err(Error::InvalidArgument(format!("{norm} is a directory")));
         }
-        let mut files = self.inner.files.lock();
-        if files.len() >= PATH_CACHE_LIMIT {
-            files.clear();
-        }
-        files.insert(norm, meta.clone());
         Ok(meta)
-    }
-
-    fn forget(&self, path: &str) {
-        let mut files = self.inner.files.lock();
-        files.retain(|p, _| p != path && !p.starts_with(&format!("{path}/")));
     }
 }
 

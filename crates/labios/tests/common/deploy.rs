@@ -105,6 +105,33 @@ impl Deployed {
         }
     }
 
+    /// Registers an application.
+    pub async fn create_app(&self, name: &str) -> labios_store::AppRecord {
+        match &self.inner {
+            Inner::Embedded(rt) => (**rt).as_ref().unwrap().admin.create_app(name).await,
+            Inner::Cluster(c) => {
+                labios_core::administrator::Administrator::new(c.stores.inventory.clone())
+                    .create_app(name)
+                    .await
+            }
+        }
+        .expect("application registered")
+    }
+
+    /// A new client of application `app`.
+    pub async fn client_of(&self, app: &labios_store::AppRecord) -> Client {
+        match &self.inner {
+            Inner::Embedded(rt) => (**rt).as_ref().unwrap().client(app.id).await.unwrap(),
+            Inner::Cluster(_) => labios::cli::connect_client(
+                &self.config,
+                Some(app.key.clone()),
+                Some(app.secret.clone()),
+            )
+            .await
+            .expect("client connects to NATS and Redis"),
+        }
+    }
+
     /// The deployment's queues, warehouse and inventory as a client sees them.
     pub fn stores(&self) -> Stores {
         match &self.inner {

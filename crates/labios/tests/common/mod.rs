@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod deploy;
+pub mod model;
 pub mod s3;
 pub mod serve;
 

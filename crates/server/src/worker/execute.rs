@@ -276,8 +276,12 @@ impl Executor {
         }
         let sync = label.sync;
         let t = anatomy::start();
+        let pieces = guard.pieces.len();
         let written = self
             .blocking(move |storage| {
+                if pieces == 0 {
+                    return Ok(());
+                }
                 let pieces: Vec<(u64, &[u8])> = guard
                     .pieces
                     .iter()
@@ -302,11 +306,17 @@ impl Executor {
                 worker: self.id,
                 label: label.id,
             };
-            self.stores
-                .inventory
-                .commit_extent(file, extent)
-                .await
-                .map_err(|e| e.to_string())?;
+            match self.stores.inventory.commit_extent(file, extent).await {
+                Ok(()) => {}
+                // The file was removed (or replaced by a rename) after this
+                // label named it: the write took place just before, and its
+                // bytes went with the file. Nothing points at them here.
+                Err(Error::NotFound(_)) => {
+                    self.keep_held(file, 0, u64::MAX).await?;
+                    return Ok(size);
+                }
+                Err(e) => return Err(e.to_string()),
+            }
         }
         anatomy::record(Phase::WorkerInventory, t);
         if !guard.displaced.is_empty() {
@@ -336,14 +346,23 @@ impl Executor {
             displaced: BTreeSet::new(),
         };
         for r in ranges {
-            let (newer, older): (Vec<Extent>, Vec<Extent>) = self
+            let extents = match self
                 .stores
                 .inventory
                 .extents(file, r.file_offset, r.len)
                 .await
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .partition(|e| e.label > label.id);
+            {
+                Ok(extents) => extents,
+                // Removed since the label named it: nothing to write (see
+                // `store`, whose commit then finds it gone).
+                Err(Error::NotFound(_)) => {
+                    guard.pieces.clear();
+                    return Ok(guard);
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+            let (newer, older): (Vec<Extent>, Vec<Extent>) =
+                extents.into_iter().partition(|e| e.label > label.id);
             guard.displaced.extend(
                 older
                     .iter()

@@ -1,0 +1,850 @@
+//! The model checker (issue 11): random sequences of operations run against
+//! LABIOS and against a plain in-memory model of files, and every read,
+//! size, attribute list and error must agree, byte for byte.
+//!
+//! A case is a list of steps; a step is one or more operations of different
+//! clients on different files, run at once (real concurrency, whose result
+//! does not depend on order). Clients belong to two applications: the
+//! second works in its own directory and sometimes reaches for the first
+//! one's files, which must be refused without effect. A program that shares
+//! files synchronizes: before a client touches a file, the others wait for
+//! their asynchronous writes to it. A client's own reads see its own
+//! writes at once (the client API promises read-after-write).
+//!
+//! Everything derives from a seed: `LABIOS_MODEL_SEED` replays a run,
+//! `LABIOS_MODEL_CASES` runs more cases. A failing case is shrunk (steps
+//! removed while it still fails), printed, and written to a file that
+//! `LABIOS_MODEL_REPLAY=FILE` runs again alone.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use labios_label::Error;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+/// Clients of the case: 0 and 1 of application A, 2 of application B.
+pub const CLIENTS: usize = 3;
+/// The client of application B.
+pub const OTHER_APP: usize = 2;
+/// Files each application works on.
+const FILES: usize = 4;
+/// Largest file the generator makes.
+const MAX_FILE: u64 = 6 << 20;
+const LABEL: u64 = 1 << 20;
+const SMALL: u64 = 64 << 10;
+
+/// One operation. Files are numbered; `app_b` files live in application
+/// B's directory, the others in A's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    Write {
+        client: usize,
+        file: usize,
+        offset: u64,
+        len: u64,
+        asynchronous: bool,
+        seed: u64,
+    },
+    Read {
+        client: usize,
+        file: usize,
+        offset: u64,
+        len: u64,
+    },
+    Stat {
+        client: usize,
+        file: usize,
+    },
+    Truncate {
+        client: usize,
+        file: usize,
+        size: u64,
+    },
+    Rename {
+        client: usize,
+        from: usize,
+        to: usize,
+    },
+    Remove {
+        client: usize,
+        file: usize,
+    },
+    Flush {
+        client: usize,
+        file: usize,
+    },
+    SetXattr {
+        client: usize,
+        file: usize,
+        name: u8,
+        value: Option<u8>,
+    },
+    Xattrs {
+        client: usize,
+        file: usize,
+    },
+    WaitAll {
+        client: usize,
+    },
+    /// Application B's client reaches for one of A's files.
+    Intrude {
+        file: usize,
+        how: Intrusion,
+    },
+    /// Every client waits, the deployment stops cleanly and starts again.
+    Restart,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Intrusion {
+    Read,
+    Write,
+    Remove,
+    Rename,
+}
+
+/// What a target can do; the generator makes only these operations.
+#[derive(Debug, Clone, Copy)]
+pub struct Abilities {
+    pub asynchronous: bool,
+    pub truncate: bool,
+    pub rename: bool,
+    pub xattrs: bool,
+    pub tenants: bool,
+    pub restart: bool,
+}
+
+/// A system under test: LABIOS reached some way.
+#[async_trait]
+pub trait Target: Send + Sync {
+    fn abilities(&self) -> Abilities;
+    /// The path of file `file` of application A (`b` false) or B in case
+    /// `case`.
+    fn path(&self, case: u64, b: bool, file: usize) -> String;
+    async fn write(
+        &self,
+        client: usize,
+        path: &str,
+        offset: u64,
+        data: Bytes,
+        asynchronous: bool,
+    ) -> Result<(), Error>;
+    async fn wait_all(&self, client: usize) -> Result<(), Error>;
+    async fn read(&self, client: usize, path: &str, offset: u64, len: u64) -> Result<Bytes, Error>;
+    /// The size of the file.
+    async fn stat(&self, client: usize, path: &str) -> Result<u64, Error>;
+    async fn truncate(&self, client: usize, path: &str, size: u64) -> Result<(), Error>;
+    async fn rename(&self, client: usize, from: &str, to: &str) -> Result<(), Error>;
+    async fn remove(&self, client: usize, path: &str) -> Result<(), Error>;
+    async fn flush(&self, client: usize, path: &str) -> Result<(), Error>;
+    async fn set_xattr(
+        &self,
+        client: usize,
+        path: &str,
+        name: &str,
+        value: Option<Bytes>,
+    ) -> Result<(), Error>;
+    async fn xattrs(&self, client: usize, path: &str) -> Result<Vec<(String, Bytes)>, Error>;
+    async fn restart(&self);
+    /// Called once a case has removed its files: checks what must hold of
+    /// the whole system then (space given back); an error says what not.
+    async fn settled(&self) -> Result<(), String>;
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct File {
+    data: Vec<u8>,
+    xattrs: BTreeMap<String, Vec<u8>>,
+}
+
+/// The model: what a plain file system would hold.
+#[derive(Debug, Default, Clone)]
+struct Model {
+    /// By (application B?, file number).
+    files: BTreeMap<(bool, usize), File>,
+}
+
+/// What an operation must return.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expect {
+    Ok,
+    Bytes(Vec<u8>),
+    Size(u64),
+    Xattrs(Vec<(String, Vec<u8>)>),
+    NotFound,
+    Denied,
+}
+
+fn is_b(client: usize) -> bool {
+    client == OTHER_APP
+}
+
+fn payload(seed: u64, len: u64) -> Bytes {
+    let mut v = vec![0u8; len as usize];
+    fastrand::Rng::with_seed(seed).fill(&mut v);
+    Bytes::from(v)
+}
+
+fn xattr_name(n: u8) -> String {
+    format!("user.k{n}")
+}
+
+impl Model {
+    fn size(&self, key: (bool, usize)) -> Option<u64> {
+        self.files.get(&key).map(|f| f.data.len() as u64)
+    }
+
+    /// Applies `op`, returning what LABIOS must answer.
+    fn apply(&mut self, op: &Op) -> Expect {
+        match *op {
+            Op::Write {
+                client,
+                file,
+                offset,
+                len,
+                seed,
+                ..
+            } => {
+                let f = self.files.entry((is_b(client), file)).or_default();
+                if len > 0 {
+                    let end = (offset + len) as usize;
+                    if f.data.len() < end {
+                        f.data.resize(end, 0);
+                    }
+                    f.data[offset as usize..end].copy_from_slice(&payload(seed, len));
+                }
+                Expect::Ok
+            }
+            Op::Read {
+                client,
+                file,
+                offset,
+                len,
+            } => match self.files.get(&(is_b(client), file)) {
+                None => Expect::NotFound,
+                Some(f) => {
+                    let size = f.data.len() as u64;
+                    let from = offset.min(size) as usize;
+                    let to = offset.saturating_add(len).min(size) as usize;
+                    Expect::Bytes(f.data[from..to].to_vec())
+                }
+            },
+            Op::Stat { client, file } => match self.size((is_b(client), file)) {
+                None => Expect::NotFound,
+                Some(s) => Expect::Size(s),
+            },
+            Op::Truncate { client, file, size } => {
+                // The client API's truncate creates a missing file, as
+                // open(O_CREAT) then ftruncate would.
+                let f = self.files.entry((is_b(client), file)).or_default();
+                f.data.resize(size as usize, 0);
+                Expect::Ok
+            }
+            Op::Rename { client, from, to } => {
+                let b = is_b(client);
+                match self.files.remove(&(b, from)) {
+                    None => Expect::NotFound,
+                    Some(f) => {
+                        self.files.insert((b, to), f);
+                        Expect::Ok
+                    }
+                }
+            }
+            Op::Remove { client, file } => match self.files.remove(&(is_b(client), file)) {
+                None => Expect::NotFound,
+                Some(_) => Expect::Ok,
+            },
+            Op::Flush { client, file } => match self.files.get(&(is_b(client), file)) {
+                None => Expect::NotFound,
+                Some(_) => Expect::Ok,
+            },
+            Op::SetXattr {
+                client,
+                file,
+                name,
+                value,
+            } => match self.files.get_mut(&(is_b(client), file)) {
+                None => Expect::NotFound,
+                Some(f) => {
+                    match value {
+                        Some(v) => {
+                            f.xattrs
+                                .insert(xattr_name(name), vec![v; 1 + v as usize % 7]);
+                        }
+                        None => {
+                            f.xattrs.remove(&xattr_name(name));
+                        }
+                    }
+                    Expect::Ok
+                }
+            },
+            Op::Xattrs { client, file } => match self.files.get(&(is_b(client), file)) {
+                None => Expect::NotFound,
+                Some(f) => Expect::Xattrs(
+                    f.xattrs
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                ),
+            },
+            Op::Intrude { file, .. } => match self.files.get(&(false, file)) {
+                None => Expect::NotFound,
+                Some(_) => Expect::Denied,
+            },
+            Op::WaitAll { .. } | Op::Restart => Expect::Ok,
+        }
+    }
+}
+
+/// The files an operation touches, as (application B?, number).
+fn touches(op: &Op) -> Vec<(bool, usize)> {
+    match *op {
+        Op::Write { client, file, .. }
+        | Op::Read { client, file, .. }
+        | Op::Stat { client, file }
+        | Op::Truncate { client, file, .. }
+        | Op::Remove { client, file }
+        | Op::Flush { client, file }
+        | Op::SetXattr { client, file, .. }
+        | Op::Xattrs { client, file } => vec![(is_b(client), file)],
+        Op::Rename { client, from, to } => vec![(is_b(client), from), (is_b(client), to)],
+        Op::Intrude { file, how } => {
+            let mut t = vec![(false, file)];
+            if how == Intrusion::Rename {
+                t.push((true, file));
+            }
+            t
+        }
+        Op::WaitAll { .. } | Op::Restart => Vec::new(),
+    }
+}
+
+fn client_of(op: &Op) -> Option<usize> {
+    match *op {
+        Op::Write { client, .. }
+        | Op::Read { client, .. }
+        | Op::Stat { client, .. }
+        | Op::Truncate { client, .. }
+        | Op::Rename { client, .. }
+        | Op::Remove { client, .. }
+        | Op::Flush { client, .. }
+        | Op::SetXattr { client, .. }
+        | Op::Xattrs { client, .. }
+        | Op::WaitAll { client } => Some(client),
+        Op::Intrude { .. } => Some(OTHER_APP),
+        Op::Restart => None,
+    }
+}
+
+/// Sizes and offsets around the label boundaries, the small-write cache's
+/// threshold and the edges of the file.
+fn pick_len(rng: &mut fastrand::Rng) -> u64 {
+    match rng.u32(0..20) {
+        0 => 0,
+        1 => 1,
+        2 => SMALL - 1,
+        3 => SMALL,
+        4 => SMALL + 1,
+        5 => LABEL - 1,
+        6 => LABEL,
+        7 => LABEL + 1,
+        8 => 2 * LABEL + rng.u64(0..LABEL),
+        9..=13 => rng.u64(1..4096),
+        _ => rng.u64(1..300_000),
+    }
+}
+
+fn pick_offset(rng: &mut fastrand::Rng, size: u64) -> u64 {
+    match rng.u32(0..10) {
+        0 => 0,
+        1 | 2 => size,
+        3 => size + rng.u64(1..200_000),
+        4 => (rng.u64(0..8) * SMALL).saturating_sub(rng.u64(0..2)),
+        5 => (rng.u64(0..6) * LABEL + rng.u64(0..3)).saturating_sub(1),
+        _ => rng.u64(0..size.max(1)),
+    }
+}
+
+/// Generates case `case` of the run seeded `seed`.
+pub fn generate(seed: u64, case: u64, abilities: Abilities, steps: usize) -> Vec<Vec<Op>> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ case.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut model = Model::default();
+    let mut out = Vec::with_capacity(steps);
+    let clients = if abilities.tenants {
+        CLIENTS
+    } else {
+        OTHER_APP
+    };
+    while out.len() < steps {
+        if abilities.restart && rng.u32(0..150) == 0 {
+            out.push(vec![Op::Restart]);
+            continue;
+        }
+        let width = 1 + rng.usize(0..clients);
+        let mut step = Vec::new();
+        let mut busy_files = BTreeSet::new();
+        let mut busy_clients = BTreeSet::new();
+        for _ in 0..width {
+            let client = rng.usize(0..clients);
+            if !busy_clients.insert(client) {
+                continue;
+            }
+            let op = pick_op(&mut rng, &model, client, abilities);
+            if touches(&op).iter().any(|f| !busy_files.insert(*f)) {
+                continue;
+            }
+            model.apply(&op);
+            step.push(op);
+        }
+        if !step.is_empty() {
+            out.push(step);
+        }
+    }
+    out
+}
+
+fn pick_op(rng: &mut fastrand::Rng, model: &Model, client: usize, a: Abilities) -> Op {
+    let b = is_b(client);
+    let file = rng.usize(0..FILES);
+    let size = model.size((b, file)).unwrap_or(0);
+    loop {
+        return match rng.u32(0..100) {
+            0..=39 => {
+                let offset = pick_offset(rng, size).min(MAX_FILE);
+                let len = pick_len(rng).min(MAX_FILE - offset);
+                Op::Write {
+                    client,
+                    file,
+                    offset,
+                    len,
+                    asynchronous: a.asynchronous && rng.bool(),
+                    seed: rng.u64(..),
+                }
+            }
+            40..=57 => Op::Read {
+                client,
+                file,
+                offset: pick_offset(rng, size),
+                len: pick_len(rng).max(1),
+            },
+            58..=62 => Op::Stat { client, file },
+            63..=67 if a.truncate => Op::Truncate {
+                client,
+                file,
+                size: match rng.u32(0..3) {
+                    0 => 0,
+                    1 => rng.u64(0..size.max(1)),
+                    _ => (size + rng.u64(0..200_000)).min(MAX_FILE),
+                },
+            },
+            68..=71 if a.rename => Op::Rename {
+                client,
+                from: file,
+                to: rng.usize(0..FILES),
+            },
+            72..=76 => Op::Remove { client, file },
+            77..=80 => Op::Flush { client, file },
+            81..=85 if a.xattrs => Op::SetXattr {
+                client,
+                file,
+                name: rng.u8(0..3),
+                value: rng.bool().then(|| rng.u8(..)),
+            },
+            86..=88 if a.xattrs => Op::Xattrs { client, file },
+            89..=93 if a.asynchronous => Op::WaitAll { client },
+            94..=99 if a.tenants && b => Op::Intrude {
+                file,
+                how: match rng.u32(0..4) {
+                    0 => Intrusion::Read,
+                    1 => Intrusion::Write,
+                    2 => Intrusion::Remove,
+                    _ => Intrusion::Rename,
+                },
+            },
+            _ => continue,
+        };
+    }
+}
+
+fn kind_of(e: &Error) -> Option<Expect> {
+    match e {
+        Error::NotFound(_) => Some(Expect::NotFound),
+        Error::PermissionDenied(_) => Some(Expect::Denied),
+        _ => None,
+    }
+}
+
+fn short(b: &[u8]) -> String {
+    let head: Vec<u8> = b.iter().take(16).copied().collect();
+    format!("{} bytes, starting {head:?}", b.len())
+}
+
+/// The first difference between two byte strings, for the failure message.
+fn first_difference(got: &[u8], want: &[u8]) -> String {
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        Some(i) => format!(
+            "first difference at byte {i}: got {} want {}",
+            got[i], want[i]
+        ),
+        None => format!("lengths differ: got {} want {}", got.len(), want.len()),
+    }
+}
+
+/// Runs one operation against the target and checks it against `expect`.
+async fn check(target: &dyn Target, case: u64, op: &Op, expect: Expect) -> Result<(), String> {
+    let path = |b: bool, f: usize| target.path(case, b, f);
+    // An intruder's write to a missing file would create its own file at
+    // that path: not an intrusion, and not in the model. Skipped.
+    if let (
+        Op::Intrude {
+            how: Intrusion::Write,
+            ..
+        },
+        Expect::NotFound,
+    ) = (op, &expect)
+    {
+        return Ok(());
+    }
+    let got: Result<Expect, Error> = match *op {
+        Op::Write {
+            client,
+            file,
+            offset,
+            len,
+            asynchronous,
+            seed,
+        } => target
+            .write(
+                client,
+                &path(is_b(client), file),
+                offset,
+                payload(seed, len),
+                asynchronous,
+            )
+            .await
+            .map(|_| Expect::Ok),
+        Op::Read {
+            client,
+            file,
+            offset,
+            len,
+        } => target
+            .read(client, &path(is_b(client), file), offset, len)
+            .await
+            .map(|b| Expect::Bytes(b.to_vec())),
+        Op::Stat { client, file } => target
+            .stat(client, &path(is_b(client), file))
+            .await
+            .map(Expect::Size),
+        Op::Truncate { client, file, size } => target
+            .truncate(client, &path(is_b(client), file), size)
+            .await
+            .map(|_| Expect::Ok),
+        Op::Rename { client, from, to } => {
+            let b = is_b(client);
+            target
+                .rename(client, &path(b, from), &path(b, to))
+                .await
+                .map(|_| Expect::Ok)
+        }
+        Op::Remove { client, file } => target
+            .remove(client, &path(is_b(client), file))
+            .await
+            .map(|_| Expect::Ok),
+        Op::Flush { client, file } => target
+            .flush(client, &path(is_b(client), file))
+            .await
+            .map(|_| Expect::Ok),
+        Op::SetXattr {
+            client,
+            file,
+            name,
+            value,
+        } => target
+            .set_xattr(
+                client,
+                &path(is_b(client), file),
+                &xattr_name(name),
+                value.map(|v| Bytes::from(vec![v; 1 + v as usize % 7])),
+            )
+            .await
+            .map(|_| Expect::Ok),
+        Op::Xattrs { client, file } => target
+            .xattrs(client, &path(is_b(client), file))
+            .await
+            .map(|x| Expect::Xattrs(x.into_iter().map(|(k, v)| (k, v.to_vec())).collect())),
+        Op::WaitAll { client } => target.wait_all(client).await.map(|_| Expect::Ok),
+        Op::Intrude { file, how } => {
+            let theirs = path(false, file);
+            match how {
+                Intrusion::Read => target
+                    .read(OTHER_APP, &theirs, 0, 100)
+                    .await
+                    .map(|_| Expect::Ok),
+                Intrusion::Write => target
+                    .write(
+                        OTHER_APP,
+                        &theirs,
+                        0,
+                        Bytes::from_static(b"intruder"),
+                        false,
+                    )
+                    .await
+                    .map(|_| Expect::Ok),
+                Intrusion::Remove => target.remove(OTHER_APP, &theirs).await.map(|_| Expect::Ok),
+                Intrusion::Rename => target
+                    .rename(OTHER_APP, &theirs, &path(true, file))
+                    .await
+                    .map(|_| Expect::Ok),
+            }
+        }
+        Op::Restart => {
+            target.restart().await;
+            Ok(Expect::Ok)
+        }
+    };
+    let got = match got {
+        Ok(g) => g,
+        Err(e) => match kind_of(&e) {
+            Some(k) => k,
+            None => return Err(format!("{op:?}: unexpected error {e}")),
+        },
+    };
+    if got == expect {
+        return Ok(());
+    }
+    Err(match (&got, &expect) {
+        (Expect::Bytes(g), Expect::Bytes(w)) => format!(
+            "{op:?}: read {} where the model has {}: {}",
+            short(g),
+            short(w),
+            first_difference(g, w)
+        ),
+        _ => format!("{op:?}: got {got:?}, the model says {expect:?}"),
+    })
+}
+
+/// Runs one case; Err names the first disagreement. Whatever happens, the
+/// case's files are removed afterwards, so that cases stay independent.
+pub async fn run_case(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<(), String> {
+    let outcome = run_steps(target, case, steps).await;
+    for c in 0..CLIENTS {
+        let _ = target.wait_all(c).await;
+    }
+    for b in [false, true] {
+        for f in 0..FILES {
+            let client = if b { OTHER_APP } else { 0 };
+            match target.remove(client, &target.path(case, b, f)).await {
+                Err(e) if outcome.is_ok() && !matches!(e, Error::NotFound(_)) => {
+                    return Err(format!("removing the case's files: {e}"));
+                }
+                _ => {}
+            }
+        }
+    }
+    outcome?;
+    target.settled().await
+}
+
+async fn run_steps(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<(), String> {
+    let mut model = Model::default();
+    // Clients with asynchronous writes not yet waited for, by file.
+    let mut pending: BTreeMap<(bool, usize), BTreeSet<usize>> = BTreeMap::new();
+    for (n, step) in steps.iter().enumerate() {
+        let at = |e: String| format!("step {n}: {e}");
+        if step.contains(&Op::Restart) {
+            for c in 0..CLIENTS {
+                target
+                    .wait_all(c)
+                    .await
+                    .map_err(|e| at(format!("wait before restart: {e}")))?;
+            }
+            pending.clear();
+        }
+        // Programs that share a file synchronize before touching it.
+        for op in step {
+            let me = client_of(op);
+            for f in touches(op) {
+                let waiting: Vec<usize> = pending
+                    .get(&f)
+                    .map(|s| s.iter().copied().filter(|c| Some(*c) != me).collect())
+                    .unwrap_or_default();
+                for c in waiting {
+                    target
+                        .wait_all(c)
+                        .await
+                        .map_err(|e| at(format!("client {c} waiting: {e}")))?;
+                    for s in pending.values_mut() {
+                        s.remove(&c);
+                    }
+                }
+            }
+        }
+        let expects: Vec<Expect> = step.iter().map(|op| model.apply(op)).collect();
+        for op in step {
+            match *op {
+                Op::Write {
+                    client,
+                    file,
+                    asynchronous: true,
+                    ..
+                } => {
+                    pending
+                        .entry((is_b(client), file))
+                        .or_default()
+                        .insert(client);
+                }
+                Op::WaitAll { client } => {
+                    for s in pending.values_mut() {
+                        s.remove(&client);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let results = futures::future::join_all(
+            step.iter()
+                .zip(expects)
+                .map(|(op, expect)| check(target, case, op, expect)),
+        )
+        .await;
+        for r in results {
+            r.map_err(at)?;
+        }
+    }
+    // Clean up through the API, then the system must have given back the
+    // space (workers hold no more than the live data).
+    for c in 0..CLIENTS {
+        target
+            .wait_all(c)
+            .await
+            .map_err(|e| format!("final wait of client {c}: {e}"))?;
+    }
+    for (&(b, f), file) in &model.files {
+        let client = if b { OTHER_APP } else { 0 };
+        let path = target.path(case, b, f);
+        let size = target
+            .stat(client, &path)
+            .await
+            .map_err(|e| format!("final stat of {path}: {e}"))?;
+        if size != file.data.len() as u64 {
+            return Err(format!(
+                "{path} is {size} bytes at the end, the model has {}",
+                file.data.len()
+            ));
+        }
+        let all = target
+            .read(client, &path, 0, u64::MAX)
+            .await
+            .map_err(|e| format!("final read of {path}: {e}"))?;
+        if all != file.data {
+            return Err(format!(
+                "{path} at the end: {}",
+                first_difference(&all, &file.data)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Removes steps while the case still fails, to a short sequence.
+pub async fn shrink(target: &dyn Target, mut case: u64, steps: Vec<Vec<Op>>) -> Vec<Vec<Op>> {
+    let mut best = steps;
+    let mut chunk = best.len().div_ceil(2).max(1);
+    let mut attempts = 0;
+    while chunk >= 1 && attempts < 300 {
+        let mut i = 0;
+        let mut progress = false;
+        while i < best.len() && attempts < 300 {
+            let mut trial = best.clone();
+            trial.drain(i..(i + chunk).min(trial.len()));
+            attempts += 1;
+            case += 1 << 32;
+            if !trial.is_empty() && run_case(target, case, &trial).await.is_err() {
+                best = trial;
+                progress = true;
+            } else {
+                i += chunk;
+            }
+        }
+        if chunk == 1 && !progress {
+            break;
+        }
+        chunk = (chunk / 2).max(1);
+    }
+    best
+}
+
+/// Settings of a run, from the environment.
+pub struct Run {
+    pub seed: u64,
+    pub cases: u64,
+    pub steps: usize,
+    pub replay: Option<std::path::PathBuf>,
+}
+
+impl Run {
+    /// `default_cases` unless `LABIOS_MODEL_CASES` says otherwise.
+    pub fn from_env(default_cases: u64) -> Run {
+        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        Run {
+            seed: num("LABIOS_MODEL_SEED").unwrap_or_else(|| fastrand::u64(..)),
+            cases: num("LABIOS_MODEL_CASES").unwrap_or(default_cases),
+            steps: num("LABIOS_MODEL_STEPS").unwrap_or(24) as usize,
+            replay: std::env::var_os("LABIOS_MODEL_REPLAY").map(Into::into),
+        }
+    }
+}
+
+/// Runs the cases of `run` against `target`; panics with the seed, the
+/// shrunk sequence and the command that replays it on the first failure.
+pub async fn check_target(name: &str, target: &dyn Target, run: &Run) {
+    if let Some(file) = &run.replay {
+        let text = std::fs::read_to_string(file).unwrap();
+        let steps: Vec<Vec<Op>> = serde_json::from_str(&text).unwrap();
+        if let Err(e) = run_case(target, 1 << 40, &steps).await {
+            panic!("replay of {} fails: {e}", file.display());
+        }
+        return;
+    }
+    let started = std::time::Instant::now();
+    let mut ops = 0;
+    for case in 0..run.cases {
+        let steps = generate(run.seed, case, target.abilities(), run.steps);
+        ops += steps.iter().map(Vec::len).sum::<usize>();
+        if let Err(first) = run_case(target, case, &steps).await {
+            let shrunk = shrink(target, case, steps.clone()).await;
+            let file =
+                std::env::temp_dir().join(format!("labios-model-{name}-{}-{case}.json", run.seed));
+            std::fs::write(&file, serde_json::to_string_pretty(&shrunk).unwrap()).unwrap();
+            let mut listing = String::new();
+            for (i, step) in shrunk.iter().enumerate() {
+                let _ = writeln!(listing, "  {i}: {step:?}");
+            }
+            let again = run_case(target, 1 << 41, &shrunk).await.err();
+            let mut original = String::new();
+            for (i, step) in steps.iter().enumerate().take(60) {
+                let _ = writeln!(original, "  {i}: {step:?}");
+            }
+            panic!(
+                "model checker, target {name}: case {case} of seed {} failed: {first}\n\
+                 the case:\n{original}\
+                 shrunk to {} steps (which fail with: {}):\n{listing}\
+                 replay the whole run: LABIOS_MODEL_SEED={} cargo test -p labios --test model {name}\n\
+                 replay the shrunk case: LABIOS_MODEL_REPLAY={} cargo test -p labios --test model {name}",
+                run.seed,
+                shrunk.len(),
+                again.as_deref().unwrap_or("passed when run again: a race"),
+                run.seed,
+                file.display()
+            );
+        }
+    }
+    println!(
+        "model checker, target {name}: {} cases, {ops} operations, seed {}, {:.1} s, no disagreement",
+        run.cases,
+        run.seed,
+        started.elapsed().as_secs_f64()
+    );
+}
