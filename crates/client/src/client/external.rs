@@ -102,7 +102,9 @@ impl Client {
             .collect();
         let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
         self.inner.labels.publish(labels).await?;
-        super::first_failure(&self.inner.labels.wait(&ids).await?)
+        super::first_failure(&self.inner.labels.wait(&ids).await?)?;
+        // As fsync of a path must open it first: a missing file is an error.
+        self.stat_external(path).await.map(|_| ())
     }
 
     pub(super) async fn stat_external(&self, path: &str) -> Result<FileMeta> {

@@ -815,8 +815,11 @@ pub async fn check_target(name: &str, target: &dyn Target, run: &Run) {
         ops += steps.iter().map(Vec::len).sum::<usize>();
         if let Err(first) = run_case(target, case, &steps).await {
             let shrunk = shrink(target, case, steps.clone()).await;
-            let file =
-                std::env::temp_dir().join(format!("labios-model-{name}-{}-{case}.json", run.seed));
+            let file = std::env::temp_dir().join(format!(
+                "labios-model-{}-{}-{case}.json",
+                name.replace('/', "-"),
+                run.seed
+            ));
             std::fs::write(&file, serde_json::to_string_pretty(&shrunk).unwrap()).unwrap();
             let mut listing = String::new();
             for (i, step) in shrunk.iter().enumerate() {
@@ -831,13 +834,14 @@ pub async fn check_target(name: &str, target: &dyn Target, run: &Run) {
                 "model checker, target {name}: case {case} of seed {} failed: {first}\n\
                  the case:\n{original}\
                  shrunk to {} steps (which fail with: {}):\n{listing}\
-                 replay the whole run: LABIOS_MODEL_SEED={} cargo test -p labios --test model {name}\n\
-                 replay the shrunk case: LABIOS_MODEL_REPLAY={} cargo test -p labios --test model {name}",
+                 replay the whole run: LABIOS_MODEL_SEED={} cargo test -p labios --test model {test}\n\
+                 replay the shrunk case: LABIOS_MODEL_REPLAY={} cargo test -p labios --test model {test}",
                 run.seed,
                 shrunk.len(),
                 again.as_deref().unwrap_or("passed when run again: a race"),
                 run.seed,
-                file.display()
+                file.display(),
+                test = name.split('/').next().unwrap_or(name),
             );
         }
     }
