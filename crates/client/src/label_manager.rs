@@ -283,7 +283,31 @@ impl LabelManager {
             return Ok(Vec::new());
         }
         let timeout = Duration::from_millis(self.config.wait_timeout_ms);
-        let statuses = self.inventory.wait(ids, timeout).await?;
+        let deadline = std::time::Instant::now() + timeout;
+        // The labels run whether or not the inventory answers this wait: a
+        // caller told "failed" by an unreachable inventory could see its
+        // write land afterwards. So an unavailable inventory is asked
+        // again until the deadline; only then is the outcome reported
+        // unknown (the error says so).
+        let mut attempt = 0u32;
+        let statuses = loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.inventory.wait(ids, left).await {
+                Err(Error::Unavailable(why)) if !left.is_zero() => {
+                    attempt += 1;
+                    tracing::debug!("waiting for labels, attempt {attempt}: {why}");
+                    tokio::time::sleep(Duration::from_millis(u64::from(attempt.min(50)) * 10))
+                        .await;
+                }
+                Err(Error::Unavailable(why)) => {
+                    return Err(Error::Unavailable(format!(
+                        "outcome of {} labels unknown: {why}",
+                        ids.len()
+                    )))
+                }
+                r => break r?,
+            }
+        };
         let unfinished = statuses.iter().filter(|s| !s.state.is_final()).count();
         if unfinished > 0 {
             return Err(Error::Timeout(format!(

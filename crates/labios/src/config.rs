@@ -47,6 +47,9 @@ pub struct Config {
     pub mounts: BTreeMap<String, MountConfig>,
     /// The S3 gateway (`labios s3`).
     pub s3: S3Settings,
+    /// Injected faults, for tests only (`labios_store::faults`); off
+    /// unless `seed` is set.
+    pub faults: labios_store::faults::FaultConfig,
 }
 
 /// `[s3]`: settings of `labios s3` beyond its command line.
@@ -150,6 +153,7 @@ impl Default for Config {
             redis: RedisConfig::default(),
             mounts: BTreeMap::new(),
             s3: S3Settings::default(),
+            faults: Default::default(),
         }
     }
 }
@@ -259,6 +263,9 @@ impl Config {
                 "invalid configuration: field `redis.node_local`: LABIOS hashes its warehouse data over every server in redis.urls; node-local placement of label data is not implemented (set it to false)"
             );
         }
+        self.faults
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: [faults]: {e}"))?;
         self.dispatcher.validate()?;
         self.manager
             .validate()

@@ -20,12 +20,13 @@ pub async fn distributed_stores(config: &Config) -> anyhow::Result<Stores> {
     let warehouse = RedisWarehouse::connect(&config.redis).await?;
     let inventory: Arc<dyn Inventory> = Arc::new(RedisInventory::connect(&config.redis).await?);
     ensure_default_app(&inventory).await?;
-    Ok(Stores {
+    let stores = Stores {
         labels: Arc::new(labels),
         tasks: Arc::new(tasks),
         warehouse: Arc::new(warehouse),
         inventory,
-    })
+    };
+    Ok(labios_store::faults::wrap(stores, &config.faults).0)
 }
 
 /// Registers the default application (id 0) exactly once per deployment,

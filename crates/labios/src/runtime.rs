@@ -52,7 +52,8 @@ impl Runtime {
             )),
             inventory: inventory.clone(),
         };
-        let admin = Arc::new(Administrator::new(inventory.clone()));
+        let (stores, _) = labios_store::faults::wrap(stores, &config.faults);
+        let admin = Arc::new(Administrator::new(stores.inventory.clone()));
         admin.ensure_default_app().await?;
         let weights = config.dispatcher.weights()?;
         let manager = Arc::new(WorkerManager::new(

@@ -49,6 +49,7 @@ impl Labios {
                 // External storage keeps no owners.
                 tenants: !external,
                 restart: true,
+                faults: false,
             },
             clients: RwLock::new(Vec::new()),
             deployed: RwLock::new(deployed),
@@ -164,7 +165,10 @@ impl Target for Labios {
     }
 
     async fn settled(&self) -> Result<(), String> {
-        if self.mount.is_some() {
+        // External data is not on the workers. Under injected faults a
+        // label that wrote its bytes and then failed may leave them behind
+        // until the worker's next start reconciles its device.
+        if self.mount.is_some() || self.abilities.faults {
             return Ok(());
         }
         // Every file of the case is removed: the workers may keep at most
@@ -294,5 +298,33 @@ async fn iris_mappings() {
         };
         check_target(&format!("iris_mappings/{name}"), &target, &run).await;
     }
+    target.deployed.into_inner().shutdown().await;
+}
+
+/// The embedded runtime with faults injected into its warehouse,
+/// inventory and queues (README "Durability: what survives what"): every
+/// operation that succeeded is kept, every one that failed changed all or
+/// nothing (a write: each byte old or new), and no label is applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_with_faults() {
+    let run = Run::from_env(20);
+    let faults = labios_store::faults::FaultConfig {
+        seed: run.seed | 1,
+        error_ppm: 5_000,
+        lost_reply_ppm: 5_000,
+        delay_ppm: 5_000,
+        max_delay_ms: 20,
+        duplicate_ppm: 5_000,
+        lost_ack_ppm: 0,
+    };
+    let d = Deployed::start(Kind::Embedded, move |c| c.faults = faults).await;
+    let mut target = Labios::new(d, None).await;
+    target.abilities = Abilities {
+        asynchronous: false,
+        restart: false,
+        faults: true,
+        ..target.abilities
+    };
+    check_target("embedded_with_faults", &target, &run).await;
     target.deployed.into_inner().shutdown().await;
 }

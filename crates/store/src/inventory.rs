@@ -100,6 +100,27 @@ pub fn check_xattr(file: FileId, name: &str, value: Option<&[u8]>, others: usize
     Ok(())
 }
 
+/// Attempts [`record_status`] makes.
+pub const STATUS_ATTEMPTS: u32 = 10;
+
+/// Records a label's final status, trying again on failure: a status that
+/// is never recorded leaves its caller waiting for the whole wait timeout,
+/// so a transient error of the inventory must not lose it. Returns the
+/// last error once [`STATUS_ATTEMPTS`] attempts (about a quarter of a
+/// second apart at most) have failed.
+pub async fn record_status(inventory: &dyn Inventory, status: &LabelStatus) -> Result<()> {
+    let mut attempt = 1;
+    loop {
+        match inventory.set_status(status.clone()).await {
+            Err(e) if attempt < STATUS_ATTEMPTS && !matches!(e, Error::InvalidArgument(_)) => {
+                tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
 #[async_trait]
 pub trait Inventory: Send + Sync {
     // ---- namespace -------------------------------------------------------

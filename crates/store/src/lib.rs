@@ -8,6 +8,7 @@ pub mod auth;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod embedded;
+pub mod faults;
 pub mod inventory;
 pub mod label_queue;
 pub mod remote;

@@ -72,7 +72,9 @@ impl Client {
         })?;
         let max = self.config().max_label_size as usize;
         let mut done = 0;
-        while done < data.len() {
+        // At least one label: an empty write creates a missing file, as it
+        // does for a LABIOS file.
+        while done < data.len() || (done == 0 && data.is_empty()) {
             let n = (data.len() - done).min(max);
             let (label, key) =
                 self.inner
@@ -86,6 +88,9 @@ impl Client {
             self.inner.labels.publish(vec![label]).await?;
             for status in self.inner.labels.wait(&[id]).await? {
                 failed(&status)?;
+            }
+            if n == 0 {
+                break;
             }
             done += n;
         }

@@ -421,7 +421,9 @@ impl Dispatcher {
                     ..LabelStatus::new(id, LabelState::Failed)
                 };
                 async move {
-                    let e = inventory.set_status(status).await.err()?;
+                    let e = labios_store::inventory::record_status(inventory.as_ref(), &status)
+                        .await
+                        .err()?;
                     tracing::error!("dispatcher: cannot record failure of label {id}: {e}");
                     Some(id)
                 }

@@ -113,6 +113,10 @@ pub struct Abilities {
     pub xattrs: bool,
     pub tenants: bool,
     pub restart: bool,
+    /// Faults are injected: an operation may fail, with its outcome then
+    /// read back and checked to be all or nothing (bytes of a failed write
+    /// each old or new).
+    pub faults: bool,
 }
 
 /// A system under test: LABIOS reached some way.
@@ -492,7 +496,14 @@ fn first_difference(got: &[u8], want: &[u8]) -> String {
 }
 
 /// Runs one operation against the target and checks it against `expect`.
-async fn check(target: &dyn Target, case: u64, op: &Op, expect: Expect) -> Result<(), String> {
+/// How one operation went.
+enum Checked {
+    Agrees,
+    /// An error the model cannot predict, while faults are injected.
+    Faulted(Error),
+}
+
+async fn check(target: &dyn Target, case: u64, op: &Op, expect: Expect) -> Result<Checked, String> {
     let path = |b: bool, f: usize| target.path(case, b, f);
     // An intruder's write to a missing file would create its own file at
     // that path: not an intrusion, and not in the model. Skipped.
@@ -504,7 +515,7 @@ async fn check(target: &dyn Target, case: u64, op: &Op, expect: Expect) -> Resul
         Expect::NotFound,
     ) = (op, &expect)
     {
-        return Ok(());
+        return Ok(Checked::Agrees);
     }
     let got: Result<Expect, Error> = match *op {
         Op::Write {
@@ -606,13 +617,16 @@ async fn check(target: &dyn Target, case: u64, op: &Op, expect: Expect) -> Resul
     };
     let got = match got {
         Ok(g) => g,
+        Err(e) if target.abilities().faults && kind_of(&e) != Some(expect.clone()) => {
+            return Ok(Checked::Faulted(e))
+        }
         Err(e) => match kind_of(&e) {
             Some(k) => k,
             None => return Err(format!("{op:?}: unexpected error {e}")),
         },
     };
     if got == expect {
-        return Ok(());
+        return Ok(Checked::Agrees);
     }
     Err(match (&got, &expect) {
         (Expect::Bytes(g), Expect::Bytes(w)) => format!(
@@ -625,7 +639,116 @@ async fn check(target: &dyn Target, case: u64, op: &Op, expect: Expect) -> Resul
     })
 }
 
-/// Runs one case; Err names the first disagreement. Whatever happens, the
+/// `call` again while it fails with an injected fault (the engines'
+/// transient errors), a bounded number of times.
+async fn retried<T, F, Fut>(mut call: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        match call().await {
+            Err(Error::Unavailable(_)) if attempt < 50 => attempt += 1,
+            Err(Error::LabelFailed { reason, .. })
+                if attempt < 50 && reason.contains("injected") =>
+            {
+                attempt += 1
+            }
+            r => return r,
+        }
+    }
+}
+
+/// What the system holds at `path` now: its bytes (read whole) or None.
+async fn observe(target: &dyn Target, client: usize, path: &str) -> Result<Option<File>, String> {
+    let size = match retried(|| target.stat(client, path)).await {
+        Ok(size) => size,
+        Err(Error::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(format!("stat of {path} to check it: {e}")),
+    };
+    let data = retried(|| target.read(client, path, 0, u64::MAX))
+        .await
+        .map_err(|e| format!("read of {path} to check it: {e}"))?;
+    if data.len() as u64 != size {
+        return Err(format!(
+            "{path}: stat says {size} bytes, a whole read gives {}",
+            data.len()
+        ));
+    }
+    let xattrs = if target.abilities().xattrs {
+        retried(|| target.xattrs(client, path))
+            .await
+            .map_err(|e| format!("xattrs of {path} to check them: {e}"))?
+            .into_iter()
+            .map(|(k, v)| (k, v.to_vec()))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    Ok(Some(File {
+        data: data.to_vec(),
+        xattrs,
+    }))
+}
+
+/// An operation failed with an injected fault: what it touched must hold
+/// either what it held before or what the operation would have made of it
+/// (a write: each byte old or new), and the model goes on from what is
+/// there.
+async fn resolve(
+    target: &dyn Target,
+    case: u64,
+    op: &Op,
+    error: &Error,
+    before: &Model,
+    after: &mut Model,
+) -> Result<(), String> {
+    let mutates = !matches!(
+        op,
+        Op::Read { .. } | Op::Stat { .. } | Op::Xattrs { .. } | Op::WaitAll { .. }
+    );
+    if !mutates {
+        return Ok(());
+    }
+    for key in touches(op) {
+        let client = if key.0 { OTHER_APP } else { 0 };
+        let path = target.path(case, key.0, key.1);
+        let seen = observe(target, client, &path).await?;
+        let (old, new) = (before.files.get(&key), after.files.get(&key));
+        let torn = match (op, &seen) {
+            (Op::Write { .. }, Some(s)) => {
+                let empty = File::default();
+                let (o, n) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
+                s.xattrs == n.xattrs
+                    && s.data.len() >= o.data.len().min(n.data.len())
+                    && s.data.len() <= o.data.len().max(n.data.len())
+                    && s.data.iter().enumerate().all(|(i, b)| {
+                        o.data.get(i).copied().unwrap_or(0) == *b || n.data.get(i) == Some(b)
+                    })
+            }
+            // A truncate creates a missing file first.
+            (Op::Truncate { .. }, Some(s)) => old.is_none() && *s == File::default(),
+            _ => false,
+        };
+        if seen.as_ref() != old && seen.as_ref() != new && !torn {
+            return Err(format!(
+                "{op:?} failed ({error}), and {path} then held neither the old nor the new state: {}",
+                match &seen {
+                    None => "missing".to_string(),
+                    Some(f) => short(&f.data),
+                }
+            ));
+        }
+        match seen {
+            Some(f) => after.files.insert(key, f),
+            None => after.files.remove(&key),
+        };
+    }
+    Ok(())
+}
+
+/// Runs one case; Err names the first disagreement./// Runs one case; Err names the first disagreement. Whatever happens, the
 /// case's files are removed afterwards, so that cases stay independent.
 pub async fn run_case(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<(), String> {
     let outcome = run_steps(target, case, steps).await;
@@ -635,7 +758,8 @@ pub async fn run_case(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Resu
     for b in [false, true] {
         for f in 0..FILES {
             let client = if b { OTHER_APP } else { 0 };
-            match target.remove(client, &target.path(case, b, f)).await {
+            let path = target.path(case, b, f);
+            match retried(|| target.remove(client, &path)).await {
                 Err(e) if outcome.is_ok() && !matches!(e, Error::NotFound(_)) => {
                     return Err(format!("removing the case's files: {e}"));
                 }
@@ -681,6 +805,7 @@ async fn run_steps(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<
                 }
             }
         }
+        let before = model.clone();
         let expects: Vec<Expect> = step.iter().map(|op| model.apply(op)).collect();
         for op in step {
             match *op {
@@ -709,39 +834,31 @@ async fn run_steps(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<
                 .map(|(op, expect)| check(target, case, op, expect)),
         )
         .await;
-        for r in results {
-            r.map_err(at)?;
+        for (op, r) in step.iter().zip(results) {
+            if let Checked::Faulted(e) = r.map_err(at)? {
+                resolve(target, case, op, &e, &before, &mut model)
+                    .await
+                    .map_err(at)?;
+            }
         }
     }
     // Clean up through the API, then the system must have given back the
     // space (workers hold no more than the live data).
     for c in 0..CLIENTS {
-        target
-            .wait_all(c)
+        retried(|| target.wait_all(c))
             .await
             .map_err(|e| format!("final wait of client {c}: {e}"))?;
     }
     for (&(b, f), file) in &model.files {
         let client = if b { OTHER_APP } else { 0 };
         let path = target.path(case, b, f);
-        let size = target
-            .stat(client, &path)
-            .await
-            .map_err(|e| format!("final stat of {path}: {e}"))?;
-        if size != file.data.len() as u64 {
-            return Err(format!(
-                "{path} is {size} bytes at the end, the model has {}",
-                file.data.len()
-            ));
-        }
-        let all = target
-            .read(client, &path, 0, u64::MAX)
-            .await
-            .map_err(|e| format!("final read of {path}: {e}"))?;
-        if all != file.data {
+        let Some(seen) = observe(target, client, &path).await? else {
+            return Err(format!("{path} is missing at the end"));
+        };
+        if seen.data != file.data {
             return Err(format!(
                 "{path} at the end: {}",
-                first_difference(&all, &file.data)
+                first_difference(&seen.data, &file.data)
             ));
         }
     }

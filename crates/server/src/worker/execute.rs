@@ -315,7 +315,21 @@ impl Executor {
                     self.keep_held(file, 0, u64::MAX).await?;
                     return Ok(size);
                 }
-                Err(e) => return Err(e.to_string()),
+                // The label fails: the bytes just written are garbage
+                // unless the commit took effect after all (a lost reply),
+                // which the inventory knows. At worst they wait for the
+                // next reconciliation.
+                Err(e) => {
+                    let (_, start, end) = span(label, ranges);
+                    if let Err(again) = self.keep_held(file, start, end).await {
+                        tracing::warn!(
+                            worker = self.id,
+                            "cannot free the bytes of failed label {}: {again}",
+                            label.id
+                        );
+                    }
+                    return Err(e.to_string());
+                }
             }
         }
         anatomy::record(Phase::WorkerInventory, t);

@@ -50,8 +50,6 @@ const PULL_WAIT: Duration = Duration::from_secs(1);
 const SUSPENDED_PULL_WAIT: Duration = Duration::from_secs(60);
 /// Pause after a failing pull, so an unreachable queue is not hammered.
 const PULL_ERROR_PAUSE: Duration = Duration::from_millis(200);
-/// Attempts to record a label status before giving up on it.
-const STATUS_ATTEMPTS: u32 = 3;
 
 /// Worker settings, from configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -700,17 +698,12 @@ async fn run_task(shared: Arc<Shared>, executor: Arc<Executor>, delivery: Delive
 
 /// Records a label's final status; a few attempts, since a client waits on it.
 async fn report(shared: &Shared, status: LabelStatus) {
-    for attempt in 1..=STATUS_ATTEMPTS {
-        let t = anatomy::start();
-        let set = shared.stores.inventory.set_status(status.clone()).await;
-        anatomy::record(Phase::WorkerInventory, t);
-        match set {
-            Ok(()) => return,
-            Err(e) if attempt == STATUS_ATTEMPTS => {
-                tracing::error!(worker = shared.spec.id, label = %status.id, "cannot record label status: {e}");
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(10 * attempt as u64)).await,
-        }
+    let t = anatomy::start();
+    let set =
+        labios_store::inventory::record_status(shared.stores.inventory.as_ref(), &status).await;
+    anatomy::record(Phase::WorkerInventory, t);
+    if let Err(e) = set {
+        tracing::error!(worker = shared.spec.id, label = %status.id, "cannot record label status: {e}");
     }
 }
 
