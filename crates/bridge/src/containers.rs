@@ -580,6 +580,12 @@ impl Containers {
 
 type Replayed = (BTreeMap<String, Loc>, Vec<(usize, u64)>, u64);
 
+/// A container id of an index line: below `u64::MAX`, since opening the
+/// store numbers the next container after the largest id.
+fn container_id(text: &str) -> Option<u64> {
+    text.parse().ok().filter(|&id| id < u64::MAX)
+}
+
 /// Reads an index log; a last line without its newline is a put a crash
 /// interrupted, dropped (and cut from the file).
 fn replay(path: &Path) -> Result<Replayed> {
@@ -609,17 +615,23 @@ fn replay(path: &Path) -> Result<Replayed> {
         match f.next() {
             Some("C") => {
                 let slot = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-                let id = f.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+                let id = f.next().and_then(container_id).ok_or_else(bad)?;
                 active.retain(|(s, _)| *s != slot);
                 active.push((slot, id));
             }
             Some("P") => {
+                let id = f.next().and_then(container_id).ok_or_else(bad)?;
                 let mut num = || f.next().and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
                 let loc = Loc {
-                    id: num()?,
+                    id,
                     offset: num()?,
                     len: num()?,
                 };
+                // Opening the store checks that the object ends inside
+                // its container.
+                if loc.offset.checked_add(loc.len).is_none() {
+                    return Err(bad());
+                }
                 let key = f.next().ok_or_else(bad)?;
                 index.insert(unescape(key), loc);
             }
@@ -682,6 +694,32 @@ mod tests {
     fn keys_survive_escaping() {
         for k in ["a b", "back\\slash", "new\nline", "\\n", "tail\\"] {
             assert_eq!(unescape(&escape(k)), k);
+        }
+    }
+
+    #[test]
+    fn index_lines_out_of_range_are_malformed() {
+        // Found by labios-fuzz (target bridge): opening the store computed
+        // the next container id and each object's end from these lines,
+        // which overflowed.
+        for log in [
+            "C 2147483648 0\nP 0 0 10 a\nP 18446744073709551615 10 20 b\n",
+            "C 0 18446744073709551615\n",
+            "C 3 1\nP 1 18446744073709551615 4 tail\n",
+            "C 3 1\nP 1 60 18446744073709551615 tail\n",
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("index.log"), log).unwrap();
+            let e = Containers::open(
+                dir.path(),
+                ObjectMapping::HashedNToM,
+                &ContainerOptions::default(),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(&e, Error::Malformed(m) if m.contains("index.log line")),
+                "{log:?}: {e}"
+            );
         }
     }
 

@@ -67,12 +67,18 @@ fn log_dir(path: &str) -> String {
     format!("{}log/", internal_dir(path))
 }
 
-fn parse(name: &str) -> Option<(u64, u64, u64)> {
+/// The `(seq, offset, len)` a log object's name records; `None` for a name
+/// that is not a log entry. Public only for the fuzz targets of
+/// `labios-fuzz`: object names come from the external store.
+#[doc(hidden)]
+pub fn parse(name: &str) -> Option<(u64, u64, u64)> {
     let base = name.rsplit('/').next()?;
     let mut it = base.split('-');
     let seq = it.next()?.parse().ok()?;
-    let offset = it.next()?.parse().ok()?;
+    let offset: u64 = it.next()?.parse().ok()?;
     let len = it.next()?.parse().ok()?;
+    // Reads compute the extent's end.
+    offset.checked_add(len)?;
     Some((seq, offset, len))
 }
 
@@ -258,5 +264,19 @@ mod tests {
             Some((7, 4096, 10))
         );
         assert_eq!(parse("f/.labios/log/junk"), None);
+    }
+
+    #[test]
+    fn names_of_extents_past_the_largest_offset_are_not_entries() {
+        // Found by labios-fuzz (target bridge): reads computed the end of
+        // this extent, which overflowed.
+        assert_eq!(
+            parse("00000000000000000001-18446744073709551615-1048576-0f0f0f0f"),
+            None
+        );
+        assert_eq!(
+            parse("1-18446744073709551614-1-w"),
+            Some((1, u64::MAX - 1, 1))
+        );
     }
 }

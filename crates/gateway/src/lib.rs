@@ -30,6 +30,18 @@ pub use names::{STAGING, UPLOADS};
 pub use object_buckets::{ObjectBucketConfig, ObjectBuckets, SIDECAR};
 pub use tenants::Tenants;
 
+/// The gateway's own parsers of request input (keys, ranges, conditions,
+/// continuation tokens, listings, multipart uploads), public only for the
+/// fuzz targets of `labios-fuzz`; not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::listing::{paginate, token, untoken, Paged, Query};
+    pub use crate::metadata::{parse_md5, ObjectMeta};
+    pub use crate::multipart::{choose_parts, part_path, upload_dir};
+    pub use crate::names::{is_bucket_name, key_of, object_path};
+    pub use crate::objects::{check_conditions, range_of, Found};
+}
+
 use async_trait::async_trait;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;

@@ -30,7 +30,7 @@ struct Upload {
     meta: ObjectMeta,
 }
 
-fn upload_dir(id: &str) -> S3Result<String> {
+pub fn upload_dir(id: &str) -> S3Result<String> {
     if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(format!("{UPLOADS}/{id}"))
     } else {
@@ -41,7 +41,7 @@ fn upload_dir(id: &str) -> S3Result<String> {
     }
 }
 
-fn part_path(dir: &str, number: i32) -> S3Result<String> {
+pub fn part_path(dir: &str, number: i32) -> S3Result<String> {
     if (1..=MAX_PART).contains(&number) {
         Ok(format!("{dir}/{number:05}"))
     } else {
@@ -211,34 +211,7 @@ pub async fn complete(
         .filter(|p| !p.is_empty())
         .ok_or_else(|| s3_error!(InvalidRequest, "CompleteMultipartUpload names no parts"))?;
     let stored = parts(t, &upload).await?;
-    let mut chosen = Vec::with_capacity(asked.len());
-    let mut previous = 0;
-    for p in &asked {
-        let number = p.part_number.unwrap_or(0);
-        if number <= previous {
-            return Err(s3_error!(
-                InvalidPartOrder,
-                "part {number} follows part {previous}: parts must be listed in ascending order"
-            ));
-        }
-        previous = number;
-        let (_, file, meta) = stored
-            .iter()
-            .find(|(n, _, _)| *n == number)
-            .ok_or_else(|| s3_error!(InvalidPart, "part {number} was not uploaded"))?;
-        let sent = p.e_tag.as_ref().map(|e| e.value().trim_matches('"'));
-        if sent.is_some_and(|e| e != meta.etag) {
-            return Err(s3_error!(
-                InvalidPart,
-                "part {number} has ETag {}, not {}",
-                meta.etag,
-                sent.unwrap_or_default()
-            ));
-        }
-        let md5 = parse_md5(&meta.etag)
-            .ok_or_else(|| s3_error!(InvalidPart, "part {number} changed after its upload"))?;
-        chosen.push((file.clone(), md5));
-    }
+    let chosen = choose_parts(&asked, &stored)?;
     let md5s: Vec<[u8; 16]> = chosen.iter().map(|(_, m)| *m).collect();
     let meta = ObjectMeta {
         etag: multipart_etag(&md5s),
@@ -278,6 +251,44 @@ pub async fn complete(
         e_tag: Some(ETag::Strong(meta.etag)),
         ..Default::default()
     })
+}
+
+/// The stored parts a CompleteMultipartUpload request lists, with their
+/// MD5s: in strictly ascending order, each uploaded, with the ETag it was
+/// given if the request names one.
+pub fn choose_parts(
+    asked: &[CompletedPart],
+    stored: &[(i32, FileMeta, ObjectMeta)],
+) -> S3Result<Vec<(FileMeta, [u8; 16])>> {
+    let mut chosen = Vec::with_capacity(asked.len());
+    let mut previous = 0;
+    for p in asked {
+        let number = p.part_number.unwrap_or(0);
+        if number <= previous {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "part {number} follows part {previous}: parts must be listed in ascending order"
+            ));
+        }
+        previous = number;
+        let (_, file, meta) = stored
+            .iter()
+            .find(|(n, _, _)| *n == number)
+            .ok_or_else(|| s3_error!(InvalidPart, "part {number} was not uploaded"))?;
+        let sent = p.e_tag.as_ref().map(|e| e.value().trim_matches('"'));
+        if sent.is_some_and(|e| e != meta.etag) {
+            return Err(s3_error!(
+                InvalidPart,
+                "part {number} has ETag {}, not {}",
+                meta.etag,
+                sent.unwrap_or_default()
+            ));
+        }
+        let md5 = parse_md5(&meta.etag)
+            .ok_or_else(|| s3_error!(InvalidPart, "part {number} changed after its upload"))?;
+        chosen.push((file.clone(), md5));
+    }
+    Ok(chosen)
 }
 
 /// The parts, in order, into a staged file renamed over `path`.

@@ -441,13 +441,19 @@ pub fn range_of(
     let Some(r) = range else {
         return Ok((0..size, None));
     };
-    let range = r.check(size).map_err(|_| {
-        s3_error!(
-            InvalidRange,
-            "range {} is outside the object's {size} bytes",
-            r.to_header_string()
-        )
-    })?;
+    // s3s takes a suffix range of an empty object for an empty range; it
+    // has no bytes to name in a Content-Range either.
+    let range = r
+        .check(size)
+        .ok()
+        .filter(|range| !range.is_empty())
+        .ok_or_else(|| {
+            s3_error!(
+                InvalidRange,
+                "range {} is outside the object's {size} bytes",
+                r.to_header_string()
+            )
+        })?;
     let header = format!("bytes {}-{}/{size}", range.start, range.end - 1);
     Ok((range, Some(header)))
 }
@@ -677,5 +683,19 @@ mod tests {
         assert_eq!(base64_md5("XUFAKrxLKna5cZ2REBfFkg=="), Some(md5));
         assert_eq!(base64_md5("not base64!"), None);
         assert_eq!(base64_md5("AAAA"), None);
+    }
+
+    #[test]
+    fn ranges_of_an_empty_object_are_invalid() {
+        // Found by labios-fuzz (target gateway): `Range: bytes=-5` on an
+        // empty object overflowed computing its Content-Range.
+        let suffix = Range::parse("bytes=-5").unwrap();
+        let e = range_of(Some(&suffix), 0).unwrap_err();
+        assert_eq!(*e.code(), S3ErrorCode::InvalidRange);
+        assert_eq!(
+            range_of(Some(&suffix), 100).unwrap(),
+            (95..100, Some("bytes 95-99/100".to_string()))
+        );
+        assert_eq!(range_of(None, 0).unwrap(), (0..0, None));
     }
 }

@@ -4,7 +4,10 @@
 //! holds up other calls.
 
 mod client;
-mod proto;
+/// Public only for the fuzz targets of `labios-fuzz`, which feed the
+/// server's frame reader and decoder untrusted bytes; not an API.
+#[doc(hidden)]
+pub mod proto;
 mod server;
 
 pub use client::connect;
