@@ -304,7 +304,9 @@ mod tests {
             default_inputs: 4,
             smoke_inputs: 4,
             cost: 1,
-            hang: Duration::from_millis(300),
+            // Far above a panic's backtrace on a loaded machine (CI sets
+            // RUST_BACKTRACE=1), far below the hanging target's sleep.
+            hang: Duration::from_secs(3),
         }
     }
 
@@ -317,7 +319,7 @@ mod tests {
     });
     static HANGS: Target = target("test-hang", |d| {
         if d == b"slow" {
-            thread::sleep(Duration::from_secs(2));
+            thread::sleep(Duration::from_secs(60));
         }
     });
 

@@ -106,14 +106,15 @@ pub const STATUS_ATTEMPTS: u32 = 10;
 /// Records a label's final status, trying again on failure: a status that
 /// is never recorded leaves its caller waiting for the whole wait timeout,
 /// so a transient error of the inventory must not lose it. Returns the
-/// last error once [`STATUS_ATTEMPTS`] attempts (about a quarter of a
-/// second apart at most) have failed.
+/// last error once [`STATUS_ATTEMPTS`] attempts (45 ms in all, no longer
+/// than a worker's tries used to take, so that a worker retrying during an
+/// outage does not stall its heartbeat) have failed.
 pub async fn record_status(inventory: &dyn Inventory, status: &LabelStatus) -> Result<()> {
     let mut attempt = 1;
     loop {
         match inventory.set_status(status.clone()).await {
             Err(e) if attempt < STATUS_ATTEMPTS && !matches!(e, Error::InvalidArgument(_)) => {
-                tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+                tokio::time::sleep(Duration::from_millis(u64::from(attempt))).await;
                 attempt += 1;
             }
             r => return r,

@@ -71,9 +71,12 @@ impl Client {
             Error::InvalidArgument(format!("offset {offset} + {} bytes overflows", data.len()))
         })?;
         let max = self.config().max_label_size as usize;
-        let mut done = 0;
         // At least one label: an empty write creates a missing file, as it
-        // does for a LABIOS file.
+        // does for a LABIOS file, and changes no size (it is sent at offset
+        // 0, since a mapping pads a file to the offset it writes at: found
+        // by the model checker).
+        let offset = if data.is_empty() { 0 } else { offset };
+        let mut done = 0;
         while done < data.len() || (done == 0 && data.is_empty()) {
             let n = (data.len() - done).min(max);
             let (label, key) =
