@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use write_behind::{Log, Op};
+use write_behind::{Log, Op, Wal};
 
 const PATHS: TableDefinition<&str, u64> = TableDefinition::new("paths");
 const FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("files");
@@ -76,22 +76,22 @@ impl Default for InventoryConfig {
 ///   commits with `Durability::Immediate`; it returns once that is on disk.
 ///   **Everything changed before a `sync` that returned survives a crash.**
 /// - A crash may lose any namespace, extent, attribute, worker or application
-///   change made after the last completed `sync`. Background batches are
-///   committed `Durability::Eventual` (written to the file, not fsynced), so a
-///   process crash typically loses only what the log held (the last few
-///   milliseconds, or more when the writer is behind), a machine crash possibly
-///   everything since the last `sync`. What survives is always the state after
-///   some prefix of the changes, each change whole: never half a rename, never
-///   an extent without the size change that came with it.
+///   change made after the last completed `sync` **to a machine crash**
+///   (power loss). A process crash (`kill -9`) loses nothing that returned:
+///   every change is written to the write-ahead file (page cache, no fsync)
+///   before its call returns, and opening replays what redb had not
+///   committed. What survives is always the state after some prefix of the
+///   changes, each change whole: never half a rename, never an extent
+///   without the size change that came with it.
 /// - Counters ([`Inventory::next_id`], which also numbers files) are
 ///   reserved in blocks of 1024, each reservation committed `Immediate`
 ///   before any of its values is handed out: a crash may skip values, it
 ///   never hands out one twice.
 /// - Dropping the inventory is a clean shutdown: it flushes the log and
-///   commits `Immediate`, so everything survives. Only a crash (or a
-///   `std::mem::forget`, which also keeps the file open) loses the tail.
-/// - If a background commit fails (disk full, I/O error) the inventory
-///   refuses further changes and `sync` with that error.
+///   commits `Immediate`, so everything survives.
+/// - If a background commit or a write-ahead write fails (disk full, I/O
+///   error) the inventory refuses further changes and `sync` with that
+///   error.
 ///
 /// Label statuses are never persisted: they matter only to live clients
 /// waiting on them, and would otherwise cost a disk write per label.
@@ -508,7 +508,11 @@ impl RedbInventory {
     pub fn open(path: &Path, cfg: InventoryConfig) -> Result<Self> {
         let db = Database::create(path)
             .map_err(|e| Error::Storage(format!("inventory {}: {e}", path.display())))?;
-        Self::with_db(db, cfg)
+        let (mut wal, logged) = Wal::open(path)?;
+        write_behind::replay(&db, logged)?;
+        wal.empty(0)?;
+        wal.empty(1)?;
+        Self::with_db(db, Some(wal), cfg)
     }
 
     /// An inventory that lives in memory only (tests, benchmarks, tools).
@@ -516,13 +520,13 @@ impl RedbInventory {
         let db = Database::builder()
             .create_with_backend(InMemoryBackend::new())
             .map_err(storage)?;
-        Self::with_db(db, InventoryConfig::default())
+        Self::with_db(db, None, InventoryConfig::default())
     }
 
-    fn with_db(db: Database, cfg: InventoryConfig) -> Result<Self> {
+    fn with_db(db: Database, wal: Option<Wal>, cfg: InventoryConfig) -> Result<Self> {
         let loaded = load(&db)?;
         let db = Arc::new(db);
-        let log = Arc::new(Log::new());
+        let log = Arc::new(Log::new(wal));
         let writer = write_behind::spawn(db.clone(), log.clone())?;
         Ok(RedbInventory {
             db,
@@ -714,7 +718,7 @@ impl Inventory for RedbInventory {
             .make_parents(&mut ns, path, owner, &mut ops)
             .and_then(|()| self.new_entry(&mut ns, path, kind, mode, owner, &mut ops));
         // Whatever was made is in memory: log it even on a late failure.
-        self.log.append(&mut ops);
+        self.log.append(&mut ops)?;
         made
     }
 
@@ -752,7 +756,7 @@ impl Inventory for RedbInventory {
         }
         let mut ops = Vec::new();
         let extents = ns.forget(&mut st, &mut ops);
-        self.log.append(&mut ops);
+        self.log.append(&mut ops)?;
         Ok((st.meta.clone(), extents))
     }
 
@@ -794,7 +798,7 @@ impl Inventory for RedbInventory {
         let mut ops = Vec::new();
         let owner = src.lock().meta.owner;
         if let Err(e) = self.make_parents(&mut ns, to, owner, &mut ops) {
-            self.log.append(&mut ops);
+            self.log.append(&mut ops)?;
             return Err(e);
         }
         let replaced = dest.map(|d| {
@@ -834,7 +838,7 @@ impl Inventory for RedbInventory {
             ops.push(Op::PutPath(st.meta.path.clone(), id));
             ops.push(Op::PutFile(st.meta.clone()));
         }
-        self.log.append(&mut ops);
+        self.log.append(&mut ops)?;
         drop(guards);
         Ok(replaced)
     }
@@ -849,7 +853,7 @@ impl Inventory for RedbInventory {
         st.meta.size = size;
         st.meta.mtime = now_nanos();
         ops.push(Op::PutFile(st.meta.clone()));
-        self.log.append(&mut ops);
+        self.log.append(&mut ops)?;
         Ok(())
     }
 
@@ -871,7 +875,7 @@ impl Inventory for RedbInventory {
         st.meta.size = st.meta.size.max(end);
         st.meta.mtime = now_nanos();
         ops.push(Op::PutFile(st.meta.clone()));
-        self.log.append(&mut ops);
+        self.log.append(&mut ops)?;
         Ok(())
     }
 
@@ -930,7 +934,7 @@ impl Inventory for RedbInventory {
                 Op::PutXattrs(file, st.xattrs.clone()),
                 Op::PutFile(st.meta.clone()),
             ];
-            self.log.append(&mut ops);
+            self.log.append(&mut ops)?;
         }
         Ok(())
     }
@@ -1019,7 +1023,7 @@ impl Inventory for RedbInventory {
         self.log.check()?;
         let mut workers = self.workers.write();
         workers.insert(status.spec.id, status.clone());
-        self.log.append(&mut vec![Op::PutWorker(status)]);
+        self.log.append(&mut vec![Op::PutWorker(status)])?;
         Ok(())
     }
 
@@ -1033,7 +1037,7 @@ impl Inventory for RedbInventory {
         self.log.check()?;
         let mut workers = self.workers.write();
         if workers.remove(&id).is_some() {
-            self.log.append(&mut vec![Op::DelWorker(id)]);
+            self.log.append(&mut vec![Op::DelWorker(id)])?;
         }
         Ok(())
     }
@@ -1042,7 +1046,7 @@ impl Inventory for RedbInventory {
         self.log.check()?;
         let mut apps = self.apps.write();
         apps.insert(app.id, app.clone());
-        self.log.append(&mut vec![Op::PutApp(app)]);
+        self.log.append(&mut vec![Op::PutApp(app)])?;
         Ok(())
     }
 
@@ -1063,7 +1067,7 @@ impl Inventory for RedbInventory {
             None => functions.remove(&key),
         };
         self.log
-            .append(&mut vec![Op::PutFunction(app, name.to_string(), module)]);
+            .append(&mut vec![Op::PutFunction(app, name.to_string(), module)])?;
         Ok(())
     }
 

@@ -41,13 +41,21 @@ async fn snapshot(inv: &RedbInventory) -> Snapshot {
     }
 }
 
-/// What a crash would leave on disk right now: the file as the kernel has
-/// it, taken while the writer is held between batches. Whatever the log
-/// still holds (and redb's unflushed, non-durable commits) is missing,
-/// exactly as after `kill -9`.
+/// What a process crash (`kill -9`) would leave right now: the inventory's
+/// files as the kernel has them (redb and the write-ahead files), taken
+/// while the writer is held between batches.
 fn crash_image(inv: &RedbInventory, path: &Path, to: &Path) {
     let _gate = inv.writer_gate();
+    copy_with_wal(path, to);
+}
+
+/// Copies the redb file and its write-ahead files.
+fn copy_with_wal(path: &Path, to: &Path) {
     std::fs::copy(path, to).unwrap();
+    for i in 0..2 {
+        let wal = |p: &Path| PathBuf::from(format!("{}.wal{i}", p.display()));
+        std::fs::copy(wal(path), wal(to)).unwrap();
+    }
 }
 
 fn open(path: &Path) -> RedbInventory {
@@ -224,10 +232,14 @@ async fn concurrent_churn_reopens_identically() {
 // the test's task.
 #[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_loses_only_unsynced_changes_and_never_repeats_ids() {
+async fn a_process_crash_loses_nothing_a_machine_crash_only_unsynced_changes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inv.redb");
+    // A machine crash before the page cache reached the disk: redb's
+    // synced state only (no write-ahead file).
     let image = dir.path().join("crash.redb");
+    // A process crash: the write-ahead files too.
+    let process = dir.path().join("process.redb");
     let g = LabelIdGen::new(1);
 
     let inv = open(&path);
@@ -262,9 +274,19 @@ async fn crash_loses_only_unsynced_changes_and_never_repeats_ids() {
             counted.push(inv.next_id("c").await.unwrap());
         }
         std::fs::copy(&path, &image).unwrap();
+        copy_with_wal(&path, &process);
     }
     let unsynced = snapshot(&inv).await;
     drop(inv);
+
+    let killed = open(&process);
+    assert_eq!(snapshot(&killed).await, unsynced, "every change returned");
+    let c = killed.next_id("c").await.unwrap();
+    assert!(c > *counted.iter().max().unwrap(), "counter {c} repeats");
+    drop(killed);
+    let again = open(&process);
+    assert_eq!(snapshot(&again).await, unsynced, "replayed once, kept");
+    drop(again);
 
     let crashed = open(&image);
     assert_eq!(snapshot(&crashed).await, synced, "exactly the synced state");
@@ -321,7 +343,7 @@ async fn xattrs_survive_reopen_and_crash() {
     let meta = inv.file(f.id).await.unwrap().unwrap();
     inv.sync().await.unwrap();
     crash_image(&inv, &path, &image);
-    // After the image: lost by the crash, kept by the clean shutdown.
+    // After the image: not in it, kept by the clean shutdown.
     inv.set_xattr(f.id, "etag", v("\"e2\"")).await.unwrap();
     drop(inv);
 
