@@ -52,6 +52,14 @@ struct Inner {
     small: Mutex<HashMap<FileId, SmallWrites>>,
     /// Background flushes of full small-write caches, and their bound.
     flushes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Held while a file's cached small writes travel from the cache to the
+    /// label queue (stored, then published). A wait, read, stat or truncate
+    /// that finds the cache empty takes it first, so that it also finds
+    /// their label in flight instead of missing writes that already
+    /// returned.
+    in_transit: tokio::sync::Mutex<()>,
+    /// Woken when a wait releases its [`Claim`].
+    collected: tokio::sync::Notify,
     flush_slots: Arc<tokio::sync::Semaphore>,
     flight: Mutex<InFlight>,
     mounts: labios_bridge::Mounts,
@@ -70,6 +78,26 @@ struct InFlight {
     by_file: HashMap<FileId, HashSet<LabelId>>,
     count: usize,
     failures: Vec<(LabelId, String)>,
+    /// Labels a wait of this client is collecting the statuses of.
+    collecting: HashSet<LabelId>,
+}
+
+/// A wait's claim on the labels it collects, released however the wait
+/// ends (done, failed, cancelled), waking the waits that deferred to it.
+struct Claim<'a> {
+    client: &'a Client,
+    ids: &'a [LabelId],
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut flight = self.client.inner.flight.lock();
+        for id in self.ids {
+            flight.collecting.remove(id);
+        }
+        drop(flight);
+        self.client.inner.collected.notify_waiters();
+    }
 }
 
 const FAILURES_KEPT: usize = 1024;
@@ -122,6 +150,8 @@ impl Client {
                 app,
                 small: Mutex::new(HashMap::new()),
                 flushes: Mutex::new(Vec::new()),
+                in_transit: tokio::sync::Mutex::new(()),
+                collected: tokio::sync::Notify::new(),
                 flush_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_FLUSHES)),
                 flight: Mutex::new(InFlight::default()),
                 mounts,
@@ -263,6 +293,16 @@ impl Client {
     /// while that round trip happens. At most [`BACKGROUND_FLUSHES`] run at
     /// once (backpressure); every wait first joins them.
     async fn flush_in_background(&self, file: FileId) -> Result<Option<LabelId>> {
+        let permit = self
+            .inner
+            .flush_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::Unavailable("client is shutting down".into()))?;
+        // From taking the cache to registering the task: a concurrent wait
+        // would otherwise see neither.
+        let _transit = self.inner.in_transit.lock().await;
         let Some(pending) = self.inner.small.lock().remove(&file) else {
             return Ok(None);
         };
@@ -273,13 +313,6 @@ impl Client {
             pending.segments,
         );
         let id = label.id;
-        let permit = self
-            .inner
-            .flush_slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Error::Unavailable("client is shutting down".into()))?;
         let this = self.clone();
         let task = tokio::spawn(async move {
             let key = crate::content_manager::write_key(this.inner.app, id);
@@ -319,6 +352,7 @@ impl Client {
 
     /// Publishes the cached small writes of a file as one indexed label.
     async fn flush_small(&self, file: FileId) -> Result<Option<LabelId>> {
+        let _transit = self.inner.in_transit.lock().await;
         let Some(pending) = self.inner.small.lock().remove(&file) else {
             return Ok(None);
         };
@@ -408,6 +442,8 @@ impl Client {
 
     async fn settle_all(&self) -> Result<()> {
         self.join_flushes().await?;
+        // A cache another task is publishing is no longer listed below.
+        drop(self.inner.in_transit.lock().await);
         let files: Vec<FileId> = self.inner.small.lock().keys().copied().collect();
         for f in files {
             self.flush_small(f).await?;
@@ -455,54 +491,39 @@ impl Client {
     }
 
     /// Waits for `ids`; those already settled by an earlier wait are skipped
-    /// (their failures, if any, are reported here once).
+    /// (their failures, if any, are reported here once). A label another
+    /// task of this client is already waiting for is left to that wait
+    /// (the inventory hands a final status to one wait only), and this one
+    /// goes on when it is done; a failure is reported to that wait.
     async fn wait_ids(&self, ids: &[LabelId]) -> Result<()> {
-        let (pending, seen_failure) = {
+        let wanted: HashSet<&LabelId> = ids.iter().collect();
+        let seen_failure = {
             let mut flight = self.inner.flight.lock();
-            let tracked: HashSet<LabelId> = flight
-                .by_file
-                .values()
-                .flat_map(|s| s.iter().copied())
-                .collect();
-            let pending: Vec<LabelId> = ids
-                .iter()
-                .copied()
-                .filter(|id| tracked.contains(id))
-                .collect();
-            let wanted: HashSet<&LabelId> = ids.iter().collect();
             let pos = flight
                 .failures
                 .iter()
                 .position(|(id, _)| wanted.contains(id));
-            (pending, pos.map(|p| flight.failures.remove(p)))
+            pos.map(|p| flight.failures.remove(p))
         };
-        let result = self.inner.labels.wait(&pending).await;
-        let statuses = match result {
-            Ok(s) => s,
-            Err(e) => return Err(e),
-        };
-        {
-            let mut flight = self.inner.flight.lock();
-            for s in &statuses {
-                for set in flight.by_file.values_mut() {
-                    if set.remove(&s.id) {
-                        break;
-                    }
+        let mut result = Ok(());
+        loop {
+            let (mine, theirs) = self.claim(ids);
+            if !mine.is_empty() {
+                let claim = Claim {
+                    client: self,
+                    ids: &mine,
+                };
+                let statuses = self.inner.labels.wait(&mine).await?;
+                self.settled(&statuses, &wanted);
+                drop(claim);
+                if result.is_ok() {
+                    result = first_failure(&statuses);
                 }
             }
-            flight.by_file.retain(|_, s| !s.is_empty());
-            flight.count = flight.by_file.values().map(|s| s.len()).sum();
-            let wanted: HashSet<&LabelId> = ids.iter().collect();
-            for s in &statuses {
-                if s.state == LabelState::Failed
-                    && !wanted.contains(&s.id)
-                    && flight.failures.len() < FAILURES_KEPT
-                {
-                    flight
-                        .failures
-                        .push((s.id, s.error.clone().unwrap_or_default()));
-                }
+            if theirs.is_empty() {
+                break;
             }
+            self.until_collected(&theirs).await;
         }
         if let Some((id, reason)) = seen_failure {
             return Err(Error::LabelFailed {
@@ -510,7 +531,70 @@ impl Client {
                 reason,
             });
         }
-        first_failure(&statuses)
+        result
+    }
+
+    /// Splits the labels of `ids` still in flight into those this wait now
+    /// collects (claimed) and those another wait is collecting.
+    fn claim(&self, ids: &[LabelId]) -> (Vec<LabelId>, Vec<LabelId>) {
+        let mut flight = self.inner.flight.lock();
+        let tracked: HashSet<LabelId> = flight
+            .by_file
+            .values()
+            .flat_map(|s| s.iter().copied())
+            .collect();
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        for &id in ids.iter().filter(|id| tracked.contains(id)) {
+            if flight.collecting.insert(id) {
+                mine.push(id);
+            } else {
+                theirs.push(id);
+            }
+        }
+        (mine, theirs)
+    }
+
+    /// Until no wait is collecting any of `ids`.
+    async fn until_collected(&self, ids: &[LabelId]) {
+        loop {
+            let collected = self.inner.collected.notified();
+            tokio::pin!(collected);
+            collected.as_mut().enable();
+            let busy = {
+                let flight = self.inner.flight.lock();
+                ids.iter().any(|id| flight.collecting.contains(id))
+            };
+            if !busy {
+                return;
+            }
+            collected.await;
+        }
+    }
+
+    /// Final statuses collected: their labels leave the in-flight set, and
+    /// failures of labels this wait was not asked about are kept for the
+    /// wait that is.
+    fn settled(&self, statuses: &[labios_label::LabelStatus], wanted: &HashSet<&LabelId>) {
+        let mut flight = self.inner.flight.lock();
+        for s in statuses {
+            for set in flight.by_file.values_mut() {
+                if set.remove(&s.id) {
+                    break;
+                }
+            }
+        }
+        flight.by_file.retain(|_, s| !s.is_empty());
+        flight.count = flight.by_file.values().map(|s| s.len()).sum();
+        for s in statuses {
+            if s.state == LabelState::Failed
+                && !wanted.contains(&s.id)
+                && flight.failures.len() < FAILURES_KEPT
+            {
+                flight
+                    .failures
+                    .push((s.id, s.error.clone().unwrap_or_default()));
+            }
+        }
     }
 
     /// The application's file at `path`, once this client's own writes to
@@ -526,7 +610,7 @@ impl Client {
                 meta.path
             )));
         }
-        let meta = if self.has_pending(meta.id) {
+        let meta = if self.has_pending(meta.id).await {
             self.settle(meta.id).await?;
             self.inner.catalog.file(meta.id).await?
         } else {
@@ -642,7 +726,7 @@ impl Client {
             return self.stat_external(path).await;
         }
         let meta = self.inner.catalog.stat(path).await?;
-        if meta.kind == FileKind::File && self.has_pending(meta.id) {
+        if meta.kind == FileKind::File && self.has_pending(meta.id).await {
             self.settle(meta.id).await?;
             return self.inner.catalog.file(meta.id).await;
         }
@@ -671,7 +755,8 @@ impl Client {
             .await
     }
 
-    fn has_pending(&self, file: FileId) -> bool {
+    async fn has_pending(&self, file: FileId) -> bool {
+        drop(self.inner.in_transit.lock().await);
         !self.inner.flushes.lock().is_empty()
             || self.inner.small.lock().contains_key(&file)
             || self.inner.flight.lock().by_file.contains_key(&file)
@@ -699,7 +784,7 @@ impl Client {
     /// reads as zeros. Writes still in flight land first.
     pub async fn truncate(&self, path: &str, size: u64) -> Result<()> {
         let meta = self.file_for_write(path).await?;
-        if self.has_pending(meta.id) {
+        if self.has_pending(meta.id).await {
             self.settle(meta.id).await?;
         }
         let before = self.inner.catalog.inventory().file(meta.id).await?;

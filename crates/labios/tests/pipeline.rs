@@ -31,6 +31,7 @@ both!(
     sync_mode_config_and_label_size_settings_are_honoured,
     several_dispatchers_on_one_queue_keep_the_newest_write,
     removed_truncated_and_overwritten_bytes_free_their_space_on_every_worker,
+    cached_writes_on_their_way_to_the_queue_are_waited_for,
 );
 
 const ODD_SIZES: [usize; 8] = [0, 1, 65_535, 65_536, 65_537, 1_048_575, 1_048_577, 10 << 20];
@@ -624,5 +625,120 @@ async fn removed_truncated_and_overwritten_bytes_free_their_space_on_every_worke
     let c = d.client().await;
     assert!(c.read("/space/b").await.unwrap() == data(2, 8 << 20));
     until_allocated_at_most(&d, 8 * mib, "restarted").await;
+    d.shutdown().await;
+}
+
+/// A warehouse whose next `put`, once armed, stops until released: the
+/// moment cached small writes have left the client's cache and are not
+/// yet a label in flight.
+struct Gated {
+    inner: std::sync::Arc<dyn labios_store::Warehouse>,
+    armed: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    open: tokio::sync::Semaphore,
+}
+
+#[async_trait::async_trait]
+impl labios_store::Warehouse for Gated {
+    async fn put(&self, key: &str, data: Bytes) -> labios_label::Result<()> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.entered.notify_one();
+            self.open.acquire().await.expect("never closed").forget();
+        }
+        self.inner.put(key, data).await
+    }
+    async fn get(&self, key: &str) -> labios_label::Result<Option<Bytes>> {
+        self.inner.get(key).await
+    }
+    async fn take(&self, key: &str) -> labios_label::Result<Option<Bytes>> {
+        self.inner.take(key).await
+    }
+    async fn delete(&self, key: &str) -> labios_label::Result<bool> {
+        self.inner.delete(key).await
+    }
+    async fn keys(&self, prefix: &str) -> labios_label::Result<Vec<String>> {
+        self.inner.keys(prefix).await
+    }
+    async fn usage(&self) -> labios_label::Result<u64> {
+        self.inner.usage().await
+    }
+}
+
+/// A write that returned is cached; one task's wait takes the cache to
+/// store and publish it while another task of the same client truncates
+/// the file, reads it, or waits. Each must find the write on its way (the
+/// truncate cuts it, the read sees it), never miss it because it was
+/// neither in the cache nor in flight at that moment.
+async fn cached_writes_on_their_way_to_the_queue_are_waited_for(kind: Kind) {
+    let d = Deployed::start(kind, |_| {}).await;
+    let app = d.create_app("transit").await;
+    let stores = d.stores();
+    let gate = std::sync::Arc::new(Gated {
+        inner: stores.warehouse.clone(),
+        armed: false.into(),
+        entered: tokio::sync::Notify::new(),
+        open: tokio::sync::Semaphore::new(0),
+    });
+    let origin = stores.inventory.next_id("origin").await.unwrap();
+    let client = labios_client::Client::with_secret(
+        labios_store::Stores {
+            warehouse: gate.clone(),
+            ..stores
+        },
+        app.id,
+        &app.secret,
+        origin,
+        d.config().client_settings(),
+    )
+    .unwrap();
+    for (n, racer) in ["truncate", "read", "wait"].into_iter().enumerate() {
+        let path = format!("/transit/{racer}");
+        let bytes = data(n as u64, 100);
+        client
+            .write_at_async(&path, 0, bytes.clone())
+            .await
+            .unwrap();
+        gate.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let waiter = tokio::spawn({
+            let client = client.clone();
+            async move { client.wait_all().await }
+        });
+        gate.entered.notified().await;
+        let racing = tokio::spawn({
+            let (client, path) = (client.clone(), path.clone());
+            async move {
+                match racer {
+                    "truncate" => client.truncate(&path, 10).await.map(|()| Bytes::new()),
+                    "read" => client.read(&path).await,
+                    _ => client.wait_all().await.map(|()| Bytes::new()),
+                }
+            }
+        });
+        // Released once the racer has finished, or has had ample time to
+        // get past the point where it could miss the write.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while !racing.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        if racing.is_finished() && racer == "wait" {
+            let seen = d.client_of(&app).await.read(&path).await.unwrap();
+            assert_eq!(seen, bytes, "the wait returned before the write was stored");
+        }
+        gate.open.add_permits(1);
+        waiter.await.unwrap().unwrap();
+        let got = racing.await.unwrap().unwrap();
+        let after = d.client_of(&app).await.read(&path).await.unwrap();
+        match racer {
+            "truncate" => assert_eq!(
+                after,
+                bytes.slice(..10),
+                "the truncate came after the write"
+            ),
+            "read" => assert_eq!(got, bytes, "the read came after the write"),
+            _ => assert_eq!(after, bytes, "the wait covered the write"),
+        }
+    }
     d.shutdown().await;
 }
