@@ -220,9 +220,34 @@ fn map_err(addr: &str, e: RedisError) -> Error {
     }
 }
 
+/// The connection was found dead when the command was written to it: the
+/// server restarted since the connection's last use, and the command never
+/// reached the new one. The connection manager reconnects on this error,
+/// so the command is sent once more. Without this, the first command of
+/// each connection after a Redis restart failed, however long after the
+/// restart it came (a worker's warehouse connection failed the first label
+/// it ran).
+fn unsent(e: &RedisError) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
 impl Link {
-    async fn bounded<T>(&self, f: impl Future<Output = redis::RedisResult<T>>) -> Result<T> {
-        match tokio::time::timeout(self.timeout, f).await {
+    /// Runs the command `send` makes (once more if it was [`unsent`]),
+    /// bounded by the operation timeout.
+    async fn bounded<T, F, Fut>(&self, mut send: F) -> Result<T>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let attempts = async {
+            match send(self.conn.clone()).await {
+                Err(e) if unsent(&e) => send(self.conn.clone()).await,
+                r => r,
+            }
+        };
+        match tokio::time::timeout(self.timeout, attempts).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(map_err(&self.addr, e)),
             Err(_) => Err(Error::Unavailable(format!(
@@ -233,13 +258,13 @@ impl Link {
     }
 
     async fn cmd<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let mut c = self.conn.clone();
-        self.bounded(cmd.query_async(&mut c)).await
+        self.bounded(|mut c| async move { cmd.query_async(&mut c).await })
+            .await
     }
 
     async fn pipe<T: FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
-        let mut c = self.conn.clone();
-        self.bounded(pipe.query_async(&mut c)).await
+        self.bounded(|mut c| async move { pipe.query_async(&mut c).await })
+            .await
     }
 
     async fn script<T: FromRedisValue>(
@@ -255,8 +280,9 @@ impl Link {
         for a in args {
             inv.arg(*a);
         }
-        let mut c = self.conn.clone();
-        self.bounded(inv.invoke_async(&mut c)).await
+        let inv = &inv;
+        self.bounded(|mut c| async move { inv.invoke_async(&mut c).await })
+            .await
     }
 }
 
