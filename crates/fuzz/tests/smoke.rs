@@ -35,6 +35,11 @@ fn pipeline() {
 }
 
 #[test]
+fn functions() {
+    smoke("functions");
+}
+
+#[test]
 fn config() {
     smoke("config");
 }

@@ -11,16 +11,16 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(
     about = "Fuzz the decoders of untrusted input of LABIOS",
-    after_help = "Targets: label, frames, pipeline, config, wasm, bridge, gateway (--list describes \
-                  them), or all. A failure prints the seed, the input number and the input, and \
-                  saves the input under the temporary directory."
+    after_help = "Targets: label, frames, pipeline, functions, config, wasm, bridge, gateway \
+                  (--list describes them), or all. A failure prints the seed, the input number \
+                  and the input, and saves the input under the temporary directory."
 )]
 struct Args {
     /// A target name, or `all`.
     #[arg(required_unless_present = "list")]
     target: Option<String>,
     /// Inputs to run (default: each target's own). With `all`, a target
-    /// whose inputs are costly (wasm) runs N divided by its cost.
+    /// whose inputs are costly (functions, wasm) runs N divided by its cost.
     #[arg(long)]
     inputs: Option<u64>,
     /// Seed of the generated inputs: the same seed gives the same inputs.

@@ -4,6 +4,7 @@
 mod bridge;
 mod config;
 mod frames;
+mod functions;
 mod gateway;
 mod label;
 mod pipeline;
@@ -16,6 +17,7 @@ pub static TARGETS: &[&Target] = &[
     &label::TARGET,
     &frames::TARGET,
     &pipeline::TARGET,
+    &functions::TARGET,
     &config::TARGET,
     &wasm::TARGET,
     &bridge::TARGET,

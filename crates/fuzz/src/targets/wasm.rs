@@ -83,7 +83,7 @@ fn seeds() -> Vec<Vec<u8>> {
 }
 
 /// The worker's sandbox, with the limits of its default configuration.
-fn sandbox() -> &'static Sandbox {
+pub(super) fn sandbox() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
     SANDBOX.get_or_init(|| {
         let worker = labios::Config::default().worker_settings();
