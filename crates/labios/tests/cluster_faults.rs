@@ -4,9 +4,12 @@
 //! all configured through `LABIOS_*` variables. Processes are killed with
 //! SIGKILL (a crash: nothing flushed, nothing said goodbye) and restarted.
 //! Every test checks that each write that returned Ok reads back
-//! byte-exact afterwards.
+//! byte-exact afterwards; the last one runs the model checker
+//! (`common/model.rs`) across such crashes and NATS and Redis restarts.
 //!
 //! Needs `nats-server` and `redis-server`: `bash scripts/services.sh install`.
+
+mod common;
 
 use bytes::Bytes;
 use labios::config::Deployment;
@@ -1014,4 +1017,531 @@ async fn manager_launches_wakes_and_stops_worker_processes() {
     for i in 0..WORKERS {
         assert_eq!(state_of(i as WorkerId).await, Some(WorkerState::Suspended));
     }
+}
+
+// ---------------------------------------------------------------------------
+// The model checker across crashes and service restarts
+// ---------------------------------------------------------------------------
+
+/// What a Restart step of the model checker does to the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Crash {
+    /// `kill -9` of one worker, restarted either at once or once the
+    /// manager has declared it down.
+    Worker,
+    /// `kill -9` of the dispatcher, restarted.
+    Dispatcher,
+    /// `kill -9` of the manager, restarted.
+    Manager,
+    /// nats-server stopped and started again on its JetStream directory.
+    Nats,
+    /// redis-server stopped and started again on its append-only file.
+    Redis,
+}
+
+const CRASHES: [Crash; 5] = [
+    Crash::Worker,
+    Crash::Dispatcher,
+    Crash::Manager,
+    Crash::Nats,
+    Crash::Redis,
+];
+
+/// The crashes a run rotates through: those `LABIOS_MODEL_CRASHES` names
+/// (comma-separated: worker, dispatcher, manager, nats, redis), all by
+/// default. One kind alone makes a shrunk case replay with the crash that
+/// failed it.
+fn chosen_crashes() -> Vec<Crash> {
+    let Ok(names) = std::env::var("LABIOS_MODEL_CRASHES") else {
+        return CRASHES.to_vec();
+    };
+    let kinds: Vec<Crash> = CRASHES
+        .into_iter()
+        .filter(|k| {
+            names
+                .split(',')
+                .any(|n| n.trim().eq_ignore_ascii_case(&format!("{k:?}")))
+        })
+        .collect();
+    assert!(
+        !kinds.is_empty(),
+        "LABIOS_MODEL_CRASHES={names:?} names none of {CRASHES:?}"
+    );
+    kinds
+}
+
+/// Longest any one operation of the checker may take once the cluster is
+/// usable again: a hang is a failure (the client's own wait is 10 min).
+const OP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest the cluster may take to be usable again after a crash.
+const RECOVERY: Duration = Duration::from_secs(60);
+
+/// `call`, or `Error::Timeout` after [`OP_TIMEOUT`].
+async fn timed<T>(
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, labios_label::Error>>,
+) -> Result<T, labios_label::Error> {
+    tokio::time::timeout(OP_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(labios_label::Error::Timeout(format!(
+                "{what}: no answer within {OP_TIMEOUT:?}"
+            )))
+        })
+}
+
+/// LABIOS as the cluster's clients see it, through the client API: clients
+/// 0 and 1 of application A, client 2 of application B (as the `Labios`
+/// target of `tests/model.rs`). Each Restart step of the checker crashes
+/// one component (rotating through [`chosen_crashes`], from an offset the
+/// run's seed picks), waits until the cluster is usable again and connects
+/// the clients anew.
+struct Crashing {
+    cluster: tokio::sync::Mutex<Cluster>,
+    config: Config,
+    apps: [labios_store::AppRecord; 2],
+    clients: tokio::sync::RwLock<Vec<Client>>,
+    /// The crashes to rotate through, starting at `kinds[first]`.
+    kinds: Vec<Crash>,
+    first: usize,
+    /// Each crash so far, with how long the cluster took to be usable.
+    crashes: std::sync::Mutex<Vec<(Crash, Duration)>>,
+    /// The case the checker is running (the last one a path was asked
+    /// for), to say where each crash happened.
+    case: std::sync::atomic::AtomicU64,
+}
+
+impl Crashing {
+    async fn new(cluster: Cluster, seed: u64, kinds: Vec<Crash>) -> Crashing {
+        let stores = cluster.stores().await;
+        cluster.wait_all_active(&stores).await;
+        let admin = Administrator::new(stores.inventory.clone());
+        let apps = [
+            admin.create_app("model-a").await.unwrap(),
+            admin.create_app("model-b").await.unwrap(),
+        ];
+        let target = Crashing {
+            config: cluster.config.clone(),
+            cluster: tokio::sync::Mutex::new(cluster),
+            apps,
+            clients: tokio::sync::RwLock::new(Vec::new()),
+            first: (seed % kinds.len() as u64) as usize,
+            kinds,
+            crashes: std::sync::Mutex::new(Vec::new()),
+            case: std::sync::atomic::AtomicU64::new(0),
+        };
+        target.connect().await;
+        target
+    }
+
+    /// New clients of both applications (retrying while NATS or Redis
+    /// still refuse a fresh connection, up to [`RECOVERY`]).
+    async fn connect(&self) {
+        let mut clients = Vec::with_capacity(common::model::CLIENTS);
+        for c in 0..common::model::CLIENTS {
+            let app = &self.apps[usize::from(c == common::model::OTHER_APP)];
+            let t = Instant::now();
+            let client = loop {
+                match labios::cli::connect_client(
+                    &self.config,
+                    Some(app.key.clone()),
+                    Some(app.secret.clone()),
+                )
+                .await
+                {
+                    Ok(client) => break client,
+                    Err(e) => assert!(
+                        t.elapsed() < RECOVERY,
+                        "client {c} cannot connect within {RECOVERY:?}: {e}"
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            clients.push(client);
+        }
+        *self.clients.write().await = clients;
+    }
+
+    async fn client(&self, c: usize) -> Client {
+        self.clients.read().await[c].clone()
+    }
+
+    /// Bytes allocated on every worker's device.
+    async fn allocated(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        let cluster = self.cluster.lock().await;
+        (0..WORKERS)
+            .flat_map(|i| common::files_under(&cluster.worker_dir(i).join("files")))
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.blocks() * 512)
+            .sum()
+    }
+
+    /// Waits until `labios NAME` has said `marker` in its log more than
+    /// `before` times (a restarted process appends to the same log).
+    async fn wait_log(cluster: &Cluster, name: &str, marker: &str, before: usize) {
+        let t = Instant::now();
+        while cluster.log(name).matches(marker).count() <= before {
+            assert!(
+                t.elapsed() < RECOVERY,
+                "restarted {name} did not say {marker:?} within {RECOVERY:?}:\n{}",
+                cluster.log(name)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Crash number `n`: does it, then waits until the cluster is usable
+    /// again: every worker Active with a heartbeat published after the
+    /// crash (so alive and talking to Redis again), and a fresh client's
+    /// synchronous write (through NATS, a dispatcher and a worker) reads
+    /// back. Returns what it did.
+    async fn crash(&self, n: usize) -> (Crash, String) {
+        let kind = self.kinds[(self.first + n) % self.kinds.len()];
+        let mut cluster = self.cluster.lock().await;
+        let stores = cluster.stores().await;
+        let done = match kind {
+            Crash::Worker => {
+                // Which worker, and how, changes each time workers come round.
+                let round = n / self.kinds.len();
+                let i = (self.first + round) % WORKERS;
+                let id = i as WorkerId;
+                kill9(&mut cluster.workers[i]);
+                // Every other time, wait until the manager declares it
+                // down (it then drains the worker's queue) before the
+                // restart; otherwise it comes back at once.
+                let declared_down = round % 2 == 1;
+                if declared_down {
+                    cluster
+                        .wait_worker(&stores, id, WorkerState::Decommissioned, None, RECOVERY)
+                        .await;
+                }
+                cluster.start_worker(i);
+                if declared_down {
+                    format!("kill -9 worker {i}, restarted once declared down")
+                } else {
+                    format!("kill -9 worker {i}, restarted at once")
+                }
+            }
+            Crash::Dispatcher => {
+                let marker = "labios dispatcher: serving";
+                let before = cluster.log("dispatcher").matches(marker).count();
+                kill9(&mut cluster.dispatcher);
+                cluster.dispatcher = Some(cluster.spawn("dispatcher", &["dispatcher"]));
+                Self::wait_log(&cluster, "dispatcher", marker, before).await;
+                "kill -9 dispatcher, restarted".to_string()
+            }
+            Crash::Manager => {
+                let marker = "labios manager: watching";
+                let before = cluster.log("manager").matches(marker).count();
+                kill9(&mut cluster.manager);
+                cluster.manager = Some(cluster.spawn("manager", &["manager"]));
+                Self::wait_log(&cluster, "manager", marker, before).await;
+                "kill -9 manager, restarted".to_string()
+            }
+            Crash::Nats => {
+                cluster.nats.restart();
+                "nats-server restarted".to_string()
+            }
+            Crash::Redis => {
+                cluster.redis.restart();
+                "redis-server restarted".to_string()
+            }
+        };
+        let crashed = Instant::now();
+        let after = labios_label::id::now_nanos();
+        let stores = cluster.stores().await;
+        for i in 0..WORKERS {
+            cluster
+                .wait_worker(
+                    &stores,
+                    i as WorkerId,
+                    WorkerState::Active,
+                    Some(after),
+                    RECOVERY,
+                )
+                .await;
+        }
+        let fresh = crashed.elapsed();
+        // A round trip through every kind of process (a worker's queue
+        // included); errors are expected while NATS or Redis come back,
+        // not after RECOVERY.
+        let path = format!("/probe/{n}");
+        let data = payload(90_000 + n, 4 * KIB);
+        let t = Instant::now();
+        let mut failed_probes: Vec<String> = Vec::new();
+        let mut failures = 0;
+        loop {
+            let attempt = async {
+                let client = cluster.client().await;
+                client.write_at_sync(&path, 0, data.clone()).await?;
+                let back = client.read(&path).await?;
+                client.remove(&path).await?;
+                Ok::<_, labios_label::Error>(back)
+            };
+            let last = match tokio::time::timeout(Duration::from_secs(20), attempt).await {
+                Ok(Ok(back)) if back == data => break,
+                Ok(Ok(back)) => panic!(
+                    "after {done}: the probe read back {} bytes differing from the {} written",
+                    back.len(),
+                    data.len()
+                ),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "no answer within 20 s".to_string(),
+            };
+            assert!(
+                t.elapsed() < RECOVERY,
+                "after {done}: the cluster is not usable within {RECOVERY:?}: {last}\nmanager log:\n{}",
+                cluster.log("manager")
+            );
+            if !failed_probes.contains(&last) {
+                failed_probes.push(last);
+            }
+            failures += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let done = format!(
+            "{done} (workers fresh {:.1} s later, a probe through after {:.1} s more, \
+             {failures} probes failed{}{})",
+            fresh.as_secs_f64(),
+            t.elapsed().as_secs_f64(),
+            if failures > 0 { ": " } else { "" },
+            failed_probes.join(" | ")
+        );
+        (kind, done)
+    }
+}
+
+#[async_trait::async_trait]
+impl common::model::Target for Crashing {
+    fn abilities(&self) -> common::model::Abilities {
+        common::model::Abilities {
+            asynchronous: true,
+            truncate: true,
+            rename: true,
+            xattrs: true,
+            tenants: true,
+            restart: true,
+            faults: false,
+        }
+    }
+
+    fn path(&self, case: u64, b: bool, file: usize) -> String {
+        self.case.store(case, std::sync::atomic::Ordering::Relaxed);
+        let app = if b { "b" } else { "a" };
+        format!("/model/c{case}/{app}/f{file}")
+    }
+
+    async fn write(
+        &self,
+        client: usize,
+        path: &str,
+        offset: u64,
+        data: Bytes,
+        asynchronous: bool,
+    ) -> Result<(), labios_label::Error> {
+        let c = self.client(client).await;
+        timed("write", async {
+            if asynchronous {
+                c.write_at_async(path, offset, data).await.map(|_| ())
+            } else {
+                c.write_at_sync(path, offset, data).await
+            }
+        })
+        .await
+    }
+
+    async fn wait_all(&self, client: usize) -> Result<(), labios_label::Error> {
+        let c = self.client(client).await;
+        timed("wait_all", c.wait_all()).await
+    }
+
+    async fn read(
+        &self,
+        client: usize,
+        path: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes, labios_label::Error> {
+        let c = self.client(client).await;
+        timed("read", c.read_at(path, offset, len)).await
+    }
+
+    async fn stat(&self, client: usize, path: &str) -> Result<u64, labios_label::Error> {
+        let c = self.client(client).await;
+        timed("stat", c.stat(path)).await.map(|m| m.size)
+    }
+
+    async fn truncate(
+        &self,
+        client: usize,
+        path: &str,
+        size: u64,
+    ) -> Result<(), labios_label::Error> {
+        let c = self.client(client).await;
+        timed("truncate", c.truncate(path, size)).await
+    }
+
+    async fn rename(&self, client: usize, from: &str, to: &str) -> Result<(), labios_label::Error> {
+        let c = self.client(client).await;
+        timed("rename", c.rename(from, to)).await
+    }
+
+    async fn remove(&self, client: usize, path: &str) -> Result<(), labios_label::Error> {
+        let c = self.client(client).await;
+        timed("remove", c.remove(path)).await
+    }
+
+    async fn flush(&self, client: usize, path: &str) -> Result<(), labios_label::Error> {
+        let c = self.client(client).await;
+        timed("flush", c.flush(path)).await
+    }
+
+    async fn set_xattr(
+        &self,
+        client: usize,
+        path: &str,
+        name: &str,
+        value: Option<Bytes>,
+    ) -> Result<(), labios_label::Error> {
+        let c = self.client(client).await;
+        timed("set_xattr", c.set_xattr(path, name, value)).await
+    }
+
+    async fn xattrs(
+        &self,
+        client: usize,
+        path: &str,
+    ) -> Result<Vec<(String, Bytes)>, labios_label::Error> {
+        let c = self.client(client).await;
+        timed("xattrs", c.xattrs(path)).await
+    }
+
+    async fn restart(&self) {
+        // The checker has waited for every client's writes.
+        self.clients.write().await.clear();
+        let n = self.crashes.lock().unwrap().len();
+        let t = Instant::now();
+        let (kind, done) = self.crash(n).await;
+        self.connect().await;
+        let took = t.elapsed();
+        println!(
+            "crash {n} (case {}): {done}; usable again after {:.1} s",
+            self.case.load(std::sync::atomic::Ordering::Relaxed),
+            took.as_secs_f64()
+        );
+        self.crashes.lock().unwrap().push((kind, took));
+    }
+
+    async fn settled(&self) -> Result<(), String> {
+        // As the `Labios` target: once every file of the case is removed,
+        // the workers keep at most a little.
+        let bound = 64 << 10;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let held = self.allocated().await;
+            if held <= bound {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "workers still hold {held} bytes once every file is removed (bound {bound})"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The model checker (`common/model.rs`) over the cluster of real
+/// processes, with Restart steps that crash one component each (issue 11):
+/// `kill -9` of a worker, of the dispatcher or of the manager (each then
+/// started again), or a restart of nats-server or of redis-server. After
+/// each the cluster must be usable again within [`RECOVERY`], and the
+/// checker goes on comparing every read, size, attribute list and error
+/// with the model: every acknowledged write reads back.
+///
+/// One step in 6 is a crash, and the run has at least as many cases as
+/// its crashes need to come round to every kind once (the rotation starts
+/// where the seed says). `LABIOS_MODEL_CASES=N` runs more (never fewer
+/// than that), `LABIOS_MODEL_SEED` replays a run (the same crashes in the
+/// same places), `LABIOS_MODEL_REPLAY` one shrunk case: its crashes
+/// rotate from the start again, and the shrinker's trials each took the
+/// next crashes of the rotation, so replay it with the kind that failed
+/// it alone (`LABIOS_MODEL_CRASHES=redis`, say; every crash line of the
+/// output names its kind and case).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_checker_across_crashes_and_service_restarts() {
+    use common::model::{check_target, generate_with, Op, Run, Target};
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut run = Run::from_env(3);
+    run.restart_one_in = 6;
+    // A shorter case still takes seconds a crash: a failure is shrunk a
+    // little, within minutes, not for an hour.
+    run.shrink_attempts = 24;
+    let cluster = Cluster::start(&[]);
+    let target = Crashing::new(cluster, run.seed, chosen_crashes()).await;
+    let restarts = |cases: u64| -> usize {
+        (0..cases)
+            .map(|case| {
+                generate_with(
+                    run.seed,
+                    case,
+                    target.abilities(),
+                    run.steps,
+                    run.restart_one_in,
+                )
+                .iter()
+                .filter(|s| s.contains(&Op::Restart))
+                .count()
+            })
+            .sum()
+    };
+    match &run.replay {
+        Some(file) => println!(
+            "seed {}: replaying {}, crashes from {:?}",
+            run.seed,
+            file.display(),
+            target.kinds[target.first]
+        ),
+        None => {
+            while restarts(run.cases) < target.kinds.len() {
+                run.cases += 1;
+            }
+            println!(
+                "seed {}: {} cases, {} crashes, the first {:?}",
+                run.seed,
+                run.cases,
+                restarts(run.cases),
+                target.kinds[target.first]
+            );
+        }
+    }
+    check_target(
+        "model_checker_across_crashes_and_service_restarts",
+        &target,
+        &run,
+    )
+    .await;
+    let crashes = target.crashes.lock().unwrap().clone();
+    let mut summary = String::new();
+    for kind in target.kinds.iter().copied() {
+        let took: Vec<Duration> = crashes
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, t)| *t)
+            .collect();
+        summary.push_str(&format!(
+            " {kind:?} x{} (longest recovery {:.1} s);",
+            took.len(),
+            took.iter().max().unwrap_or(&Duration::ZERO).as_secs_f64()
+        ));
+        if run.replay.is_none() {
+            assert!(
+                !took.is_empty(),
+                "the run never crashed {kind:?}: {crashes:?}"
+            );
+        }
+    }
+    println!("crashes:{summary}");
 }

@@ -9,6 +9,15 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_labios");
 /// Access key and secret a CLI call presents, if any.
 pub type Creds<'a> = Option<(&'a str, &'a str)>;
 
+/// The model checker's `LABIOS_MODEL_*` settings, which a `labios`
+/// process would read as (unknown) configuration keys.
+pub fn model_settings() -> Vec<String> {
+    std::env::vars()
+        .map(|(k, _)| k)
+        .filter(|k| k.starts_with("LABIOS_MODEL_"))
+        .collect()
+}
+
 pub struct Server {
     child: Child,
     pub endpoint: PathBuf,
@@ -29,6 +38,9 @@ impl Server {
         if let Some(config) = config {
             cmd.env("LABIOS_CONFIG", config);
         }
+        for k in model_settings() {
+            cmd.env_remove(k);
+        }
         let child = cmd
             .args(["serve", "--data-dir"])
             .arg(data)
@@ -36,9 +48,14 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
+        // Connectable, not merely present: a crashed server leaves its
+        // socket file behind for the next one to replace.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !endpoint.exists() {
-            assert!(Instant::now() < deadline, "serve did not create its socket");
+        while std::os::unix::net::UnixStream::connect(&endpoint).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "serve did not listen on its socket"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Server {
@@ -56,6 +73,9 @@ impl Server {
         }
         if let Some(config) = &self.config {
             cmd.env("LABIOS_CONFIG", config);
+        }
+        for k in model_settings() {
+            cmd.env_remove(k);
         }
         cmd.args(args)
             .env("LABIOS_ENDPOINT", &self.endpoint)
@@ -91,6 +111,15 @@ impl Server {
         let exit = self.child.wait().unwrap();
         self.stopped = true;
         assert!(exit.success(), "serve exited with {exit:?}");
+    }
+}
+
+impl Server {
+    /// SIGKILL: a crash, nothing flushed and nothing said goodbye.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stopped = true;
     }
 }
 
