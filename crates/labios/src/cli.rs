@@ -132,15 +132,25 @@ pub enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
-    /// Run a benchmark scenario (dispatch, write, read, small, latency, anatomy, elastic).
+    /// Run a benchmark scenario (dispatch, write, read, small, latency,
+    /// anatomy, elastic, dispatch-scaling, sds, soak).
     Bench {
         scenario: String,
-        /// Print one JSON object per run.
+        /// Print one JSON object per run (soak: also one per second sampled).
         #[arg(long)]
         json: bool,
         /// Total bytes for write/read scenarios.
         #[arg(long)]
         bytes: Option<u64>,
+        /// soak: labels to publish before stopping.
+        #[arg(long, default_value_t = 10_000_000)]
+        labels: u64,
+        /// soak: stop after this many seconds even if fewer labels went through.
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// soak: write the plot of memory and queue depths over time (SVG) here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
         /// Run against a throwaway distributed deployment on this machine:
         /// nats-server, redis-server, dispatcher(s) and 3 workers as processes.
         #[arg(long)]
@@ -215,6 +225,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             scenario,
             json,
             bytes,
+            labels,
+            seconds,
+            plot,
             cluster,
         } => {
             let target = if cluster {
@@ -224,7 +237,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 crate::bench::Target::LocalServer
             };
-            crate::bench::run(config, target, &scenario, json, bytes).await
+            let soak = crate::bench::SoakOptions {
+                labels,
+                seconds,
+                plot,
+            };
+            crate::bench::run(config, target, &scenario, json, bytes, soak).await
         }
         Command::Put {
             local,

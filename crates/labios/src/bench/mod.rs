@@ -8,6 +8,9 @@ mod anatomy;
 mod cluster;
 mod elastic;
 mod sds;
+mod soak;
+
+pub use soak::SoakOptions;
 
 use crate::cli::connect_client;
 use crate::config::Config;
@@ -40,6 +43,7 @@ pub async fn run(
     scenario: &str,
     json: bool,
     bytes: Option<u64>,
+    soak: SoakOptions,
 ) -> anyhow::Result<()> {
     let emit = |v: serde_json::Value| {
         if json {
@@ -117,8 +121,18 @@ pub async fn run(
             }
             Ok(())
         }
+        "soak" => {
+            anyhow::ensure!(
+                target == Target::LocalServer,
+                "soak measures the memory of the `labios serve` it starts itself: --cluster and --endpoint do not apply"
+            );
+            let (summary, failures) = soak::soak(config, &soak, json).await?;
+            emit(summary);
+            anyhow::ensure!(failures.is_empty(), "soak failed: {}", failures.join("; "));
+            Ok(())
+        }
         other => anyhow::bail!(
-            "unknown benchmark scenario {other:?}; choose one of dispatch, write, read, small, latency, anatomy, elastic, dispatch-scaling, sds"
+            "unknown benchmark scenario {other:?}; choose one of dispatch, write, read, small, latency, anatomy, elastic, dispatch-scaling, sds, soak"
         ),
     }
 }
@@ -240,6 +254,13 @@ struct LocalServer {
 
 impl LocalServer {
     fn start(config: &Config) -> anyhow::Result<LocalServer> {
+        Self::start_with(config, &[])
+    }
+
+    /// With `LABIOS_*` variables set for the child: it reads its settings
+    /// from the environment, not from `config`, so settings a scenario
+    /// changes must reach it this way.
+    fn start_with(config: &Config, env: &[(&str, String)]) -> anyhow::Result<LocalServer> {
         let dir = tempfile::tempdir()?;
         let mut config = config.clone();
         config.data_dir = dir.path().join("data");
@@ -251,6 +272,7 @@ impl LocalServer {
             .arg(&config.data_dir)
             .arg("--endpoint")
             .arg(&sock)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -268,10 +290,20 @@ impl LocalServer {
 
 impl Drop for LocalServer {
     fn drop(&mut self) {
-        // SIGTERM lets the server stop cleanly; then reap it.
+        // SIGTERM lets the server stop cleanly; then reap it. A server that
+        // does not stop within 30 s (work stuck in it, which a failed soak
+        // may have found) is killed, so that the bench still reports.
         let _ = Command::new("kill")
             .arg(self.child.id().to_string())
             .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if matches!(self.child.try_wait(), Ok(None)) {
+            eprintln!("labios bench: labios serve did not stop within 30 s of SIGTERM; killing it");
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }
