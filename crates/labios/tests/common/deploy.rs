@@ -458,22 +458,24 @@ impl Cluster {
             self.spawn("manager", &["manager"]);
         }
         // The dispatchers' NATS consumers exist before the first label is
-        // published (labels published earlier wait in JetStream anyway).
+        // published (labels published earlier wait in JetStream anyway),
+        // and the manager has its signal handlers: a test that stops the
+        // cluster at once must find every process ready to stop cleanly.
         let t = Instant::now();
-        while !self
-            .procs
-            .iter()
-            .filter(|(n, _)| n.starts_with("dispatcher"))
-            .all(|(n, _)| {
-                std::fs::read_to_string(
-                    self.svc.path().join(format!("{n}.{}.log", self.generation)),
-                )
-                .is_ok_and(|l| l.contains("labios dispatcher: serving"))
-            })
-        {
+        while !self.procs.iter().all(|(n, _)| {
+            let ready = if n.starts_with("dispatcher") {
+                "labios dispatcher: serving"
+            } else if n == "manager" {
+                "labios manager: watching"
+            } else {
+                return true;
+            };
+            std::fs::read_to_string(self.svc.path().join(format!("{n}.{}.log", self.generation)))
+                .is_ok_and(|l| l.contains(ready))
+        }) {
             assert!(
                 t.elapsed() < Duration::from_secs(30),
-                "dispatchers did not start within 30 s:\n{}",
+                "dispatchers or the manager did not start within 30 s:\n{}",
                 self.logs()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
