@@ -20,7 +20,21 @@ pub struct LabelId {
     pub origin: u64,
 }
 
+/// The origin of the labels worker `worker` issues itself (deletes that
+/// give back space). Worker origins count down from `u64::MAX` while client
+/// origins count up from zero, so the two never meet, and a label's id
+/// tells whether a client waits for it.
+pub const fn worker_origin(worker: WorkerId) -> u64 {
+    u64::MAX - worker as u64
+}
+
 impl LabelId {
+    /// Issued by a worker for itself ([`worker_origin`]): no client waits
+    /// for its status.
+    pub fn from_worker(self) -> bool {
+        self.origin >= worker_origin(WorkerId::MAX)
+    }
+
     pub fn as_u128(self) -> u128 {
         ((self.nanos as u128) << 64) | self.origin as u128
     }

@@ -12,13 +12,14 @@ use bytes::Bytes;
 use labios_functions::{Sandbox, SandboxLimits};
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
-    Error, FileId, Label, LabelIdGen, LabelKind, LabelState, LabelStatus, Pointer, Result, Task,
-    WorkerId, WorkerState,
+    Error, FileId, Label, LabelKind, LabelState, LabelStatus, Pointer, Result, WorkerId,
+    WorkerState,
 };
-use labios_store::{worker_queue, Extent, LabelVerifier, Stores};
+use labios_store::{Extent, LabelVerifier, Stores};
 
 mod external;
 mod pipeline;
+use super::reclaim::Reclaims;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,10 +49,9 @@ pub struct Executor {
     heartbeat: Duration,
     storage: Arc<Storage>,
     stores: Stores,
-    /// Ids for the delete labels this worker issues itself (rename over an
-    /// existing file); its origin cannot collide with client origins, which
-    /// count up from zero.
-    ids: LabelIdGen,
+    /// Space this worker's labels leave on other workers, sent from there
+    /// off the lanes.
+    reclaims: Arc<Reclaims>,
     /// Label signatures are checked again here (README "Tenants"): a worker
     /// queue may be reachable without going through a dispatcher.
     verifier: LabelVerifier,
@@ -98,11 +98,17 @@ impl Executor {
             storage,
             verifier: LabelVerifier::new(stores.inventory.clone()),
             owners: Default::default(),
+            reclaims: Arc::new(Reclaims::new(id, stores.clone())),
             stores,
-            ids: LabelIdGen::new(u64::MAX - id as u64),
             sandbox,
             mounts: labios_bridge::Mounts::shared(&config.mounts)?,
         })
+    }
+
+    /// The outbox of space to give back on other workers, whose sender the
+    /// worker runs.
+    pub fn reclaims(&self) -> Arc<Reclaims> {
+        self.reclaims.clone()
     }
 
     /// Runs one label to a final status. Never returns an error: every
@@ -335,8 +341,10 @@ impl Executor {
         anatomy::record(Phase::WorkerInventory, t);
         if !guard.displaced.is_empty() {
             let (path, start, end) = span(label, ranges);
-            self.reclaim_on(label, &guard.displaced, &path, file, start, end - start)
-                .await?;
+            for &worker in &guard.displaced {
+                self.reclaims
+                    .add(worker, file, &path, label.owner, start, end);
+            }
         }
         Ok(size)
     }
@@ -419,7 +427,7 @@ impl Executor {
         let t = anatomy::start();
         self.stores
             .warehouse
-            .put(key, Bytes::from(data))
+            .put_result(key, Bytes::from(data))
             .await
             .map_err(|e| e.to_string())?;
         anatomy::record(Phase::WorkerWarehouse, t);
@@ -581,47 +589,11 @@ impl Executor {
             self.blocking(move |storage| storage.remove(replaced))
                 .await?;
         }
-        let others: BTreeSet<WorkerId> = holders.into_iter().filter(|w| *w != self.id).collect();
-        self.reclaim_on(label, &others, &meta.path, meta.id, 0, 0)
-            .await
-            .map_err(|e| format!("renamed, but {e}"))?;
-        Ok(Done::bytes(0))
-    }
-
-    /// Sends each of `workers` a delete of `len` bytes of `file` at
-    /// `offset` (0: all of it), signed for `label`'s owner, straight to its
-    /// queue: it frees there what the inventory no longer gives it.
-    async fn reclaim_on(
-        &self,
-        label: &Label,
-        workers: &BTreeSet<WorkerId>,
-        path: &str,
-        file: FileId,
-        offset: u64,
-        len: u64,
-    ) -> Result<(), Failure> {
-        for &worker in workers {
-            let mut delete = Label::new(self.ids.next(), LabelKind::Delete, label.owner);
-            delete.source = Pointer::File {
-                path: path.to_string(),
-                file,
-                offset,
-                len,
-            };
-            delete.destination = Pointer::Worker(worker);
-            self.verifier
-                .sign(&mut delete)
-                .await
-                .map_err(|e| e.to_string())?;
-            self.stores
-                .tasks
-                .push(&worker_queue(worker), vec![Task::single(delete)])
-                .await
-                .map_err(|e| {
-                    format!("could not reclaim space of {path} on worker {worker}: {e}")
-                })?;
+        for worker in holders.into_iter().filter(|w| *w != self.id) {
+            self.reclaims
+                .add(worker, meta.id, &meta.path, label.owner, 0, u64::MAX);
         }
-        Ok(())
+        Ok(Done::bytes(0))
     }
 
     /// Runs local I/O on a blocking thread, retrying I/O errors up to

@@ -18,6 +18,7 @@
 //! idempotent (positional writes, newest-label-wins extents).
 
 mod execute;
+mod reclaim;
 mod score;
 mod storage;
 
@@ -413,6 +414,9 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
             (tx, tokio::spawn(lane(shared.clone(), executor.clone(), rx)))
         })
         .unzip();
+    let (stop_reclaims, reclaims_stop) = watch::channel(false);
+    let reclaims = executor.reclaims();
+    let reclaimer = tokio::spawn(async move { reclaims.run(reclaims_stop).await });
     let idle = (config.idle_suspend_ms > 0).then(|| Duration::from_millis(config.idle_suspend_ms));
     let mut ticker = tokio::time::interval(Duration::from_millis(config.score_interval_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -503,6 +507,14 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
         if let Err(e) = task.await {
             tracing::error!(worker = shared.spec.id, "lane ended abnormally: {e}");
         }
+    }
+    // After the lanes: the labels they finished may have added reclaims.
+    stop_reclaims.send_replace(true);
+    if let Err(e) = reclaimer.await {
+        tracing::error!(
+            worker = shared.spec.id,
+            "reclaim sender ended abnormally: {e}"
+        );
     }
     shared.suspended.store(true, Ordering::Release);
     shared.refresh_depth().await;
@@ -676,7 +688,15 @@ async fn run_task(shared: Arc<Shared>, executor: Arc<Executor>, delivery: Delive
                 ),
             }
         }
-        report(&shared, outcome.status).await;
+        if label.id.from_worker() {
+            // A worker's own delete: nobody waits for its status, which
+            // would only sit in the inventory until swept.
+            if let Some(error) = &outcome.status.error {
+                tracing::warn!(worker = shared.spec.id, label = %label.id, "reclaim failed: {error}");
+            }
+        } else {
+            report(&shared, outcome.status).await;
+        }
         shared.executing.fetch_sub(1, Ordering::AcqRel);
         shared.labels_done.fetch_add(1, Ordering::Relaxed);
         shared

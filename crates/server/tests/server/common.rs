@@ -10,23 +10,45 @@ use labios_label::{
 use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
 use labios_store::{worker_queue, Delivery, FileKind, FileMeta, LabelQueue, Stores};
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// The task queue, with pulls on chosen queues held back.
 pub struct GatedQueue {
     inner: MemoryQueue<Task>,
-    closed: Mutex<HashSet<String>>,
+    gates: Mutex<Gates>,
+    /// Signalled when a pull inside `inner` ends.
+    pulled: Notify,
+}
+
+#[derive(Default)]
+struct Gates {
+    closed: HashSet<String>,
+    /// Pulls running inside `inner`, per queue: closing waits them out, as
+    /// one may still take what is pushed after the gate shut.
+    pulling: HashMap<String, usize>,
 }
 
 impl GatedQueue {
-    pub fn close(&self, queue: &str) {
-        self.closed.lock().insert(queue.to_string());
+    /// Shuts `queue`: once this returns, nothing is taken from it until
+    /// [`GatedQueue::open`].
+    pub async fn close(&self, queue: &str) {
+        self.gates.lock().closed.insert(queue.to_string());
+        loop {
+            let pulled = self.pulled.notified();
+            tokio::pin!(pulled);
+            pulled.as_mut().enable();
+            if self.gates.lock().pulling.get(queue).copied().unwrap_or(0) == 0 {
+                return;
+            }
+            pulled.await;
+        }
     }
     pub fn open(&self, queue: &str) {
-        self.closed.lock().remove(queue);
+        self.gates.lock().closed.remove(queue);
     }
 }
 
@@ -40,13 +62,29 @@ impl LabelQueue<Task> for GatedQueue {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let slice = Duration::from_millis(10);
-            if self.closed.lock().contains(queue) {
-                tokio::time::sleep(slice).await;
-            } else {
-                let got = self.inner.pull(queue, max, slice).await?;
+            let open = {
+                let mut gates = self.gates.lock();
+                let open = !gates.closed.contains(queue);
+                if open {
+                    *gates.pulling.entry(queue.to_string()).or_default() += 1;
+                }
+                open
+            };
+            if open {
+                let got = self.inner.pull(queue, max, slice).await;
+                *self
+                    .gates
+                    .lock()
+                    .pulling
+                    .entry(queue.to_string())
+                    .or_default() -= 1;
+                self.pulled.notify_waiters();
+                let got = got?;
                 if !got.is_empty() {
                     return Ok(got);
                 }
+            } else {
+                tokio::time::sleep(slice).await;
             }
             if tokio::time::Instant::now() >= deadline {
                 return Ok(Vec::new());
@@ -76,14 +114,21 @@ pub struct Rig {
 
 impl Rig {
     pub fn new() -> Rig {
+        Rig::with_bounds(4096, 256 << 20)
+    }
+
+    /// A rig whose task queues hold at most `bound` tasks each, and its
+    /// warehouse `warehouse` bytes.
+    pub fn with_bounds(bound: usize, warehouse: u64) -> Rig {
         let gate = Arc::new(GatedQueue {
-            inner: MemoryQueue::new(4096, Duration::from_secs(5)),
-            closed: Mutex::new(HashSet::new()),
+            inner: MemoryQueue::new(bound, Duration::from_secs(5)),
+            gates: Mutex::new(Gates::default()),
+            pulled: Notify::new(),
         });
         let stores = Stores {
             labels: Arc::new(MemoryQueue::new(1024, Duration::from_secs(5))),
             tasks: gate.clone(),
-            warehouse: Arc::new(MemoryWarehouse::new(256 << 20, Duration::from_secs(5))),
+            warehouse: Arc::new(MemoryWarehouse::new(warehouse, Duration::from_secs(5))),
             inventory: Arc::new(RedbInventory::in_memory().unwrap()),
         };
         Rig {

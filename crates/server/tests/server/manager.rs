@@ -43,9 +43,7 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Holds worker 1's queue shut and fills it past the wake threshold.
 async fn build_up_queue(rig: &Rig) -> Vec<labios_label::LabelId> {
-    rig.gate.close(&worker_queue(1));
-    // Let a pull already waiting notice the gate.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    rig.gate.close(&worker_queue(1)).await;
     let f = rig.file("/burst").await;
     let mut ids = Vec::new();
     let mut tasks = Vec::new();

@@ -607,3 +607,106 @@ async fn an_older_label_arriving_late_never_overwrites_a_newer_one() {
     w1.shutdown().await;
     w2.shutdown().await;
 }
+
+/// A worker that overwrites bytes another worker holds asks that worker to
+/// free them. Before, the label waited for room in the other worker's
+/// queue: two workers with full queues, each with every lane waiting on the
+/// other's, stopped for good (the soak in BENCHMARKS.md), and after the
+/// push timeout the writes were reported Failed although they had landed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_never_waits_for_room_in_the_queue_of_the_worker_it_displaces() {
+    const BOUND: usize = 4;
+    let rig = Rig::with_bounds(BOUND, 256 * MB);
+    let w1 = start(&rig, 1, 64 * MB, config()).await;
+    let w2 = start(&rig, 2, 64 * MB, config()).await;
+    let f = rig.file("/displaced").await;
+    let other = rig.file("/other").await;
+    complete(
+        &rig.run(2, vec![rig.write(&f, 0, &pattern(8192, 1)).await])
+            .await,
+    );
+    assert!(w2.refresh().await.used >= 8192);
+
+    // Worker 2 stops pulling, and its queue fills to the bound.
+    let queue = labios_store::worker_queue(2);
+    rig.gate.close(&queue).await;
+    let held: Vec<_> = (0..BOUND)
+        .map(|_| rig.on_file(LabelKind::Flush, &other))
+        .collect();
+    let held_ids: Vec<_> = held.iter().map(|l| l.id).collect();
+    rig.push(2, held.into_iter().map(Task::single).collect())
+        .await;
+    assert_eq!(rig.stores.tasks.depth(&queue).await.unwrap(), BOUND);
+
+    // Worker 1 overwrites all of it: the label completes at once.
+    let newer = pattern(8192, 2);
+    let statuses = rig.run(1, vec![rig.write(&f, 0, &newer).await]).await;
+    complete(&statuses);
+    let status = rig.run(1, vec![rig.read(&f, 0, 8192)]).await;
+    assert!(rig.result(&status[0]).await == newer);
+
+    // Once worker 2 pulls again, the reclaim reaches it and frees its copy;
+    // nobody waits for that delete, so it leaves no status behind.
+    let done_before = w2.stats().labels_done;
+    rig.gate.open(&queue);
+    complete(&rig.wait(&held_ids).await);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w2.refresh().await.used > 0 || w2.stats().labels_done < done_before + BOUND as u64 + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "worker 2 never freed the displaced bytes: {:?}",
+            w2.status()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(rig.stores.inventory.label_count().await.unwrap(), 0);
+    w1.shutdown().await;
+    w2.shutdown().await;
+}
+
+/// Reads on every slot of a worker's lanes, writes queued behind them, and
+/// the warehouse full of the writes' data: the reads' results go into the
+/// warehouse's reserve for results. Before, they waited for room that only
+/// the queued writes would free, and failed after the put timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_complete_while_queued_writes_fill_the_warehouse() {
+    const WAREHOUSE: u64 = MB;
+    const READ: u64 = 8 << 10;
+    let rig = Rig::with_bounds(4096, WAREHOUSE);
+    let one_lane = WorkerConfig {
+        threads: 1,
+        ..config()
+    };
+    let w = start(&rig, 1, 64 * MB, one_lane).await;
+    let f = rig.file("/read-me").await;
+    let data = pattern(READ as usize, 7);
+    complete(&rig.run(1, vec![rig.write(&f, 0, &data).await]).await);
+
+    let queue = labios_store::worker_queue(1);
+    rig.gate.close(&queue).await;
+    // More reads than the lane runs at once, all of whose results fit in
+    // the reserve, then writes whose data fills the rest of the warehouse.
+    let reads: Vec<_> = (0..12).map(|_| rig.read(&f, 0, READ)).collect();
+    assert!(12 * READ <= labios_store::warehouse::result_reserve(WAREHOUSE));
+    let mut labels = reads.clone();
+    let g = rig.file("/queued").await;
+    let piece = 32u64 << 10;
+    let staged = labios_store::warehouse::staged_bound(WAREHOUSE);
+    for i in 0..staged / piece {
+        labels.push(
+            rig.write(&g, i * piece, &pattern(piece as usize, i as u8))
+                .await,
+        );
+    }
+    assert!(rig.stores.warehouse.usage().await.unwrap() + piece > staged);
+    let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
+    rig.push(1, labels.into_iter().map(Task::single).collect())
+        .await;
+    rig.gate.open(&queue);
+    let statuses = rig.wait(&ids).await;
+    complete(&statuses);
+    for status in &statuses[..reads.len()] {
+        assert!(rig.result(status).await == data);
+    }
+    w.shutdown().await;
+}

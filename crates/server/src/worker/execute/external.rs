@@ -59,7 +59,7 @@ impl Executor {
         let n = data.len() as u64;
         self.stores
             .warehouse
-            .put(key, data)
+            .put_result(key, data)
             .await
             .map_err(|e| e.to_string())?;
         Ok(Done::bytes(n))

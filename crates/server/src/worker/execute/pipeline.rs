@@ -56,7 +56,7 @@ impl Executor {
         let out_len = out.len() as u64;
         self.stores
             .warehouse
-            .put(key, out)
+            .put_result(key, out)
             .await
             .map_err(|e| e.to_string())?;
         Ok(Done {
