@@ -301,9 +301,11 @@ impl Config {
         if self.queue.bound == 0 {
             anyhow::bail!("invalid configuration: field `queue.bound` must be at least 1");
         }
-        if self.warehouse.max_bytes < self.client.max_label_size {
+        let staged = labios_store::warehouse::staged_bound(self.warehouse.max_bytes);
+        if staged < self.client.max_label_size {
             anyhow::bail!(
-                "invalid configuration: field `warehouse.max_bytes` ({}) is smaller than client.max_label_size ({})",
+                "invalid configuration: field `warehouse.max_bytes` ({}) leaves {staged} bytes for staged data \
+                 (an eighth is kept for read results), less than client.max_label_size ({})",
                 self.warehouse.max_bytes,
                 self.client.max_label_size
             );

@@ -33,6 +33,10 @@ fn bad_values_name_the_field() {
         ("[manager]\nallocation = \"lazy\"\n", "allocation"),
         ("dispatchers = 0\n", "dispatchers"),
         ("data_dir = 5\n", "data_dir"),
+        (
+            "[warehouse]\nmax_bytes = 1048576\n",
+            "`warehouse.max_bytes` (1048576) leaves 917504 bytes",
+        ),
     ] {
         std::fs::write(&file, text).unwrap();
         let err = format!("{:#}", Config::load(Some(&file)).unwrap_err());

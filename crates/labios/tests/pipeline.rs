@@ -643,6 +643,9 @@ impl labios_store::Warehouse for Gated {
         }
         self.inner.put(key, data).await
     }
+    async fn put_result(&self, key: &str, data: Bytes) -> labios_label::Result<()> {
+        self.inner.put_result(key, data).await
+    }
     async fn get(&self, key: &str) -> labios_label::Result<Option<Bytes>> {
         self.inner.get(key).await
     }

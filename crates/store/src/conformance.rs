@@ -4,6 +4,7 @@
 //! instance with other users.
 
 use crate::inventory::{XATTR_NAME_MAX, XATTR_TOTAL_MAX, XATTR_VALUE_MAX};
+use crate::warehouse::staged_bound;
 use crate::{AppRecord, Extent, FileKind, Inventory, LabelQueue, Warehouse};
 use bytes::Bytes;
 use labios_label::id::now_nanos;
@@ -166,19 +167,30 @@ pub async fn warehouse_suite(w: Arc<dyn Warehouse>) {
 }
 
 /// Backpressure of an otherwise empty warehouse bounded at `max_bytes`
-/// (at least 2) with a put timeout of at least 100 ms.
+/// (at least 16) with a put timeout of at least 100 ms: staged data is held
+/// to [`staged_bound`], results may use the rest.
 pub async fn warehouse_backpressure_suite(
     w: Arc<dyn Warehouse>,
     max_bytes: u64,
     put_timeout: Duration,
 ) {
     let p = unique("wbp/");
-    let too_big = Bytes::from(vec![0u8; max_bytes as usize + 1]);
-    let err = w.put(&format!("{p}/x"), too_big).await.unwrap_err();
+    let staged = staged_bound(max_bytes);
+    let bytes = |n: u64| Bytes::from(vec![1u8; n as usize]);
+    let err = w
+        .put(&format!("{p}/x"), bytes(staged + 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Full(_)), "{err}");
+    let err = w
+        .put_result(&format!("{p}/x"), bytes(max_bytes + 1))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Full(_)), "{err}");
 
-    let fill = Bytes::from(vec![1u8; max_bytes as usize - 1]);
-    w.put(&format!("{p}/fill"), fill).await.unwrap();
+    w.put(&format!("{p}/fill"), bytes(staged - 1))
+        .await
+        .unwrap();
     let waiting = {
         let (w, key) = (w.clone(), format!("{p}/late"));
         tokio::spawn(async move { w.put(&key, Bytes::from_static(b"xy")).await })
@@ -189,19 +201,28 @@ pub async fn warehouse_backpressure_suite(
     waiting.await.unwrap().expect("room made by the delete");
     assert_eq!(w.usage().await.unwrap(), 2);
 
-    w.put(
-        &format!("{p}/fill"),
-        Bytes::from(vec![1u8; max_bytes as usize - 2]),
-    )
-    .await
-    .unwrap();
+    // Staged data full: a result still fits in the reserve, then waits too.
+    w.put(&format!("{p}/fill"), bytes(staged - 2))
+        .await
+        .unwrap();
     let err = w
         .put(&format!("{p}/more"), Bytes::from_static(b"z"))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Full(_)), "{err}");
-    w.delete(&format!("{p}/fill")).await.unwrap();
-    w.delete(&format!("{p}/late")).await.unwrap();
+    let reserve = max_bytes - staged;
+    w.put_result(&format!("{p}/result"), bytes(reserve))
+        .await
+        .expect("a result uses the reserve");
+    assert_eq!(w.usage().await.unwrap(), max_bytes);
+    let err = w
+        .put_result(&format!("{p}/more"), Bytes::from_static(b"z"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Full(_)), "{err}");
+    for key in ["fill", "late", "result"] {
+        w.delete(&format!("{p}/{key}")).await.unwrap();
+    }
 }
 
 fn ext(offset: u64, len: u64, worker: u32, label: LabelId) -> Extent {

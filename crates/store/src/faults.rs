@@ -190,6 +190,11 @@ impl Warehouse for FaultyWarehouse {
             .around("warehouse put", true, self.inner.put(key, data))
             .await
     }
+    async fn put_result(&self, key: &str, data: Bytes) -> Result<()> {
+        self.faults
+            .around("warehouse put", true, self.inner.put_result(key, data))
+            .await
+    }
     async fn get(&self, key: &str) -> Result<Option<Bytes>> {
         self.faults
             .around("warehouse get", false, self.inner.get(key))

@@ -7,12 +7,35 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use labios_label::Result;
 
+/// The part of a warehouse's byte bound that only results may use
+/// ([`Warehouse::put_result`]): an eighth. A worker runs a read on one of
+/// its lanes and puts the bytes read before the lane is free again. Were
+/// results held to the same bound as staged data, writes waiting in the
+/// queues could fill the warehouse while every lane runs a read, and the
+/// reads would wait for room that only those queued writes free once they
+/// run (the soak in BENCHMARKS.md stopped that way). Staged data never
+/// takes the reserve, so a result waits at most for applications to take
+/// earlier results.
+pub const fn result_reserve(max_bytes: u64) -> u64 {
+    max_bytes / 8
+}
+
+/// The bound staged data is held to: `max_bytes` less the results'
+/// reserve.
+pub const fn staged_bound(max_bytes: u64) -> u64 {
+    max_bytes - result_reserve(max_bytes)
+}
+
 #[async_trait]
 pub trait Warehouse: Send + Sync {
     /// Stores `data` under `key`, replacing any previous value. Waits while
-    /// the warehouse is over its byte bound; `Error::Full` if that lasts past
-    /// the put timeout or `data` alone exceeds the bound.
+    /// the warehouse holds more than [`staged_bound`] of its bound;
+    /// `Error::Full` if that lasts past the put timeout or `data` alone
+    /// exceeds that.
     async fn put(&self, key: &str, data: Bytes) -> Result<()>;
+    /// Stores a worker's result (the bytes of a read) like [`Self::put`],
+    /// but up to the whole bound: see [`result_reserve`].
+    async fn put_result(&self, key: &str, data: Bytes) -> Result<()>;
     async fn get(&self, key: &str) -> Result<Option<Bytes>>;
     /// Removes and returns the value.
     async fn take(&self, key: &str) -> Result<Option<Bytes>>;

@@ -77,6 +77,7 @@ use labios_label::{
     WorkerId, WorkerStatus,
 };
 use labios_store::inventory::{check_xattr, XATTR_TOTAL_MAX};
+use labios_store::warehouse::staged_bound;
 use labios_store::{AppRecord, Extent, FileKind, FileMeta, Inventory, Warehouse};
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -547,8 +548,8 @@ impl RedisWarehouse {
     /// (it copies the argument into Lua and back) against about 1 µs for a
     /// SET, measured with `INFO commandstats`. Replacing an existing key
     /// must account for the old value atomically, so it takes the scripts.
-    async fn try_put(&self, link: &Link, rkey: &str, data: &[u8]) -> Result<bool> {
-        let max = self.max_bytes.to_string();
+    async fn try_put(&self, link: &Link, rkey: &str, data: &[u8], limit: u64) -> Result<bool> {
+        let max = limit.to_string();
         let len = data.len() as u64;
         if !self.cluster {
             // Counted and stored in one transaction, so the count never
@@ -574,7 +575,7 @@ impl RedisWarehouse {
                     .await?;
                 return Ok(r == 1);
             }
-            if used > self.max_bytes {
+            if used > limit {
                 link.pipe::<()>(
                     redis::pipe()
                         .atomic()
@@ -655,14 +656,13 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-#[async_trait]
-impl Warehouse for RedisWarehouse {
-    async fn put(&self, key: &str, data: Bytes) -> Result<()> {
+impl RedisWarehouse {
+    /// Stores `data` once the values held, with it, stay within `limit`.
+    async fn put_within(&self, key: &str, data: Bytes, limit: u64) -> Result<()> {
         let len = data.len() as u64;
-        if len > self.max_bytes {
+        if len > limit {
             return Err(Error::Full(format!(
-                "warehouse (a {len}-byte value exceeds its {}-byte bound)",
-                self.max_bytes
+                "warehouse (a {len}-byte value exceeds its {limit}-byte bound)"
             )));
         }
         let link = self.shard(key);
@@ -670,7 +670,7 @@ impl Warehouse for RedisWarehouse {
         let deadline = tokio::time::Instant::now() + self.put_timeout;
         let mut backoff = Duration::from_millis(1);
         loop {
-            if self.try_put(link, &rkey, &data).await? {
+            if self.try_put(link, &rkey, &data, limit).await? {
                 return Ok(());
             }
             let now = tokio::time::Instant::now();
@@ -683,6 +683,18 @@ impl Warehouse for RedisWarehouse {
             tokio::time::sleep(backoff.min(deadline - now)).await;
             backoff = (backoff * 2).min(Duration::from_millis(50));
         }
+    }
+}
+
+#[async_trait]
+impl Warehouse for RedisWarehouse {
+    async fn put(&self, key: &str, data: Bytes) -> Result<()> {
+        self.put_within(key, data, staged_bound(self.max_bytes))
+            .await
+    }
+
+    async fn put_result(&self, key: &str, data: Bytes) -> Result<()> {
+        self.put_within(key, data, self.max_bytes).await
     }
 
     async fn get(&self, key: &str) -> Result<Option<Bytes>> {

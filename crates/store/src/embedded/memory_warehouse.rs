@@ -1,6 +1,6 @@
 //! An in-process warehouse: a byte-bounded map.
 
-use crate::warehouse::Warehouse;
+use crate::warehouse::{staged_bound, Warehouse};
 use async_trait::async_trait;
 use bytes::Bytes;
 use labios_label::{Error, Result};
@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// A map from key to bytes that never holds more than `max_bytes` of values.
+/// A map from key to bytes that never holds more than `max_bytes` of values
+/// (staged data at most [`staged_bound`] of them).
 ///
 /// A put that does not fit waits until a take, delete or smaller replacement
 /// frees room (woken, not polled), so producers slow down to the pace of
@@ -39,14 +40,13 @@ impl MemoryWarehouse {
     }
 }
 
-#[async_trait]
-impl Warehouse for MemoryWarehouse {
-    async fn put(&self, key: &str, data: Bytes) -> Result<()> {
+impl MemoryWarehouse {
+    /// Stores `data` once the values held, with it, stay within `limit`.
+    async fn put_within(&self, key: &str, data: Bytes, limit: u64) -> Result<()> {
         let len = data.len() as u64;
-        if len > self.max_bytes {
+        if len > limit {
             return Err(Error::Full(format!(
-                "warehouse (a {len}-byte value exceeds its {}-byte bound)",
-                self.max_bytes
+                "warehouse (a {len}-byte value exceeds its {limit}-byte bound)"
             )));
         }
         let deadline = Instant::now() + self.put_timeout;
@@ -57,8 +57,9 @@ impl Warehouse for MemoryWarehouse {
             {
                 let mut s = self.state.lock();
                 let old = s.map.get(key).map_or(0, |v| v.len() as u64);
-                if s.used - old + len <= self.max_bytes {
+                if s.used - old + len <= limit {
                     s.used = s.used - old + len;
+                    assert!(s.used <= self.max_bytes, "warehouse over its bound");
                     s.map.insert(key.to_string(), data);
                     drop(s);
                     if old > len {
@@ -74,6 +75,18 @@ impl Warehouse for MemoryWarehouse {
                 )));
             }
         }
+    }
+}
+
+#[async_trait]
+impl Warehouse for MemoryWarehouse {
+    async fn put(&self, key: &str, data: Bytes) -> Result<()> {
+        self.put_within(key, data, staged_bound(self.max_bytes))
+            .await
+    }
+
+    async fn put_result(&self, key: &str, data: Bytes) -> Result<()> {
+        self.put_within(key, data, self.max_bytes).await
     }
 
     async fn get(&self, key: &str) -> Result<Option<Bytes>> {

@@ -271,6 +271,12 @@ impl Warehouse for RemoteWarehouse {
             .await?;
         expect!(r, Reply::Unit => ())
     }
+    /// A process reaching the warehouse through the server is an
+    /// application, never a worker (workers run beside the stores): it
+    /// gets no reserve, its results are staged data like any other.
+    async fn put_result(&self, key: &str, data: Bytes) -> Result<()> {
+        self.put(key, data).await
+    }
     async fn get(&self, key: &str) -> Result<Option<Bytes>> {
         expect!(self.0.call(Request::Get { key: key.into() }).await?, Reply::Data(d) => d)
     }

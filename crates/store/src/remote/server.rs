@@ -191,6 +191,7 @@ async fn connection(
     let limit = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut hello = true;
     let mut grant: Option<Arc<Grant>> = None;
+    let mut own_origin = None;
     loop {
         let body = tokio::select! {
             _ = shutdown.changed() => break,
@@ -214,6 +215,7 @@ async fn connection(
                     Ok(g) => match stores.inventory.next_id("origin").await {
                         Ok(origin) => {
                             origins.lock().insert(origin, g.app);
+                            own_origin = Some(origin);
                             let session = Session {
                                 app: g.app,
                                 origin,
@@ -252,6 +254,12 @@ async fn connection(
     }
     // The client is gone or misbehaved: drop what it still waits for.
     tasks.shutdown().await;
+    // Its labels' ids carry an origin no later session is given, and only
+    // its own requests may ask after them: the entry would only grow the
+    // map, connection after connection.
+    if let Some(origin) = own_origin {
+        origins.lock().remove(&origin);
+    }
     drop(outbox);
     let _ = writer.await;
 }
