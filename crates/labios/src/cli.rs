@@ -242,7 +242,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 seconds,
                 plot,
             };
-            crate::bench::run(config, target, &scenario, json, bytes, soak).await
+            crate::bench::run(config, cli.config, target, &scenario, json, bytes, soak).await
         }
         Command::Put {
             local,
@@ -637,7 +637,8 @@ fn labels_per_second(before: &[WorkerStatus], after: &[WorkerStatus]) -> f64 {
             let nanos = a.heartbeat.checked_sub(b.heartbeat).filter(|&n| n > 0)?;
             Some(a.labels_done.saturating_sub(b.labels_done) as f64 * 1e9 / nanos as f64)
         })
-        .sum()
+        // Not `sum()`: the sum of no f64 is -0.0, which prints as "-0".
+        .fold(0.0, |total, rate| total + rate)
 }
 
 fn fmt_time(nanos: u64) -> String {
@@ -706,5 +707,7 @@ mod tests {
         ];
         let rate = labels_per_second(&before, &after);
         assert!((rate - 200.0).abs() < 1e-6, "{rate}");
+        let idle = labels_per_second(&before, &before);
+        assert_eq!(format!("{idle:.0}"), "0");
     }
 }

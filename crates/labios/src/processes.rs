@@ -12,26 +12,59 @@ use labios_store::CLIENT_QUEUE_PREFIX;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
 /// How often a separate dispatcher refreshes its view of the worker pool.
 const DIRECTORY_REFRESH: Duration = Duration::from_millis(100);
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn stop_signal() -> anyhow::Result<()> {
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGINT and SIGTERM, caught from the moment this is made. A process
+/// makes it before it announces itself, so that a signal sent as soon as
+/// the announcement is seen stops it cleanly instead of killing it.
+pub struct StopSignal {
+    term: Signal,
+    int: Signal,
+}
+
+impl StopSignal {
+    pub fn install() -> anyhow::Result<StopSignal> {
+        Ok(StopSignal {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
-    Ok(())
+
+    /// Resolves on the next SIGINT or SIGTERM.
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+
+    /// Runs `stopping` (a clean stop begun by the first signal) unless a
+    /// second signal comes first: then `what` stops at once with an error
+    /// saying so. Work already acknowledged is safe either way (README
+    /// "Durability"); a clean stop also finishes the labels in progress.
+    pub async fn or_again<T>(
+        &mut self,
+        what: &str,
+        stopping: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
+        eprintln!("{what}: stopping (a second signal stops at once)");
+        tokio::select! {
+            done = stopping => done,
+            _ = self.recv() => anyhow::bail!(
+                "{what}: stopped at once by a second signal; labels in progress were not finished"
+            ),
+        }
+    }
 }
 
 /// `labios dispatcher`: serves every application's label queue. Several
 /// dispatcher processes share the queues (each label goes to one of them).
 pub async fn dispatcher(config: Config) -> anyhow::Result<()> {
+    let mut signals = StopSignal::install()?;
     let stores = distributed_stores(&config).await?;
     let directory: Arc<dyn WorkerDirectory> = Arc::new(
         InventoryDirectory::start(
@@ -53,18 +86,23 @@ pub async fn dispatcher(config: Config) -> anyhow::Result<()> {
         "labios dispatcher: serving {CLIENT_QUEUE_PREFIX}* (NATS {})",
         config.nats.url
     );
-    stop_signal().await?;
+    signals.recv().await;
     let _ = stop.send(true);
-    for t in tasks {
-        let _ = t.await;
-    }
-    Ok(())
+    signals
+        .or_again("labios dispatcher", async {
+            for t in tasks {
+                let _ = t.await;
+            }
+            Ok(())
+        })
+        .await
 }
 
 /// `labios worker INDEX`: worker INDEX of the configured pool, storing under
 /// its directory and serving its own queue. `suspended`: start in reserve
 /// (elastic allocation); a task in its queue wakes it.
 pub async fn worker(config: Config, index: usize, suspended: bool) -> anyhow::Result<()> {
+    let mut signals = StopSignal::install()?;
     let spec = config.worker_spec(index)?;
     let dir = config.worker_dir(index);
     let stores = distributed_stores(&config).await?;
@@ -84,9 +122,13 @@ pub async fn worker(config: Config, index: usize, suspended: bool) -> anyhow::Re
         spec.tier,
         dir.display()
     );
-    stop_signal().await?;
-    handle.shutdown().await;
-    Ok(())
+    signals.recv().await;
+    signals
+        .or_again(&format!("labios worker {index}"), async {
+            handle.shutdown().await;
+            Ok(())
+        })
+        .await
 }
 
 /// `labios manager`: the worker manager of a distributed deployment (see
@@ -95,6 +137,7 @@ pub async fn worker(config: Config, index: usize, suspended: bool) -> anyhow::Re
 /// same configuration file (the environment is inherited), and stops them
 /// when it stops.
 pub async fn manager(config: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let mut signals = StopSignal::install()?;
     let stores = distributed_stores(&config).await?;
     let launcher: Option<Arc<dyn Launcher>> = if config.manager.launch {
         let mut args = Vec::new();
@@ -127,8 +170,13 @@ pub async fn manager(config: Config, config_file: Option<PathBuf>) -> anyhow::Re
             ""
         }
     );
-    stop_signal().await?;
-    manager.shutdown().await;
+    signals.recv().await;
+    signals
+        .or_again("labios manager", async {
+            manager.shutdown().await;
+            Ok(())
+        })
+        .await?;
     let stats = manager.stats();
     println!(
         "labios manager: {} deaths, {} returns, {} tasks re-dispatched, {} pinned labels failed, {} relaunches",
@@ -143,4 +191,32 @@ pub async fn manager(config: Config, config_file: Option<PathBuf>) -> anyhow::Re
         println!("labios manager: wake-up latencies (ms): {}", ms.join(" "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StopSignal;
+
+    fn raise(signal: libc::c_int) {
+        // SAFETY: kill(2) on this process with a signal StopSignal catches.
+        assert_eq!(unsafe { libc::kill(libc::getpid(), signal) }, 0);
+    }
+
+    /// A clean stop runs to its end; a second signal during it ends it at
+    /// once with an error that says so. Signals sent before anyone waits
+    /// are not lost: they were caught from `install`.
+    #[tokio::test]
+    async fn a_second_signal_stops_at_once() {
+        let mut signals = StopSignal::install().unwrap();
+        raise(libc::SIGTERM);
+        signals.recv().await;
+        let clean = signals.or_again("test", async { Ok(7) }).await.unwrap();
+        assert_eq!(clean, 7);
+        raise(libc::SIGINT);
+        let err = signals
+            .or_again("test", std::future::pending::<anyhow::Result<()>>())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("second signal"), "{err}");
+    }
 }

@@ -75,6 +75,7 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<ExitStatus>
             "labios run: no program given (usage: labios run [--async] -- PROGRAM ARGS...)"
         );
     };
+    let mut signals = crate::processes::StopSignal::install()?;
     let lib = preload_library()?;
     for p in &opts.prefixes {
         check_prefix(p)?;
@@ -113,8 +114,7 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<ExitStatus>
             .with_context(|| format!("labios run: cannot run {program}"))?;
         tokio::select! {
             status = child.wait() => Ok::<_, anyhow::Error>(status?),
-            signal = crate::processes::stop_signal() => {
-                signal?;
+            _ = signals.recv() => {
                 // The program got the terminal's signal too; give it a
                 // moment, then make sure it ends before LABIOS does.
                 match tokio::time::timeout(std::time::Duration::from_secs(5), child.wait()).await {

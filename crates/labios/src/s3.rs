@@ -47,6 +47,7 @@ impl Tenants for Deployed {
 }
 
 pub async fn s3(mut config: Config, listen: &str) -> anyhow::Result<()> {
+    let mut signals = crate::processes::StopSignal::install()?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("labios s3: cannot listen on {listen}"))?;
@@ -95,16 +96,10 @@ pub async fn s3(mut config: Config, listen: &str) -> anyhow::Result<()> {
     println!(
         "labios s3: serving the LABIOS namespace over S3 at http://{address} (credentials: `labios app create NAME`)"
     );
-    let stop = async {
-        if let Err(e) = crate::processes::stop_signal().await {
-            tracing::warn!("labios s3: signals: {e}");
-            std::future::pending::<()>().await;
-        }
-    };
-    labios_gateway::serve(listener, Gateway::service(tenants, objects), stop).await?;
+    labios_gateway::serve(listener, Gateway::service(tenants, objects), signals.recv()).await?;
     eprintln!("labios s3: stopped");
     if let Some(s) = served {
-        s.shutdown().await?;
+        signals.or_again("labios s3", s.shutdown()).await?;
     }
     Ok(())
 }

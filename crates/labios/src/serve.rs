@@ -37,6 +37,7 @@ fn write_service_secret(data_dir: &Path) -> anyhow::Result<Arc<str>> {
 }
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let mut signals = crate::processes::StopSignal::install()?;
     let served = Served::start(config).await?;
     println!(
         "labios serve: listening on {} (data in {}, {} workers)",
@@ -44,9 +45,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         served.runtime.config.data_dir.display(),
         served.runtime.config.workers.len()
     );
-    crate::processes::stop_signal().await?;
-    eprintln!("labios serve: stopping");
-    served.shutdown().await?;
+    signals.recv().await;
+    signals.or_again("labios serve", served.shutdown()).await?;
     eprintln!("labios serve: stopped cleanly");
     Ok(())
 }

@@ -1434,22 +1434,7 @@ impl common::model::Target for Crashing {
     }
 
     async fn settled(&self) -> Result<(), String> {
-        // As the `Labios` target: once every file of the case is removed,
-        // the workers keep at most a little.
-        let bound = 64 << 10;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let held = self.allocated().await;
-            if held <= bound {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "workers still hold {held} bytes once every file is removed (bound {bound})"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        common::model::space_given_back(|| self.allocated()).await
     }
 }
 

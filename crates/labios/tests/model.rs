@@ -19,7 +19,6 @@ use labios_client::Client;
 use labios_label::Error;
 use labios_store::AppRecord;
 use std::os::unix::fs::MetadataExt;
-use std::time::{Duration, Instant};
 use tokio::sync::RwLock;
 
 /// LABIOS through the client API: clients 0 and 1 of application A,
@@ -171,23 +170,7 @@ impl Target for Labios {
         if self.mount.is_some() || self.abilities.faults {
             return Ok(());
         }
-        // Every file of the case is removed: the workers may keep at most
-        // a little (space other workers free after an overwrite is freed
-        // by labels the writing worker sends them, just after it returns).
-        let bound = 64 << 10;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let held = self.allocated().await;
-            if held <= bound {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "workers still hold {held} bytes once every file is removed (bound {bound})"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        common::model::space_given_back(|| self.allocated()).await
     }
 }
 

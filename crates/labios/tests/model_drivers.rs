@@ -23,7 +23,6 @@ use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::Mutex;
@@ -390,20 +389,7 @@ impl Target for Driven {
                 return Ok(());
             }
         }
-        let bound = 64 << 10;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let held = self.allocated();
-            if held <= bound {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "workers still hold {held} bytes once every file is removed (bound {bound})"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        common::model::space_given_back(|| std::future::ready(self.allocated())).await
     }
 }
 

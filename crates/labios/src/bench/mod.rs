@@ -37,8 +37,11 @@ pub enum Target {
     Configured,
 }
 
+/// `config_file`: the file `config` was read from, which a `labios serve`
+/// the benchmark starts reads too.
 pub async fn run(
     config: Config,
+    config_file: Option<PathBuf>,
     target: Target,
     scenario: &str,
     json: bool,
@@ -60,7 +63,7 @@ pub async fn run(
             Ok(())
         }
         "write" | "read" | "small" | "latency" => {
-            let server = if target == Target::LocalServer { Some(LocalServer::start(&config)?) } else { None };
+            let server = if target == Target::LocalServer { Some(LocalServer::start(&config, config_file.as_deref())?) } else { None };
             let cluster = if target == Target::LocalCluster { Some(cluster::LocalCluster::start(&config, 3)?) } else { None };
             let cfg = match (&server, &cluster) {
                 (Some(s), _) => s.config.clone(),
@@ -113,7 +116,7 @@ pub async fn run(
             Ok(())
         }
         "sds" => {
-            let server = LocalServer::start(&config)?;
+            let server = LocalServer::start(&config, config_file.as_deref())?;
             let client = connect_client(&server.config, None, None).await?;
             for mut v in sds::sds(&client, bytes.unwrap_or(1024 * MIB)).await? {
                 v["deployment"] = json!("embedded (labios serve)");
@@ -126,7 +129,7 @@ pub async fn run(
                 target == Target::LocalServer,
                 "soak measures the memory of the `labios serve` it starts itself: --cluster and --endpoint do not apply"
             );
-            let (summary, failures) = soak::soak(config, &soak, json).await?;
+            let (summary, failures) = soak::soak(config, config_file.as_deref(), &soak, json).await?;
             emit(summary);
             anyhow::ensure!(failures.is_empty(), "soak failed: {}", failures.join("; "));
             Ok(())
@@ -253,21 +256,29 @@ struct LocalServer {
 }
 
 impl LocalServer {
-    fn start(config: &Config) -> anyhow::Result<LocalServer> {
-        Self::start_with(config, &[])
+    fn start(config: &Config, file: Option<&Path>) -> anyhow::Result<LocalServer> {
+        Self::start_with(config, file, &[])
     }
 
-    /// With `LABIOS_*` variables set for the child: it reads its settings
-    /// from the environment, not from `config`, so settings a scenario
-    /// changes must reach it this way.
-    fn start_with(config: &Config, env: &[(&str, String)]) -> anyhow::Result<LocalServer> {
+    /// The child reads its settings as any `labios serve` does, from the
+    /// configuration `file` and the environment, not from `config`: `env`
+    /// holds the `LABIOS_*` variables of settings a scenario changes.
+    fn start_with(
+        config: &Config,
+        file: Option<&Path>,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<LocalServer> {
         let dir = tempfile::tempdir()?;
         let mut config = config.clone();
         config.data_dir = dir.path().join("data");
         let sock = dir.path().join("labios.sock");
         config.endpoint = Some(sock.to_string_lossy().into_owned());
         let exe = std::env::current_exe()?;
-        let child = Command::new(exe)
+        let mut command = Command::new(exe);
+        if let Some(file) = file {
+            command.arg("--config").arg(std::path::absolute(file)?);
+        }
+        let child = command
             .args(["serve", "--data-dir"])
             .arg(&config.data_dir)
             .arg("--endpoint")

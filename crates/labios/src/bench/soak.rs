@@ -140,6 +140,7 @@ struct Progress {
 /// soak passed).
 pub async fn soak(
     config: Config,
+    config_file: Option<&std::path::Path>,
     options: &SoakOptions,
     json: bool,
 ) -> anyhow::Result<(serde_json::Value, Vec<String>)> {
@@ -158,6 +159,7 @@ pub async fn soak(
     };
     let server = LocalServer::start_with(
         &config,
+        config_file,
         &[
             ("LABIOS_QUEUE__BOUND", bounds.queue.to_string()),
             ("LABIOS_WAREHOUSE__MAX_BYTES", bounds.warehouse.to_string()),

@@ -156,6 +156,32 @@ pub trait Target: Send + Sync {
     async fn settled(&self) -> Result<(), String>;
 }
 
+/// [`Target::settled`] for a target whose workers' devices hold `held()`
+/// bytes: once every file of a case is removed they may keep at most a
+/// little. Space other workers hold is given back by deletes the writing
+/// worker sends them after its label returns, so this waits for that, up
+/// to a deadline.
+pub async fn space_given_back<F, H>(mut held: F) -> Result<(), String>
+where
+    F: FnMut() -> H,
+    H: std::future::Future<Output = u64>,
+{
+    let bound = 64 << 10;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let held = held().await;
+        if held <= bound {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "workers still hold {held} bytes once every file is removed (bound {bound})"
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct File {
     data: Vec<u8>,
