@@ -82,21 +82,71 @@ impl Codec {
             Codec::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
             Codec::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(input)),
         };
-        let mut out = Vec::new();
-        reader
-            .take(limit.saturating_add(1))
-            .read_to_end(&mut out)
-            .map_err(|e| {
-                Error::Malformed(format!(
-                    "function {function}: the input is not valid {} data: {e}",
-                    self.format()
-                ))
-            })?;
+        let out = read_capped(reader, limit.saturating_add(1)).map_err(|e| {
+            Error::Malformed(format!(
+                "function {function}: the input is not valid {} data: {e}",
+                self.format()
+            ))
+        })?;
         if out.len() as u64 > limit {
             return Err(Error::Storage(format!(
                 "function {function}: the output exceeds its limit of {limit} bytes (raise it with limit=BYTES)"
             )));
         }
         Ok(out)
+    }
+}
+
+/// Reads at most `cap` bytes, never holding a buffer larger than `cap`:
+/// `read_to_end` doubles its buffer, so output just past half the limit
+/// could take twice the limit's memory.
+fn read_capped(reader: impl Read, cap: u64) -> std::io::Result<Vec<u8>> {
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let mut reader = reader.take(cap as u64);
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; (64 << 10).min(cap)];
+    loop {
+        let n = match reader.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if out.capacity() - out.len() < n {
+            let grown = (out.len() * 2).max(out.len() + n).min(cap);
+            out.reserve_exact(grown - out.len());
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
+    debug_assert!(out.capacity() <= cap.max(out.len()));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_capped;
+
+    /// Output a little past half the cap used to leave a buffer of twice
+    /// the cap; it never holds more than the cap now, and stops there.
+    #[test]
+    fn reading_stops_at_the_cap_with_no_larger_buffer() {
+        let data = vec![7u8; 3 << 20];
+        for cap in [
+            1,
+            1000,
+            (1 << 20) + 1,
+            (1 << 20) + (1 << 19),
+            3 << 20,
+            4 << 20,
+        ] {
+            let out = read_capped(&data[..], cap).unwrap();
+            assert_eq!(out.len() as u64, cap.min(data.len() as u64));
+            assert!(
+                out.capacity() as u64 <= cap,
+                "cap {cap}: capacity {}",
+                out.capacity()
+            );
+            assert!(out.iter().all(|&b| b == 7));
+        }
     }
 }

@@ -3,6 +3,12 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Threads for blocking work: the workers' device I/O (at most a few dozen
+/// calls at once: lanes times their depth) and functions. Tokio's default
+/// of 512 let bursts of short calls grow the pool past 300 threads under
+/// the soak, each keeping its own allocator heap (BENCHMARKS.md "Soak").
+const BLOCKING_THREADS: usize = 64;
+
 fn main() -> std::process::ExitCode {
     // SAFETY: called first, before any thread exists; SIG_DFL is a valid disposition.
     unsafe {
@@ -20,6 +26,7 @@ fn main() -> std::process::ExitCode {
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
         .build()
     {
         Ok(rt) => rt,
