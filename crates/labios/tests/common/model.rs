@@ -995,8 +995,19 @@ pub async fn check_target(name: &str, target: &dyn Target, run: &Run) {
         return;
     }
     let started = std::time::Instant::now();
+    // Up front, so that a run that hangs can still be replayed.
+    println!(
+        "model checker, target {name}: {} cases, seed {} (LABIOS_MODEL_SEED={} replays them)",
+        run.cases, run.seed, run.seed
+    );
     let mut ops = 0;
     for case in 0..run.cases {
+        if case > 0 && case % 500 == 0 {
+            println!(
+                "model checker, target {name}: {case} cases after {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
         let steps = generate_with(
             run.seed,
             case,
