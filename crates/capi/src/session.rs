@@ -125,6 +125,12 @@ impl Session {
         self.run(self.client.write_at(path, offset, data))
     }
 
+    /// Appends in the configured mode; returns the offset the bytes went to
+    /// (decided atomically by the inventory: see `Client::append`).
+    pub fn append_in_mode(&self, path: &str, data: Bytes) -> Result<u64> {
+        self.run(self.client.append(path, data))
+    }
+
     /// Publishes the write's labels and returns a ticket to wait on.
     pub fn write_async(&self, path: &str, offset: u64, data: Bytes) -> Result<Ticket> {
         let handle = self.run(self.client.write_at_async(path, offset, data))?;

@@ -12,8 +12,10 @@ use bytes::{Bytes, BytesMut};
 use futures::future::try_join_all;
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
-    normalize_path, AppId, Error, FileId, LabelId, LabelKind, LabelState, Result, Segment, WorkerId,
+    normalize_path, AppId, Error, FileId, LabelId, LabelKind, LabelState, LabelStatus, Result,
+    Segment, WorkerId,
 };
+use labios_store::warehouse::release;
 use labios_store::{FileKind, FileMeta, Stores};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -62,6 +64,11 @@ struct Inner {
     collected: tokio::sync::Notify,
     flush_slots: Arc<tokio::sync::Semaphore>,
     flight: Mutex<InFlight>,
+    /// Files this client wrote at positions since they last settled: such
+    /// a write may end past the size the inventory knows, so an append
+    /// settles the file first. Appends need not (their ranges are already
+    /// in the size), so a stream of appends is never waited on between.
+    positional: Mutex<HashSet<FileId>>,
     mounts: labios_bridge::Mounts,
 }
 
@@ -154,6 +161,7 @@ impl Client {
                 collected: tokio::sync::Notify::new(),
                 flush_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_FLUSHES)),
                 flight: Mutex::new(InFlight::default()),
+                positional: Mutex::new(HashSet::new()),
                 mounts,
             }),
         })
@@ -215,6 +223,64 @@ impl Client {
         self.submit_write(path, offset, data, true).await
     }
 
+    /// Appends `data` at the end of the file at `path` (created if
+    /// missing) in the configured mode and returns the offset it went to.
+    pub async fn append(&self, path: &str, data: Bytes) -> Result<u64> {
+        match self.config().mode {
+            IoMode::Sync => self.append_sync(path, data).await,
+            IoMode::Async => self.append_async(path, data).await.map(|(at, _)| at),
+        }
+    }
+
+    /// Appends and waits until every byte is stored; returns the offset.
+    pub async fn append_sync(&self, path: &str, data: Bytes) -> Result<u64> {
+        let (offset, handle) = self.submit_append(path, data, false).await?;
+        self.wait(&handle).await?;
+        Ok(offset)
+    }
+
+    /// Appends and returns once published (as [`Client::write_at_async`]),
+    /// with the offset the bytes go to.
+    pub async fn append_async(&self, path: &str, data: Bytes) -> Result<(u64, Handle)> {
+        self.submit_append(path, data, true).await
+    }
+
+    /// An append is a write at an offset the inventory decides: it reads
+    /// and extends the file's size in one atomic step
+    /// ([`labios_store::Inventory::reserve_append`]), so appends of concurrent clients
+    /// and processes, on either deployment, never overlap (O_APPEND). The
+    /// end includes this client's own earlier writes, as O_APPEND's does:
+    /// positional writes since the file last settled are settled first.
+    async fn submit_append(
+        &self,
+        path: &str,
+        data: Bytes,
+        may_cache: bool,
+    ) -> Result<(u64, Handle)> {
+        if labios_bridge::is_external(path) {
+            return Err(Error::InvalidArgument(format!(
+                "{path}: external storage keeps no end of file LABIOS can extend atomically; \
+                 write at an offset instead"
+            )));
+        }
+        let meta = self.inner.catalog.owned(self.file_for_write(path).await?)?;
+        let positional = self.inner.positional.lock().remove(&meta.id);
+        if positional {
+            if let Err(e) = self.settle(meta.id).await {
+                self.inner.positional.lock().insert(meta.id);
+                return Err(e);
+            }
+        }
+        let offset = self
+            .inner
+            .catalog
+            .inventory()
+            .reserve_append(meta.id, data.len() as u64)
+            .await?;
+        let handle = self.submit_to(&meta, offset, data, may_cache).await?;
+        Ok((offset, handle))
+    }
+
     async fn submit_write(
         &self,
         path: &str,
@@ -229,26 +295,39 @@ impl Client {
         offset.checked_add(data.len() as u64).ok_or_else(|| {
             Error::InvalidArgument(format!("offset {offset} + {} bytes overflows", data.len()))
         })?;
+        self.inner.positional.lock().insert(meta.id);
+        self.submit_to(&meta, offset, data, may_cache).await
+    }
+
+    /// Stores `data` and publishes its labels (or caches it, if small and
+    /// `may_cache`).
+    async fn submit_to(
+        &self,
+        meta: &FileMeta,
+        offset: u64,
+        data: Bytes,
+        may_cache: bool,
+    ) -> Result<Handle> {
+        if data.is_empty() {
+            return Ok(Handle::default());
+        }
         let min = self.config().min_label_size;
         if may_cache && (data.len() as u64) < min {
-            return self.cache_small(&meta, offset, &data).await;
+            return self.cache_small(meta, offset, &data).await;
         }
         self.flush_small(meta.id).await?;
         let pieces = self
             .inner
             .labels
             .write_pieces(&meta.path, meta.id, offset, data.len(), false);
-        let content = &self.inner.content;
-        let t = anatomy::start();
-        try_join_all(pieces.iter().map(|p| {
-            let chunk = data.slice(p.data_offset..p.data_offset + p.len);
-            async move { content.put(&p.key, chunk).await }
-        }))
-        .await?;
-        anatomy::record(Phase::WarehousePut, t);
-        let labels: Vec<_> = pieces.into_iter().map(|p| p.label).collect();
+        let mut staged = Vec::with_capacity(pieces.len());
+        let mut labels = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            staged.push((p.key, data.slice(p.data_offset..p.data_offset + p.len)));
+            labels.push(p.label);
+        }
         let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
-        self.publish_tracked(meta.id, labels).await?;
+        self.stage_and_publish(meta.id, staged, labels).await?;
         Ok(Handle {
             labels: ids,
             cached: None,
@@ -363,13 +442,40 @@ impl Client {
             pending.segments,
         );
         let key = crate::content_manager::write_key(self.inner.app, label.id);
-        self.inner
-            .content
-            .put(&key, Bytes::from(pending.data))
-            .await?;
         let id = label.id;
-        self.publish_tracked(file, vec![label]).await?;
+        let staged = vec![(key, Bytes::from(pending.data))];
+        self.stage_and_publish(file, staged, vec![label]).await?;
         Ok(Some(id))
+    }
+
+    /// Stores each label's bytes in the warehouse, then publishes the
+    /// labels. If either step fails no label will read those entries, so
+    /// they are released (a put whose reply was lost may have stored its
+    /// bytes anyway): left there, they would hold warehouse room for good.
+    async fn stage_and_publish(
+        &self,
+        file: FileId,
+        staged: Vec<(String, Bytes)>,
+        labels: Vec<labios_label::Label>,
+    ) -> Result<()> {
+        let content = &self.inner.content;
+        let t = anatomy::start();
+        let put = try_join_all(
+            staged
+                .iter()
+                .map(|(key, data)| content.put(key, data.clone())),
+        )
+        .await;
+        anatomy::record(Phase::WarehousePut, t);
+        let outcome = match put {
+            Ok(_) => self.publish_tracked(file, labels).await,
+            Err(e) => Err(e),
+        };
+        if outcome.is_err() {
+            let keys: Vec<&str> = staged.iter().map(|(key, _)| key.as_str()).collect();
+            release(self.inner.stores.warehouse.as_ref(), &keys).await;
+        }
+        outcome
     }
 
     async fn publish_tracked(&self, file: FileId, labels: Vec<labios_label::Label>) -> Result<()> {
@@ -441,6 +547,7 @@ impl Client {
     }
 
     async fn settle_all(&self) -> Result<()> {
+        self.inner.positional.lock().clear();
         self.join_flushes().await?;
         // A cache another task is publishing is no longer listed below.
         drop(self.inner.in_transit.lock().await);
@@ -474,6 +581,7 @@ impl Client {
 
     /// Flushes cached writes of one file and waits for its labels in flight.
     async fn settle(&self, file: FileId) -> Result<()> {
+        self.inner.positional.lock().remove(&file);
         self.join_flushes().await?;
         self.flush_small(file).await?;
         let ids = self.in_flight_of(file);
@@ -574,7 +682,7 @@ impl Client {
     /// Final statuses collected: their labels leave the in-flight set, and
     /// failures of labels this wait was not asked about are kept for the
     /// wait that is.
-    fn settled(&self, statuses: &[labios_label::LabelStatus], wanted: &HashSet<&LabelId>) {
+    fn settled(&self, statuses: &[LabelStatus], wanted: &HashSet<&LabelId>) {
         let mut flight = self.inner.flight.lock();
         for s in statuses {
             for set in flight.by_file.values_mut() {
@@ -675,25 +783,50 @@ impl Client {
         self.inner.labels.publish(labels).await?;
         anatomy::record(Phase::QueuePublish, t);
         let statuses = self.inner.labels.wait(&ids).await?;
+        let keys: Vec<String> = statuses
+            .iter()
+            .filter(|s| s.state == LabelState::Complete)
+            .map(|s| {
+                s.result_key
+                    .clone()
+                    .unwrap_or_else(|| crate::content_manager::read_key(self.inner.app, s.id))
+            })
+            .collect();
+        let gathered = self
+            .take_results(&statuses, &wanted, &keys, offset, len)
+            .await;
+        if gathered.is_err() {
+            // Results not taken yet are nobody's once this read fails.
+            release(self.inner.stores.warehouse.as_ref(), &keys).await;
+        }
+        gathered
+    }
+
+    /// The bytes of a read from its labels' results (taken from the
+    /// warehouse, `keys` in order of the complete ones).
+    async fn take_results(
+        &self,
+        statuses: &[LabelStatus],
+        wanted: &[(LabelId, u64, u64)],
+        keys: &[String],
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
         let mut buf = BytesMut::zeroed(len as usize);
-        let mut failure = None;
-        for (status, (_, at, n)) in statuses.iter().zip(&wanted) {
+        let mut keys = keys.iter();
+        for (status, (_, at, n)) in statuses.iter().zip(wanted) {
             if status.state != LabelState::Complete {
-                failure.get_or_insert(Error::LabelFailed {
+                return Err(Error::LabelFailed {
                     label: status.id.to_string(),
                     reason: status
                         .error
                         .clone()
                         .unwrap_or_else(|| "unknown error".into()),
                 });
-                continue;
             }
-            let key = status
-                .result_key
-                .clone()
-                .unwrap_or_else(|| crate::content_manager::read_key(self.inner.app, status.id));
+            let key = keys.next().expect("a key for each complete label");
             let t = anatomy::start();
-            let data = self.inner.content.take(&key).await?.ok_or_else(|| {
+            let data = self.inner.content.take(key).await?.ok_or_else(|| {
                 Error::Storage(format!(
                     "result of read label {} is missing from the warehouse",
                     status.id
@@ -710,10 +843,7 @@ impl Client {
             let start = (at - offset) as usize;
             buf[start..start + data.len()].copy_from_slice(&data);
         }
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(buf.freeze()),
-        }
+        Ok(buf.freeze())
     }
 
     /// The whole file.

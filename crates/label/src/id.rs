@@ -139,3 +139,61 @@ mod tests {
         assert_eq!(LabelId::from_u128(a.as_u128()), a);
     }
 }
+
+/// The last few label ids a component took, so that a label delivered twice
+/// (a queue's redelivery, a push repeated by a fault) runs once there: a
+/// read run twice puts a second result nobody takes, which would hold
+/// warehouse room for good. Bounded: the oldest id is forgotten first.
+#[derive(Debug)]
+pub struct RecentIds {
+    seen: std::collections::HashSet<LabelId>,
+    order: std::collections::VecDeque<LabelId>,
+    capacity: usize,
+}
+
+impl RecentIds {
+    pub fn new(capacity: usize) -> RecentIds {
+        assert!(capacity > 0, "RecentIds holds at least one id");
+        RecentIds {
+            seen: std::collections::HashSet::with_capacity(capacity),
+            order: std::collections::VecDeque::with_capacity(capacity),
+            capacity,
+        }
+    }
+
+    /// Records `id`; false if it is among the last `capacity` recorded.
+    pub fn insert(&mut self, id: LabelId) -> bool {
+        if !self.seen.insert(id) {
+            return false;
+        }
+        if self.order.len() == self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        self.order.push_back(id);
+        debug_assert_eq!(self.seen.len(), self.order.len());
+        true
+    }
+}
+
+#[cfg(test)]
+mod recent_tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_new_once_until_it_is_among_the_oldest_forgotten() {
+        let id = |n| LabelId {
+            nanos: n,
+            origin: 1,
+        };
+        let mut r = RecentIds::new(3);
+        assert!(r.insert(id(1)));
+        assert!(!r.insert(id(1)));
+        assert!(r.insert(id(2)) && r.insert(id(3)));
+        assert!(!r.insert(id(1)), "still among the last 3");
+        assert!(r.insert(id(4)), "a fourth forgets the first");
+        assert!(r.insert(id(1)));
+        assert!(!r.insert(id(4)));
+    }
+}

@@ -214,6 +214,28 @@ impl Label {
         }
     }
 
+    /// The warehouse entry holding the bytes a write label carries, staged
+    /// there by its client. Nothing reads it once the label has ended, so
+    /// whoever ends it (a worker, or a dispatcher failing it, or the client
+    /// whose publish failed) releases it: an entry left behind would hold
+    /// warehouse room for good, and a full warehouse stops every write.
+    pub fn staged_key(&self) -> Option<&str> {
+        match (&self.kind, &self.source) {
+            (LabelKind::Write, Pointer::Warehouse { key, .. }) => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The warehouse entry a read label's worker puts the bytes in, for its
+    /// client to take. A failed label's entry is released by its worker
+    /// (a put whose reply was lost may have stored it).
+    pub fn result_key(&self) -> Option<&str> {
+        match (&self.kind, &self.destination) {
+            (LabelKind::Read, Pointer::Warehouse { key, .. }) => Some(key),
+            _ => None,
+        }
+    }
+
     /// Whether the label changes stored data (for dependency tracking).
     pub fn mutates(&self) -> bool {
         !matches!(self.kind, LabelKind::Read)

@@ -12,6 +12,7 @@
 mod common;
 
 use bytes::Bytes;
+use common::model_client::{self, ClientApi};
 use labios::config::Deployment;
 use labios::Config;
 use labios_client::Client;
@@ -1070,37 +1071,17 @@ fn chosen_crashes() -> Vec<Crash> {
     kinds
 }
 
-/// Longest any one operation of the checker may take once the cluster is
-/// usable again: a hang is a failure (the client's own wait is 10 min).
-const OP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest the cluster may take to be usable again after a crash.
 const RECOVERY: Duration = Duration::from_secs(60);
 
-/// `call`, or `Error::Timeout` after [`OP_TIMEOUT`].
-async fn timed<T>(
-    what: &str,
-    call: impl std::future::Future<Output = Result<T, labios_label::Error>>,
-) -> Result<T, labios_label::Error> {
-    tokio::time::timeout(OP_TIMEOUT, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(labios_label::Error::Timeout(format!(
-                "{what}: no answer within {OP_TIMEOUT:?}"
-            )))
-        })
-}
-
-/// LABIOS as the cluster's clients see it, through the client API: clients
-/// 0 and 1 of application A, client 2 of application B (as the `Labios`
-/// target of `tests/model.rs`). Each Restart step of the checker crashes
+/// The cluster as its clients see it, through the client API
+/// (`common/model_client.rs`). Each Restart step of the checker crashes
 /// one component (rotating through [`chosen_crashes`], from an offset the
-/// run's seed picks), waits until the cluster is usable again and connects
-/// the clients anew.
+/// run's seed picks) and waits until the cluster is usable again.
 struct Crashing {
     cluster: tokio::sync::Mutex<Cluster>,
     config: Config,
     apps: [labios_store::AppRecord; 2],
-    clients: tokio::sync::RwLock<Vec<Client>>,
     /// The crashes to rotate through, starting at `kinds[first]`.
     kinds: Vec<Crash>,
     first: usize,
@@ -1112,7 +1093,7 @@ struct Crashing {
 }
 
 impl Crashing {
-    async fn new(cluster: Cluster, seed: u64, kinds: Vec<Crash>) -> Crashing {
+    async fn new(cluster: Cluster, seed: u64, kinds: Vec<Crash>) -> ClientApi<Crashing> {
         let stores = cluster.stores().await;
         cluster.wait_all_active(&stores).await;
         let admin = Administrator::new(stores.inventory.clone());
@@ -1120,50 +1101,16 @@ impl Crashing {
             admin.create_app("model-a").await.unwrap(),
             admin.create_app("model-b").await.unwrap(),
         ];
-        let target = Crashing {
+        ClientApi::new(Crashing {
             config: cluster.config.clone(),
             cluster: tokio::sync::Mutex::new(cluster),
             apps,
-            clients: tokio::sync::RwLock::new(Vec::new()),
             first: (seed % kinds.len() as u64) as usize,
             kinds,
             crashes: std::sync::Mutex::new(Vec::new()),
             case: std::sync::atomic::AtomicU64::new(0),
-        };
-        target.connect().await;
-        target
-    }
-
-    /// New clients of both applications (retrying while NATS or Redis
-    /// still refuse a fresh connection, up to [`RECOVERY`]).
-    async fn connect(&self) {
-        let mut clients = Vec::with_capacity(common::model::CLIENTS);
-        for c in 0..common::model::CLIENTS {
-            let app = &self.apps[usize::from(c == common::model::OTHER_APP)];
-            let t = Instant::now();
-            let client = loop {
-                match labios::cli::connect_client(
-                    &self.config,
-                    Some(app.key.clone()),
-                    Some(app.secret.clone()),
-                )
-                .await
-                {
-                    Ok(client) => break client,
-                    Err(e) => assert!(
-                        t.elapsed() < RECOVERY,
-                        "client {c} cannot connect within {RECOVERY:?}: {e}"
-                    ),
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
-            clients.push(client);
-        }
-        *self.clients.write().await = clients;
-    }
-
-    async fn client(&self, c: usize) -> Client {
-        self.clients.read().await[c].clone()
+        })
+        .await
     }
 
     /// Bytes allocated on every worker's device.
@@ -1313,10 +1260,11 @@ impl Crashing {
 }
 
 #[async_trait::async_trait]
-impl common::model::Target for Crashing {
+impl model_client::Deployment for Crashing {
     fn abilities(&self) -> common::model::Abilities {
         common::model::Abilities {
             asynchronous: true,
+            append: true,
             truncate: true,
             rename: true,
             xattrs: true,
@@ -1332,98 +1280,35 @@ impl common::model::Target for Crashing {
         format!("/model/c{case}/{app}/f{file}")
     }
 
-    async fn write(
-        &self,
-        client: usize,
-        path: &str,
-        offset: u64,
-        data: Bytes,
-        asynchronous: bool,
-    ) -> Result<(), labios_label::Error> {
-        let c = self.client(client).await;
-        timed("write", async {
-            if asynchronous {
-                c.write_at_async(path, offset, data).await.map(|_| ())
-            } else {
-                c.write_at_sync(path, offset, data).await
+    /// A new client (retrying while NATS or Redis still refuse a fresh
+    /// connection, up to [`RECOVERY`]).
+    async fn client(&self, b: bool) -> Client {
+        let app = &self.apps[usize::from(b)];
+        let t = Instant::now();
+        loop {
+            match labios::cli::connect_client(
+                &self.config,
+                Some(app.key.clone()),
+                Some(app.secret.clone()),
+            )
+            .await
+            {
+                Ok(client) => return client,
+                Err(e) => assert!(
+                    t.elapsed() < RECOVERY,
+                    "a client of {} cannot connect within {RECOVERY:?}: {e}",
+                    app.name
+                ),
             }
-        })
-        .await
-    }
-
-    async fn wait_all(&self, client: usize) -> Result<(), labios_label::Error> {
-        let c = self.client(client).await;
-        timed("wait_all", c.wait_all()).await
-    }
-
-    async fn read(
-        &self,
-        client: usize,
-        path: &str,
-        offset: u64,
-        len: u64,
-    ) -> Result<Bytes, labios_label::Error> {
-        let c = self.client(client).await;
-        timed("read", c.read_at(path, offset, len)).await
-    }
-
-    async fn stat(&self, client: usize, path: &str) -> Result<u64, labios_label::Error> {
-        let c = self.client(client).await;
-        timed("stat", c.stat(path)).await.map(|m| m.size)
-    }
-
-    async fn truncate(
-        &self,
-        client: usize,
-        path: &str,
-        size: u64,
-    ) -> Result<(), labios_label::Error> {
-        let c = self.client(client).await;
-        timed("truncate", c.truncate(path, size)).await
-    }
-
-    async fn rename(&self, client: usize, from: &str, to: &str) -> Result<(), labios_label::Error> {
-        let c = self.client(client).await;
-        timed("rename", c.rename(from, to)).await
-    }
-
-    async fn remove(&self, client: usize, path: &str) -> Result<(), labios_label::Error> {
-        let c = self.client(client).await;
-        timed("remove", c.remove(path)).await
-    }
-
-    async fn flush(&self, client: usize, path: &str) -> Result<(), labios_label::Error> {
-        let c = self.client(client).await;
-        timed("flush", c.flush(path)).await
-    }
-
-    async fn set_xattr(
-        &self,
-        client: usize,
-        path: &str,
-        name: &str,
-        value: Option<Bytes>,
-    ) -> Result<(), labios_label::Error> {
-        let c = self.client(client).await;
-        timed("set_xattr", c.set_xattr(path, name, value)).await
-    }
-
-    async fn xattrs(
-        &self,
-        client: usize,
-        path: &str,
-    ) -> Result<Vec<(String, Bytes)>, labios_label::Error> {
-        let c = self.client(client).await;
-        timed("xattrs", c.xattrs(path)).await
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn restart(&self) {
         // The checker has waited for every client's writes.
-        self.clients.write().await.clear();
         let n = self.crashes.lock().unwrap().len();
         let t = Instant::now();
         let (kind, done) = self.crash(n).await;
-        self.connect().await;
         let took = t.elapsed();
         println!(
             "crash {n} (case {}): {done}; usable again after {:.1} s",
@@ -1487,10 +1372,10 @@ async fn model_checker_across_crashes_and_service_restarts() {
             "seed {}: replaying {}, crashes from {:?}",
             run.seed,
             file.display(),
-            target.kinds[target.first]
+            target.deployment.kinds[target.deployment.first]
         ),
         None => {
-            while restarts(run.cases) < target.kinds.len() {
+            while restarts(run.cases) < target.deployment.kinds.len() {
                 run.cases += 1;
             }
             println!(
@@ -1498,7 +1383,7 @@ async fn model_checker_across_crashes_and_service_restarts() {
                 run.seed,
                 run.cases,
                 restarts(run.cases),
-                target.kinds[target.first]
+                target.deployment.kinds[target.deployment.first]
             );
         }
     }
@@ -1508,9 +1393,9 @@ async fn model_checker_across_crashes_and_service_restarts() {
         &run,
     )
     .await;
-    let crashes = target.crashes.lock().unwrap().clone();
+    let crashes = target.deployment.crashes.lock().unwrap().clone();
     let mut summary = String::new();
-    for kind in target.kinds.iter().copied() {
+    for kind in target.deployment.kinds.iter().copied() {
         let took: Vec<Duration> = crashes
             .iter()
             .filter(|(k, _)| *k == kind)

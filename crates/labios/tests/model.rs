@@ -11,37 +11,36 @@
 mod common;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use common::deploy::{Deployed, Kind};
-use common::model::{check_target, Abilities, Run, Target, CLIENTS};
+use common::model::{check_target, Abilities, Run};
+use common::model_client::{ClientApi, Deployment};
 use labios_bridge::{Mapping, MetadataMode, MountConfig};
 use labios_client::Client;
-use labios_label::Error;
 use labios_store::AppRecord;
 use std::os::unix::fs::MetadataExt;
 use tokio::sync::RwLock;
 
-/// LABIOS through the client API: clients 0 and 1 of application A,
-/// client 2 of application B; paths under `/model` or, with `mount`, in
-/// that external mount.
+/// LABIOS through the client API (`common/model_client.rs`): paths under
+/// `/model` or, with `mount`, in that external mount.
 struct Labios {
     deployed: RwLock<Deployed>,
-    clients: RwLock<Vec<Client>>,
     apps: [AppRecord; 2],
     mount: Option<String>,
     abilities: Abilities,
 }
 
 impl Labios {
-    async fn new(deployed: Deployed, mount: Option<String>) -> Labios {
+    async fn new(deployed: Deployed, mount: Option<String>) -> ClientApi<Labios> {
         let apps = [
             deployed.create_app("model-a").await,
             deployed.create_app("model-b").await,
         ];
         let external = mount.is_some();
-        let labios = Labios {
+        ClientApi::new(Labios {
             abilities: Abilities {
                 asynchronous: true,
+                // External storage keeps no end of file to extend atomically.
+                append: !external,
                 truncate: !external,
                 rename: !external,
                 xattrs: !external,
@@ -50,27 +49,11 @@ impl Labios {
                 restart: true,
                 faults: false,
             },
-            clients: RwLock::new(Vec::new()),
             deployed: RwLock::new(deployed),
             apps,
             mount,
-        };
-        labios.connect().await;
-        labios
-    }
-
-    async fn connect(&self) {
-        let d = self.deployed.read().await;
-        let mut clients = Vec::with_capacity(CLIENTS);
-        for c in 0..CLIENTS {
-            let app = &self.apps[usize::from(c == common::model::OTHER_APP)];
-            clients.push(d.client_of(app).await);
-        }
-        *self.clients.write().await = clients;
-    }
-
-    async fn client(&self, c: usize) -> Client {
-        self.clients.read().await[c].clone()
+        })
+        .await
     }
 
     /// Bytes allocated on every worker's device.
@@ -86,7 +69,7 @@ impl Labios {
 }
 
 #[async_trait]
-impl Target for Labios {
+impl Deployment for Labios {
     fn abilities(&self) -> Abilities {
         self.abilities
     }
@@ -99,71 +82,25 @@ impl Target for Labios {
         }
     }
 
-    async fn write(
-        &self,
-        client: usize,
-        path: &str,
-        offset: u64,
-        data: Bytes,
-        asynchronous: bool,
-    ) -> Result<(), Error> {
-        let c = self.client(client).await;
-        if asynchronous {
-            c.write_at_async(path, offset, data).await.map(|_| ())
-        } else {
-            c.write_at_sync(path, offset, data).await
-        }
-    }
-
-    async fn wait_all(&self, client: usize) -> Result<(), Error> {
-        self.client(client).await.wait_all().await
-    }
-
-    async fn read(&self, client: usize, path: &str, offset: u64, len: u64) -> Result<Bytes, Error> {
-        self.client(client).await.read_at(path, offset, len).await
-    }
-
-    async fn stat(&self, client: usize, path: &str) -> Result<u64, Error> {
-        self.client(client).await.stat(path).await.map(|m| m.size)
-    }
-
-    async fn truncate(&self, client: usize, path: &str, size: u64) -> Result<(), Error> {
-        self.client(client).await.truncate(path, size).await
-    }
-
-    async fn rename(&self, client: usize, from: &str, to: &str) -> Result<(), Error> {
-        self.client(client).await.rename(from, to).await
-    }
-
-    async fn remove(&self, client: usize, path: &str) -> Result<(), Error> {
-        self.client(client).await.remove(path).await
-    }
-
-    async fn flush(&self, client: usize, path: &str) -> Result<(), Error> {
-        self.client(client).await.flush(path).await
-    }
-
-    async fn set_xattr(
-        &self,
-        client: usize,
-        path: &str,
-        name: &str,
-        value: Option<Bytes>,
-    ) -> Result<(), Error> {
-        self.client(client).await.set_xattr(path, name, value).await
-    }
-
-    async fn xattrs(&self, client: usize, path: &str) -> Result<Vec<(String, Bytes)>, Error> {
-        self.client(client).await.xattrs(path).await
+    async fn client(&self, b: bool) -> Client {
+        let app = &self.apps[usize::from(b)];
+        self.deployed.read().await.client_of(app).await
     }
 
     async fn restart(&self) {
-        self.clients.write().await.clear();
         self.deployed.write().await.restart().await;
-        self.connect().await;
     }
 
     async fn settled(&self) -> Result<(), String> {
+        let warehouse = self.deployed.read().await.stores().warehouse;
+        let emptied = common::model::warehouse_emptied(|| async {
+            warehouse.usage().await.expect("warehouse usage")
+        })
+        .await;
+        if let Err(e) = emptied {
+            let keys = warehouse.keys("").await.unwrap_or_default();
+            return Err(format!("{e}: {keys:?}"));
+        }
         // External data is not on the workers. Under injected faults a
         // label that wrote its bytes and then failed may leave them behind
         // until the worker's next start reconciles its device.
@@ -183,7 +120,7 @@ async fn labios_target(kind: Kind, default_cases: u64) {
     let d = Deployed::start(kind, |_| {}).await;
     let target = Labios::new(d, None).await;
     check_target(name, &target, &run).await;
-    target.deployed.into_inner().shutdown().await;
+    target.deployment.deployed.into_inner().shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -271,17 +208,18 @@ async fn iris_mappings() {
     .await;
     let mut target = Labios::new(d, None).await;
     for (name, _) in &mounts {
-        target.mount = Some(name.to_string());
-        target.abilities = Abilities {
+        target.deployment.mount = Some(name.to_string());
+        target.deployment.abilities = Abilities {
+            append: false,
             truncate: false,
             rename: false,
             xattrs: false,
             tenants: false,
-            ..target.abilities
+            ..target.deployment.abilities
         };
         check_target(&format!("iris_mappings/{name}"), &target, &run).await;
     }
-    target.deployed.into_inner().shutdown().await;
+    target.deployment.deployed.into_inner().shutdown().await;
 }
 
 /// The embedded runtime with faults injected into its warehouse,
@@ -302,12 +240,12 @@ async fn embedded_with_faults() {
     };
     let d = Deployed::start(Kind::Embedded, move |c| c.faults = faults).await;
     let mut target = Labios::new(d, None).await;
-    target.abilities = Abilities {
+    target.deployment.abilities = Abilities {
         asynchronous: false,
         restart: false,
         faults: true,
-        ..target.abilities
+        ..target.deployment.abilities
     };
     check_target("embedded_with_faults", &target, &run).await;
-    target.deployed.into_inner().shutdown().await;
+    target.deployment.deployed.into_inner().shutdown().await;
 }

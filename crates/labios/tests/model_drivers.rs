@@ -154,6 +154,8 @@ impl Driven {
         let driven = Driven {
             abilities: Abilities {
                 asynchronous: false,
+                // O_APPEND; S3 objects have no append.
+                append: !s3,
                 truncate: true,
                 rename: true,
                 // Extended attributes are S3 user metadata; `labios run`
@@ -296,6 +298,17 @@ impl Target for Driven {
     ) -> Result<(), Error> {
         let data = b64(&data);
         let req = json!({"op": "write", "path": path, "offset": offset, "data": data});
+        done(self.call(client, req).await)
+    }
+
+    async fn append(
+        &self,
+        client: usize,
+        path: &str,
+        data: Bytes,
+        _asynchronous: bool,
+    ) -> Result<(), Error> {
+        let req = json!({"op": "append", "path": path, "data": b64(&data)});
         done(self.call(client, req).await)
     }
 

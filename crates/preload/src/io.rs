@@ -98,8 +98,11 @@ pub fn read(fd: c_int, f: &OpenFile, buf: &mut [u8], at: Option<i64>) -> Result<
     Ok(data.len())
 }
 
-/// Writes at `at`, or at the file position (then advanced); O_APPEND writes
-/// at the end of the file.
+/// Writes at `at`, or at the file position (then advanced). An O_APPEND
+/// write goes to the end of the file as one atomic append (the inventory
+/// decides the offset, so concurrent appenders never overwrite each
+/// other), even a pwrite, as on Linux; a plain write then leaves the
+/// position after it.
 pub fn write(fd: c_int, f: &OpenFile, data: &[u8], at: Option<i64>) -> Result<usize, Errno> {
     if f.dir {
         return Err(libc::EISDIR);
@@ -107,18 +110,19 @@ pub fn write(fd: c_int, f: &OpenFile, data: &[u8], at: Option<i64>) -> Result<us
     if !f.writable() {
         return Err(libc::EBADF);
     }
-    let append = f.flags.load(std::sync::atomic::Ordering::Relaxed) & libc::O_APPEND != 0;
-    let pos = if append {
-        size(f)?
-    } else {
-        let p = at.unwrap_or_else(|| fdtable::position(fd));
-        u64::try_from(p).map_err(|_| libc::EINVAL)?
-    };
     let bytes = Bytes::copy_from_slice(data);
-    conn::with(&format!("write {}", f.path.full), |s| {
-        s.write_in_mode(&f.path.ns, pos, bytes)
-    })?;
-    if at.is_none() || append {
+    let what = format!("write {}", f.path.full);
+    if f.flags.load(std::sync::atomic::Ordering::Relaxed) & libc::O_APPEND != 0 {
+        let pos = conn::with(&what, |s| s.append_in_mode(&f.path.ns, bytes))?;
+        if at.is_none() {
+            fdtable::set_position(fd, (pos + data.len() as u64) as i64);
+        }
+        return Ok(data.len());
+    }
+    let p = at.unwrap_or_else(|| fdtable::position(fd));
+    let pos = u64::try_from(p).map_err(|_| libc::EINVAL)?;
+    conn::with(&what, |s| s.write_in_mode(&f.path.ns, pos, bytes))?;
+    if at.is_none() {
         fdtable::set_position(fd, (pos + data.len() as u64) as i64);
     }
     Ok(data.len())

@@ -498,7 +498,45 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     let a = i.next_id(&counter).await.unwrap();
     let b = i.next_id(&counter).await.unwrap();
     assert!(b > a);
+    append_cases(i.as_ref(), &root).await;
     i.sync().await.unwrap();
+}
+
+/// Appends of many tasks at once get disjoint ranges that tile the file;
+/// bad appends change nothing.
+async fn append_cases(i: &dyn Inventory, root: &str) {
+    let f = i
+        .create(&format!("{root}/log"), FileKind::File, 0o644, 7)
+        .await
+        .unwrap();
+    assert_eq!(i.reserve_append(f.id, 10).await.unwrap(), 0);
+    let lens: Vec<u64> = (1..=64).collect();
+    let mut offsets: Vec<(u64, u64)> =
+        futures::future::join_all(lens.iter().map(|&len| i.reserve_append(f.id, len)))
+            .await
+            .into_iter()
+            .zip(lens.iter().copied())
+            .map(|(o, len)| (o.unwrap(), len))
+            .collect();
+    offsets.sort();
+    let mut end = 10;
+    for (offset, len) in offsets {
+        assert_eq!(offset, end, "appends overlap or leave a gap");
+        end += len;
+    }
+    assert_eq!(i.file(f.id).await.unwrap().unwrap().size, end);
+    // Past the largest offset: refused, the size unchanged.
+    let err = i.reserve_append(f.id, u64::MAX - 5).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert_eq!(i.file(f.id).await.unwrap().unwrap().size, end);
+    i.set_size(f.id, 3).await.unwrap();
+    assert_eq!(i.reserve_append(f.id, 0).await.unwrap(), 3);
+    let dir = i.lookup(root).await.unwrap().unwrap();
+    let err = i.reserve_append(dir.id, 1).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    i.remove(&format!("{root}/log")).await.unwrap();
+    let err = i.reserve_append(f.id, 1).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
 }
 
 /// Final statuses nobody waits for disappear some time after

@@ -315,6 +315,15 @@ impl Inventory for FaultyInventory {
             )
             .await
     }
+    async fn reserve_append(&self, file: FileId, len: u64) -> Result<u64> {
+        self.faults
+            .around(
+                "inventory reserve_append",
+                true,
+                self.inner.reserve_append(file, len),
+            )
+            .await
+    }
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
         self.faults
             .around(

@@ -147,6 +147,15 @@ pub trait Inventory: Send + Sync {
     /// written by `label`; only parts not already covered by a newer label
     /// are taken. Extends the size to `offset+len` and sets mtime.
     async fn commit_extent(&self, file: FileId, extent: Extent) -> Result<()>;
+    /// Gives the `len` bytes past the end of `file` to one append and
+    /// returns their offset: the size is read and extended by `len` in one
+    /// atomic step where sizes are kept, so concurrent appends of any
+    /// clients and processes (O_APPEND) get disjoint ranges and none
+    /// overwrites another. The range reads as zeros until the append's
+    /// label commits its extent. A directory is `InvalidArgument`, a
+    /// missing file `NotFound`; an end past `u64::MAX` (or the engine's
+    /// largest exact size) is `InvalidArgument` and changes nothing.
+    async fn reserve_append(&self, file: FileId, len: u64) -> Result<u64>;
     /// Extents overlapping the range, clipped to it, sorted by offset.
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>>;
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>>;

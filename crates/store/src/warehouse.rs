@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 use labios_label::Result;
+use std::time::Duration;
 
 /// The part of a warehouse's byte bound that only results may use
 /// ([`Warehouse::put_result`]): an eighth. A worker runs a read on one of
@@ -44,4 +45,32 @@ pub trait Warehouse: Send + Sync {
     async fn keys(&self, prefix: &str) -> Result<Vec<String>>;
     /// Bytes currently held.
     async fn usage(&self) -> Result<u64>;
+}
+
+/// Attempts [`release`] makes.
+pub const RELEASE_ATTEMPTS: u32 = 5;
+
+/// Deletes entries nobody will read again (see
+/// `labios_label::Label::staged_key`), trying each again on a transient
+/// failure: an entry that stays holds warehouse room until the service
+/// restarts. Best effort: what is still there after [`RELEASE_ATTEMPTS`]
+/// is logged, and the caller's outcome does not change.
+pub async fn release<K: AsRef<str> + Sync>(warehouse: &dyn Warehouse, keys: &[K]) {
+    for key in keys {
+        let key = key.as_ref();
+        let mut attempt = 1;
+        loop {
+            match warehouse.delete(key).await {
+                Ok(_) => break,
+                Err(e) if attempt >= RELEASE_ATTEMPTS => {
+                    tracing::warn!("warehouse entry {key} not released: {e}");
+                    break;
+                }
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(u64::from(attempt))).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
 }

@@ -30,6 +30,7 @@ use labios_label::{
     Label, LabelId, LabelKind, LabelState, LabelStatus, Pointer, Result, Task, WorkerDirectory,
     WorkerId, WorkerState,
 };
+use labios_store::warehouse::release;
 use labios_store::{worker_queue, Delivery, LabelVerifier, Stores};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -244,6 +245,11 @@ impl Dispatcher {
             }
         }
         let mut planned: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+        // Staged data of labels failed here is released (Label::staged_key).
+        let staged: HashMap<LabelId, String> = labels
+            .iter()
+            .filter_map(|l| Some((l.id, l.staged_key()?.to_string())))
+            .collect();
         let t = anatomy::start();
         let located = self.locate_reads(&labels).await;
         let tasks = shuffle(labels, self.config.aggregation, &located);
@@ -265,6 +271,8 @@ impl Dispatcher {
                     .map(|l| l.id)
                     .collect();
                 planned.retain(|id| !pinned.contains(id));
+                let keys: Vec<&String> = planned.iter().filter_map(|id| staged.get(id)).collect();
+                release(self.stores.warehouse.as_ref(), &keys).await;
                 unrecorded.extend(self.fail(planned, e.to_string()).await);
                 held_back
             }
@@ -381,16 +389,21 @@ impl Dispatcher {
     async fn publish(&self, plan: Plan) -> Vec<LabelId> {
         let pushes = plan.into_iter().map(|(worker, tasks)| {
             let ids: Vec<LabelId> = tasks.iter().flat_map(|t| &t.labels).map(|l| l.id).collect();
+            let keys: Vec<String> = tasks
+                .iter()
+                .flat_map(|t| &t.labels)
+                .filter_map(|l| l.staged_key().map(str::to_string))
+                .collect();
             let bytes = tasks.iter().map(|t| t.size()).fold(0, u64::saturating_add);
             self.directory
                 .assigned(worker, u32::try_from(ids.len()).unwrap_or(u32::MAX), bytes);
             let count = tasks.len();
             let queue = worker_queue(worker);
             let store = self.stores.tasks.clone();
-            async move { (worker, ids, count, store.push(&queue, tasks).await) }
+            async move { (worker, ids, keys, count, store.push(&queue, tasks).await) }
         });
         let mut unrecorded = Vec::new();
-        for (worker, ids, count, pushed) in join_all(pushes).await {
+        for (worker, ids, keys, count, pushed) in join_all(pushes).await {
             match pushed {
                 Ok(()) => {
                     DispatcherStats::add(&self.stats.labels, ids.len());
@@ -399,6 +412,7 @@ impl Dispatcher {
                 }
                 Err(e) => {
                     let reason = format!("could not queue on worker {worker}: {e}");
+                    release(self.stores.warehouse.as_ref(), &keys).await;
                     unrecorded.extend(self.fail(ids, reason).await);
                 }
             }

@@ -2,8 +2,10 @@
 
 use super::testing::{read, worker, write};
 use super::*;
-use labios_label::{Task, WorkerState, WorkerStatus};
+use bytes::Bytes;
+use labios_label::{Pointer, Task, WorkerState, WorkerStatus};
 use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
+use labios_store::LabelQueue;
 use labios_store::{client_queue, Extent, FileKind, Inventory};
 
 struct Fixed(Vec<WorkerStatus>);
@@ -152,11 +154,30 @@ async fn reads_go_to_the_worker_holding_their_data() {
     assert!(placed.iter().all(|&(w, _)| w == 2), "{placed:?}");
 }
 
+/// Write labels whose data is staged in the warehouse, as a client
+/// stages it.
+async fn staged_writes(stores: &Stores, n: u64) -> Vec<Label> {
+    let mut labels = Vec::new();
+    for i in 1..=n {
+        let key = format!("a1/w{i}");
+        stores
+            .warehouse
+            .put(&key, Bytes::from(vec![7u8; 10]))
+            .await
+            .unwrap();
+        labels.push(Label {
+            source: Pointer::Warehouse { key, len: 10 },
+            ..write(i, 1, i * 10, 10)
+        });
+    }
+    labels
+}
+
 #[tokio::test]
 async fn labels_fail_visibly_when_there_are_no_workers() {
     let stores = stores();
     let (stop, handle, stats) = start(&stores, Vec::new(), vec![client_queue(1)]);
-    let labels: Vec<Label> = (1..=4).map(|i| write(i, 1, i * 10, 10)).collect();
+    let labels = staged_writes(&stores, 4).await;
     let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
     stores.labels.push(&client_queue(1), labels).await.unwrap();
     while stats.snapshot().failed < 4 {
@@ -173,6 +194,60 @@ async fn labels_fail_visibly_when_there_are_no_workers() {
     assert_eq!(stores.labels.depth(&client_queue(1)).await.unwrap(), 0);
     // One batch, not a retry loop.
     assert_eq!(stats.snapshot().batches, 1);
+    // Nobody reads a failed label's staged data: released.
+    assert_eq!(stores.warehouse.usage().await.unwrap(), 0);
+}
+
+/// A worker queue that refuses every push.
+struct Refusing;
+
+#[async_trait::async_trait]
+impl LabelQueue<Task> for Refusing {
+    async fn push(&self, queue: &str, _: Vec<Task>) -> labios_label::Result<()> {
+        Err(labios_label::Error::Full(format!("queue {queue}")))
+    }
+    async fn pull(
+        &self,
+        _: &str,
+        _: usize,
+        _: Duration,
+    ) -> labios_label::Result<Vec<Delivery<Task>>> {
+        Ok(Vec::new())
+    }
+    async fn ack(&self, _: &str, _: &[u64]) -> labios_label::Result<()> {
+        Ok(())
+    }
+    async fn depth(&self, _: &str) -> labios_label::Result<usize> {
+        Ok(0)
+    }
+    async fn queues(&self, _: &str) -> labios_label::Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+}
+
+#[tokio::test]
+async fn labels_a_worker_queue_refuses_fail_and_release_their_data() {
+    let stores = Stores {
+        tasks: Arc::new(Refusing),
+        ..stores()
+    };
+    let (stop, handle, stats) = start(&stores, vec![worker(1, 3, 3)], vec![client_queue(1)]);
+    let labels = staged_writes(&stores, 3).await;
+    let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+    stores.labels.push(&client_queue(1), labels).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats.snapshot().failed < 3 {
+        assert!(Instant::now() < deadline, "{:?}", stats.snapshot());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+    for id in ids {
+        let s = stores.inventory.status(id).await.unwrap().unwrap();
+        assert_eq!(s.state, LabelState::Failed);
+        assert!(s.error.unwrap().contains("could not queue on worker 1"));
+    }
+    assert_eq!(stores.warehouse.usage().await.unwrap(), 0);
 }
 
 #[tokio::test]

@@ -237,6 +237,26 @@ redis.call('HSET', fk, 'mtime', now)
 return {'ok'}
 "#;
 
+/// The size is read and extended in one step, so concurrent appends get
+/// disjoint ranges. Sizes are hex16; the sum is done in 32-bit halves,
+/// exact in Lua's doubles. ARGV: id, len (hex16), now. Returns the offset.
+pub const RESERVE_APPEND: &str = r#"
+local id, len, now = ARGV[1], ARGV[2], ARGV[3]
+local fk = P .. 'file:' .. id
+local r = redis.call('HMGET', fk, 'kind', 'size', 'path')
+if not r[1] then return {'notfound', 'file id ' .. id} end
+if r[1] == 'd' then return {'invalidarg', tostring(r[3]) .. ' is a directory, it has no data'} end
+local size = r[2] or Z16
+local lo = tonumber(string.sub(size, 9, 16), 16) + tonumber(string.sub(len, 9, 16), 16)
+local carry = math.floor(lo / 4294967296)
+local hi = tonumber(string.sub(size, 1, 8), 16) + tonumber(string.sub(len, 1, 8), 16) + carry
+if hi >= 4294967296 then
+  return {'invalidarg', 'appending to ' .. tostring(r[3]) .. ' runs past the largest offset'}
+end
+redis.call('HSET', fk, 'size', string.format('%08x%08x', hi, lo % 4294967296), 'mtime', now)
+return {'ok', size}
+"#;
+
 /// ARGV: id, start (hex16), end (hex16).
 pub const EXTENTS: &str = r#"
 local id, s, e = ARGV[1], ARGV[2], ARGV[3]

@@ -800,6 +800,7 @@ struct Scripts {
     rename: Script,
     set_size: Script,
     commit: Script,
+    reserve_append: Script,
     extents: Script,
     set_xattr: Script,
     xattrs: Script,
@@ -819,6 +820,7 @@ impl Scripts {
             rename: s(lua::RENAME),
             set_size: s(lua::SET_SIZE),
             commit: s(lua::COMMIT),
+            reserve_append: s(lua::RESERVE_APPEND),
             extents: s(lua::EXTENTS),
             set_xattr: s(lua::SET_XATTR),
             xattrs: s(lua::XATTRS),
@@ -1253,6 +1255,22 @@ impl Inventory for RedisInventory {
         )
         .await?;
         Ok(())
+    }
+
+    async fn reserve_append(&self, file: FileId, len: u64) -> Result<u64> {
+        let (id, len, now) = (file.to_string(), hex16(len), now_nanos().to_string());
+        let v = self
+            .run(
+                &self.scripts.reserve_append,
+                &[id.as_bytes(), len.as_bytes(), now.as_bytes()],
+            )
+            .await?;
+        let offset: String = v
+            .first()
+            .and_then(|x| redis::from_redis_value(x).ok())
+            .ok_or_else(|| self.malformed("reserve_append reply", "no offset"))?;
+        u64::from_str_radix(&offset, 16)
+            .map_err(|_| self.malformed(&format!("file:{id}"), "size is not hex16"))
     }
 
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {

@@ -4,6 +4,7 @@
 
 pub mod deploy;
 pub mod model;
+pub mod model_client;
 pub mod s3;
 pub mod serve;
 

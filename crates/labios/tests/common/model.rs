@@ -33,6 +33,12 @@ const FILES: usize = 4;
 const MAX_FILE: u64 = 6 << 20;
 const LABEL: u64 = 1 << 20;
 const SMALL: u64 = 64 << 10;
+/// Longest one call of the checker may take: then it is a hang, which
+/// fails the case (shrunk and replayable like any disagreement) instead
+/// of stalling the run. The client's own wait lasts 10 min; no operation
+/// of a case needs a minute, even on a busy machine.
+const OP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+const HANG: &str = "no answer within the checker's deadline (a hang)";
 
 /// One operation. Files are numbered; `app_b` files live in application
 /// B's directory, the others in A's.
@@ -42,6 +48,15 @@ pub enum Op {
         client: usize,
         file: usize,
         offset: u64,
+        len: u64,
+        asynchronous: bool,
+        seed: u64,
+    },
+    /// `len` bytes at the end of the file (O_APPEND), the file created if
+    /// missing.
+    Append {
+        client: usize,
+        file: usize,
         len: u64,
         asynchronous: bool,
         seed: u64,
@@ -108,6 +123,8 @@ pub enum Intrusion {
 #[derive(Debug, Clone, Copy)]
 pub struct Abilities {
     pub asynchronous: bool,
+    /// Appends at the end of the file, decided by LABIOS.
+    pub append: bool,
     pub truncate: bool,
     pub rename: bool,
     pub xattrs: bool,
@@ -131,6 +148,15 @@ pub trait Target: Send + Sync {
         client: usize,
         path: &str,
         offset: u64,
+        data: Bytes,
+        asynchronous: bool,
+    ) -> Result<(), Error>;
+    /// Appends `data` at the end of the file (never called unless the
+    /// target's abilities say `append`).
+    async fn append(
+        &self,
+        client: usize,
+        path: &str,
         data: Bytes,
         asynchronous: bool,
     ) -> Result<(), Error>;
@@ -161,12 +187,31 @@ pub trait Target: Send + Sync {
 /// little. Space other workers hold is given back by deletes the writing
 /// worker sends them after its label returns, so this waits for that, up
 /// to a deadline.
-pub async fn space_given_back<F, H>(mut held: F) -> Result<(), String>
+pub async fn space_given_back<F, H>(held: F) -> Result<(), String>
 where
     F: FnMut() -> H,
     H: std::future::Future<Output = u64>,
 {
-    let bound = 64 << 10;
+    falls_to("workers still hold", 64 << 10, held).await
+}
+
+/// [`Target::settled`] for the warehouse: once every call of a case has
+/// returned, nothing staged or read is left in it (an entry left behind
+/// holds its room for good, and a full warehouse stops every write).
+pub async fn warehouse_emptied<F, H>(held: F) -> Result<(), String>
+where
+    F: FnMut() -> H,
+    H: std::future::Future<Output = u64>,
+{
+    falls_to("the warehouse still holds", 0, held).await
+}
+
+/// Waits until `held()` is at most `bound` bytes, up to a deadline.
+async fn falls_to<F, H>(what: &str, bound: u64, mut held: F) -> Result<(), String>
+where
+    F: FnMut() -> H,
+    H: std::future::Future<Output = u64>,
+{
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let held = held().await;
@@ -175,7 +220,7 @@ where
         }
         if std::time::Instant::now() > deadline {
             return Err(format!(
-                "workers still hold {held} bytes once every file is removed (bound {bound})"
+                "{what} {held} bytes once every file is removed (bound {bound})"
             ));
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -244,6 +289,17 @@ impl Model {
                     }
                     f.data[offset as usize..end].copy_from_slice(&payload(seed, len));
                 }
+                Expect::Ok
+            }
+            Op::Append {
+                client,
+                file,
+                len,
+                seed,
+                ..
+            } => {
+                let f = self.files.entry((is_b(client), file)).or_default();
+                f.data.extend_from_slice(&payload(seed, len));
                 Expect::Ok
             }
             Op::Read {
@@ -331,6 +387,7 @@ impl Model {
 fn touches(op: &Op) -> Vec<(bool, usize)> {
     match *op {
         Op::Write { client, file, .. }
+        | Op::Append { client, file, .. }
         | Op::Read { client, file, .. }
         | Op::Stat { client, file }
         | Op::Truncate { client, file, .. }
@@ -353,6 +410,7 @@ fn touches(op: &Op) -> Vec<(bool, usize)> {
 fn client_of(op: &Op) -> Option<usize> {
     match *op {
         Op::Write { client, .. }
+        | Op::Append { client, .. }
         | Op::Read { client, .. }
         | Op::Stat { client, .. }
         | Op::Truncate { client, .. }
@@ -456,6 +514,13 @@ fn pick_op(rng: &mut fastrand::Rng, model: &Model, client: usize, a: Abilities) 
     let size = model.size((b, file)).unwrap_or(0);
     loop {
         return match rng.u32(0..100) {
+            34..=39 if a.append => Op::Append {
+                client,
+                file,
+                len: pick_len(rng).min(MAX_FILE.saturating_sub(size)),
+                asynchronous: a.asynchronous && rng.bool(),
+                seed: rng.u64(..),
+            },
             0..=39 => {
                 let offset = pick_offset(rng, size).min(MAX_FILE);
                 let len = pick_len(rng).min(MAX_FILE - offset);
@@ -537,7 +602,6 @@ fn first_difference(got: &[u8], want: &[u8]) -> String {
     }
 }
 
-/// Runs one operation against the target and checks it against `expect`.
 /// How one operation went.
 enum Checked {
     Agrees,
@@ -545,6 +609,21 @@ enum Checked {
     Faulted(Error),
 }
 
+/// `call`, or a Timeout error saying it hung after [`OP_DEADLINE`].
+async fn bounded<T>(
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    tokio::time::timeout(OP_DEADLINE, call)
+        .await
+        .unwrap_or_else(|_| Err(Error::Timeout(format!("{what}: {HANG}"))))
+}
+
+fn is_hang(e: &Error) -> bool {
+    matches!(e, Error::Timeout(why) if why.ends_with(HANG))
+}
+
+/// Runs one operation against the target and checks it against `expect`.
 async fn check(target: &dyn Target, case: u64, op: &Op, expect: Expect) -> Result<Checked, String> {
     let path = |b: bool, f: usize| target.path(case, b, f);
     // An intruder's write to a missing file would create its own file at
@@ -559,106 +638,131 @@ async fn check(target: &dyn Target, case: u64, op: &Op, expect: Expect) -> Resul
     {
         return Ok(Checked::Agrees);
     }
-    let got: Result<Expect, Error> = match *op {
-        Op::Write {
-            client,
-            file,
-            offset,
-            len,
-            asynchronous,
-            seed,
-        } => target
-            .write(
+    let call = async {
+        match *op {
+            Op::Write {
                 client,
-                &path(is_b(client), file),
+                file,
                 offset,
-                payload(seed, len),
+                len,
                 asynchronous,
-            )
-            .await
-            .map(|_| Expect::Ok),
-        Op::Read {
-            client,
-            file,
-            offset,
-            len,
-        } => target
-            .read(client, &path(is_b(client), file), offset, len)
-            .await
-            .map(|b| Expect::Bytes(b.to_vec())),
-        Op::Stat { client, file } => target
-            .stat(client, &path(is_b(client), file))
-            .await
-            .map(Expect::Size),
-        Op::Truncate { client, file, size } => target
-            .truncate(client, &path(is_b(client), file), size)
-            .await
-            .map(|_| Expect::Ok),
-        Op::Rename { client, from, to } => {
-            let b = is_b(client);
-            target
-                .rename(client, &path(b, from), &path(b, to))
+                seed,
+            } => target
+                .write(
+                    client,
+                    &path(is_b(client), file),
+                    offset,
+                    payload(seed, len),
+                    asynchronous,
+                )
                 .await
-                .map(|_| Expect::Ok)
-        }
-        Op::Remove { client, file } => target
-            .remove(client, &path(is_b(client), file))
-            .await
-            .map(|_| Expect::Ok),
-        Op::Flush { client, file } => target
-            .flush(client, &path(is_b(client), file))
-            .await
-            .map(|_| Expect::Ok),
-        Op::SetXattr {
-            client,
-            file,
-            name,
-            value,
-        } => target
-            .set_xattr(
+                .map(|_| Expect::Ok),
+            Op::Append {
                 client,
-                &path(is_b(client), file),
-                &xattr_name(name),
-                value.map(|v| Bytes::from(vec![v; 1 + v as usize % 7])),
-            )
-            .await
-            .map(|_| Expect::Ok),
-        Op::Xattrs { client, file } => target
-            .xattrs(client, &path(is_b(client), file))
-            .await
-            .map(|x| Expect::Xattrs(x.into_iter().map(|(k, v)| (k, v.to_vec())).collect())),
-        Op::WaitAll { client } => target.wait_all(client).await.map(|_| Expect::Ok),
-        Op::Intrude { file, how } => {
-            let theirs = path(false, file);
-            match how {
-                Intrusion::Read => target
-                    .read(OTHER_APP, &theirs, 0, 100)
+                file,
+                len,
+                asynchronous,
+                seed,
+            } => target
+                .append(
+                    client,
+                    &path(is_b(client), file),
+                    payload(seed, len),
+                    asynchronous,
+                )
+                .await
+                .map(|_| Expect::Ok),
+            Op::Read {
+                client,
+                file,
+                offset,
+                len,
+            } => target
+                .read(client, &path(is_b(client), file), offset, len)
+                .await
+                .map(|b| Expect::Bytes(b.to_vec())),
+            Op::Stat { client, file } => target
+                .stat(client, &path(is_b(client), file))
+                .await
+                .map(Expect::Size),
+            Op::Truncate { client, file, size } => target
+                .truncate(client, &path(is_b(client), file), size)
+                .await
+                .map(|_| Expect::Ok),
+            Op::Rename { client, from, to } => {
+                let b = is_b(client);
+                target
+                    .rename(client, &path(b, from), &path(b, to))
                     .await
-                    .map(|_| Expect::Ok),
-                Intrusion::Write => target
-                    .write(
-                        OTHER_APP,
-                        &theirs,
-                        0,
-                        Bytes::from_static(b"intruder"),
-                        false,
-                    )
-                    .await
-                    .map(|_| Expect::Ok),
-                Intrusion::Remove => target.remove(OTHER_APP, &theirs).await.map(|_| Expect::Ok),
-                Intrusion::Rename => target
-                    .rename(OTHER_APP, &theirs, &path(true, file))
-                    .await
-                    .map(|_| Expect::Ok),
+                    .map(|_| Expect::Ok)
+            }
+            Op::Remove { client, file } => target
+                .remove(client, &path(is_b(client), file))
+                .await
+                .map(|_| Expect::Ok),
+            Op::Flush { client, file } => target
+                .flush(client, &path(is_b(client), file))
+                .await
+                .map(|_| Expect::Ok),
+            Op::SetXattr {
+                client,
+                file,
+                name,
+                value,
+            } => target
+                .set_xattr(
+                    client,
+                    &path(is_b(client), file),
+                    &xattr_name(name),
+                    value.map(|v| Bytes::from(vec![v; 1 + v as usize % 7])),
+                )
+                .await
+                .map(|_| Expect::Ok),
+            Op::Xattrs { client, file } => target
+                .xattrs(client, &path(is_b(client), file))
+                .await
+                .map(|x| Expect::Xattrs(x.into_iter().map(|(k, v)| (k, v.to_vec())).collect())),
+            Op::WaitAll { client } => target.wait_all(client).await.map(|_| Expect::Ok),
+            Op::Intrude { file, how } => {
+                let theirs = path(false, file);
+                match how {
+                    Intrusion::Read => target
+                        .read(OTHER_APP, &theirs, 0, 100)
+                        .await
+                        .map(|_| Expect::Ok),
+                    Intrusion::Write => target
+                        .write(
+                            OTHER_APP,
+                            &theirs,
+                            0,
+                            Bytes::from_static(b"intruder"),
+                            false,
+                        )
+                        .await
+                        .map(|_| Expect::Ok),
+                    Intrusion::Remove => {
+                        target.remove(OTHER_APP, &theirs).await.map(|_| Expect::Ok)
+                    }
+                    Intrusion::Rename => target
+                        .rename(OTHER_APP, &theirs, &path(true, file))
+                        .await
+                        .map(|_| Expect::Ok),
+                }
+            }
+            Op::Restart => {
+                target.restart().await;
+                Ok(Expect::Ok)
             }
         }
-        Op::Restart => {
-            target.restart().await;
-            Ok(Expect::Ok)
-        }
+    };
+    // A restart waits for recovery under the target's own bounds.
+    let got: Result<Expect, Error> = match op {
+        Op::Restart => call.await,
+        _ => bounded("the operation", call).await,
     };
     let got = match got {
         Ok(g) => g,
+        Err(e) if is_hang(&e) => return Err(format!("{op:?}: {e}")),
         Err(e) if target.abilities().faults && kind_of(&e) != Some(expect.clone()) => {
             return Ok(Checked::Faulted(e))
         }
@@ -694,7 +798,7 @@ where
 {
     let mut attempt = 0;
     loop {
-        match call().await {
+        match bounded("a call to check the state", call()).await {
             Err(Error::Unavailable(_)) if attempt < 50 => attempt += 1,
             Err(Error::LabelFailed { reason, .. })
                 if attempt < 50 && reason.contains("injected") =>
@@ -762,8 +866,10 @@ async fn resolve(
         let path = target.path(case, key.0, key.1);
         let seen = observe(target, client, &path).await?;
         let (old, new) = (before.files.get(&key), after.files.get(&key));
+        // An append's range is reserved before its bytes land: a failed
+        // one may leave it as zeros, as a failed write leaves old bytes.
         let torn = match (op, &seen) {
-            (Op::Write { .. }, Some(s)) => {
+            (Op::Write { .. } | Op::Append { .. }, Some(s)) => {
                 let empty = File::default();
                 let (o, n) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
                 s.xattrs == n.xattrs
@@ -799,7 +905,11 @@ async fn resolve(
 pub async fn run_case(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<(), String> {
     let outcome = run_steps(target, case, steps).await;
     for c in 0..CLIENTS {
-        let _ = target.wait_all(c).await;
+        if let Err(e) = bounded("a wait after the case", target.wait_all(c)).await {
+            if is_hang(&e) {
+                return Err(format!("client {c}: {e}"));
+            }
+        }
     }
     for b in [false, true] {
         for f in 0..FILES {
@@ -825,10 +935,9 @@ async fn run_steps(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<
         let at = |e: String| format!("step {n}: {e}");
         if step.contains(&Op::Restart) {
             for c in 0..CLIENTS {
-                target
-                    .wait_all(c)
+                bounded("wait before restart", target.wait_all(c))
                     .await
-                    .map_err(|e| at(format!("wait before restart: {e}")))?;
+                    .map_err(|e| at(format!("client {c}: {e}")))?;
             }
             pending.clear();
         }
@@ -841,10 +950,9 @@ async fn run_steps(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<
                     .map(|s| s.iter().copied().filter(|c| Some(*c) != me).collect())
                     .unwrap_or_default();
                 for c in waiting {
-                    target
-                        .wait_all(c)
+                    bounded("wait for a shared file", target.wait_all(c))
                         .await
-                        .map_err(|e| at(format!("client {c} waiting: {e}")))?;
+                        .map_err(|e| at(format!("client {c}: {e}")))?;
                     for s in pending.values_mut() {
                         s.remove(&c);
                     }
@@ -856,6 +964,12 @@ async fn run_steps(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<
         for op in step {
             match *op {
                 Op::Write {
+                    client,
+                    file,
+                    asynchronous: true,
+                    ..
+                }
+                | Op::Append {
                     client,
                     file,
                     asynchronous: true,

@@ -9,7 +9,8 @@ one JSON line on stdout. Run by crates/labios/tests/model_drivers.rs.
     model_driver.py s3 URL KEY SECRET  boto3 against `labios s3`; a path is
                                      BUCKET/KEY, a file is an object
 
-Requests: {"op": "write", "path", "offset", "data" (base64)}, "read" (path,
+Requests: {"op": "write", "path", "offset", "data" (base64)}, "append" (path,
+data; POSIX only), "read" (path,
 offset, len), "stat", "truncate" (path, size), "rename" (from, to),
 "remove", "flush", "set_xattr" (path, name, value: base64 or null), "xattrs", and for S3
 "bucket" (path: a bucket name, created unless it is the caller's already).
@@ -50,6 +51,15 @@ class Posix:
             done = 0
             while done < len(data):
                 done += os.pwrite(fd, data[done:], offset + done)
+        finally:
+            os.close(fd)
+
+    def append(self, path, data):
+        self._parents(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.EIO, "short append")
         finally:
             os.close(fd)
 
@@ -220,6 +230,8 @@ def answer(backend, req):
     op, path = req["op"], req.get("path")
     if op == "write":
         backend.write(path, req["offset"], base64.b64decode(req["data"]))
+    elif op == "append":
+        backend.append(path, base64.b64decode(req["data"]))
     elif op == "read":
         return base64.b64encode(backend.read(path, req["offset"], req["len"])).decode()
     elif op == "stat":

@@ -15,6 +15,7 @@ use labios_label::{
     Error, FileId, Label, LabelKind, LabelState, LabelStatus, Pointer, Result, WorkerId,
     WorkerState,
 };
+use labios_store::warehouse::release;
 use labios_store::{Extent, LabelVerifier, Stores};
 
 mod external;
@@ -114,9 +115,25 @@ impl Executor {
     /// Runs one label to a final status. Never returns an error: every
     /// failure becomes a Failed status naming the cause.
     pub async fn execute(&self, label: &Label) -> Outcome {
-        let result = match self.authorize(label).await {
+        let result = match self.its_entries(label).await {
+            // A label not signed by the owner of its warehouse entries may
+            // name another application's: they are left alone.
             Err(reason) => Err(reason),
-            Ok(()) => self.run(label).await,
+            Ok(()) => {
+                let done = match self.its_files(label).await {
+                    Ok(()) => self.run(label).await,
+                    Err(reason) => Err(reason),
+                };
+                // Ended, whatever its outcome: its staged bytes are not
+                // read again (a redelivered copy finds the label ran), and
+                // the result of a failed one is not taken.
+                let unread = done.is_err().then(|| label.result_key()).flatten();
+                let t = anatomy::start();
+                let keys: Vec<&str> = label.staged_key().into_iter().chain(unread).collect();
+                release(self.stores.warehouse.as_ref(), &keys).await;
+                anatomy::record(Phase::WorkerWarehouse, t);
+                done
+            }
         };
         let mut status = LabelStatus::new(label.id, LabelState::Complete);
         status.worker = Some(self.id);
@@ -137,8 +154,9 @@ impl Executor {
     }
 
     /// A label runs only if its owner signed it, its warehouse entries are
-    /// under the owner's prefix and the files it touches belong to the owner.
-    async fn authorize(&self, label: &Label) -> Result<(), Failure> {
+    /// under the owner's prefix ([`Self::its_entries`]) and the files it
+    /// touches belong to the owner ([`Self::its_files`]).
+    async fn its_entries(&self, label: &Label) -> Result<(), Failure> {
         if !self.verifier.enabled() {
             return Ok(());
         }
@@ -148,44 +166,53 @@ impl Executor {
             .map_err(|e| e.to_string())?;
         let prefix = format!("a{}/", label.owner);
         for p in [&label.source, &label.destination] {
-            match p {
-                Pointer::Warehouse { key, .. } if !key.starts_with(&prefix) => {
+            if let Pointer::Warehouse { key, .. } = p {
+                if !key.starts_with(&prefix) {
                     return Err(format!(
                         "permission denied: warehouse entry {key} belongs to another application"
                     ));
                 }
-                Pointer::File { path, file, .. } => {
-                    let cached = self.owners.lock().get(file).copied();
-                    let owner = match cached {
-                        Some(owner) => Some(owner),
-                        // By id when the label names one (the rename target
-                        // names none); a file already gone from the inventory
-                        // has no owner left to protect (a delete after
-                        // removal).
-                        None if *file != 0 => {
-                            let meta = self.stores.inventory.file(*file).await;
-                            let owner = meta.map_err(|e| e.to_string())?.map(|m| m.owner);
-                            if let Some(owner) = owner {
-                                let mut owners = self.owners.lock();
-                                if owners.len() >= OWNERS_CACHED {
-                                    owners.clear();
-                                }
-                                owners.insert(*file, owner);
-                            }
-                            owner
+            }
+        }
+        Ok(())
+    }
+
+    /// See [`Self::its_entries`]; a signed label's files.
+    async fn its_files(&self, label: &Label) -> Result<(), Failure> {
+        if !self.verifier.enabled() {
+            return Ok(());
+        }
+        for p in [&label.source, &label.destination] {
+            let Pointer::File { path, file, .. } = p else {
+                continue;
+            };
+            let cached = self.owners.lock().get(file).copied();
+            let owner = match cached {
+                Some(owner) => Some(owner),
+                // By id when the label names one (the rename target names
+                // none); a file already gone from the inventory has no
+                // owner left to protect (a delete after removal).
+                None if *file != 0 => {
+                    let meta = self.stores.inventory.file(*file).await;
+                    let owner = meta.map_err(|e| e.to_string())?.map(|m| m.owner);
+                    if let Some(owner) = owner {
+                        let mut owners = self.owners.lock();
+                        if owners.len() >= OWNERS_CACHED {
+                            owners.clear();
                         }
-                        None => {
-                            let meta = self.stores.inventory.lookup(path).await;
-                            meta.map_err(|e| e.to_string())?.map(|m| m.owner)
-                        }
-                    };
-                    if owner.is_some_and(|o| o != label.owner) {
-                        return Err(format!(
-                            "permission denied: {path} belongs to another application"
-                        ));
+                        owners.insert(*file, owner);
                     }
+                    owner
                 }
-                _ => {}
+                None => {
+                    let meta = self.stores.inventory.lookup(path).await;
+                    meta.map_err(|e| e.to_string())?.map(|m| m.owner)
+                }
+            };
+            if owner.is_some_and(|o| o != label.owner) {
+                return Err(format!(
+                    "permission denied: {path} belongs to another application"
+                ));
             }
         }
         Ok(())
@@ -231,7 +258,6 @@ impl Executor {
         );
         anatomy::record(Phase::WorkerWarehouse, t);
         let size = self.store(label, file, &ranges, data?, guard?).await?;
-        self.unstage(key).await?;
         Ok(Done::bytes(size))
     }
 
@@ -253,14 +279,6 @@ impl Executor {
             ));
         }
         Ok(data)
-    }
-
-    /// Drops a written label's staged data.
-    async fn unstage(&self, key: &str) -> Result<(), Failure> {
-        let t = anatomy::start();
-        let dropped = self.stores.warehouse.delete(key).await;
-        anatomy::record(Phase::WorkerWarehouse, t);
-        dropped.map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// The one sequence every write into a LABIOS file runs, whatever made

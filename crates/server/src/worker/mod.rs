@@ -160,6 +160,8 @@ struct Shared {
     reporter: tokio::sync::Mutex<ScoreReporter>,
     /// Published state and wakes so far, for callers waiting on either.
     state: watch::Sender<(WorkerState, u64)>,
+    /// Labels this worker took lately: one delivered twice runs once.
+    recent: Mutex<labios_label::id::RecentIds>,
 }
 
 impl Shared {
@@ -274,6 +276,7 @@ impl Worker {
             bytes_done: AtomicU64::new(0),
             wakes: AtomicU64::new(0),
             last_wake_latency: Mutex::new(None),
+            recent: Mutex::new(labios_label::id::RecentIds::new(RECENT_LABELS)),
             activity: AtomicU64::new(0),
             epoch: Instant::now(),
             reporter: tokio::sync::Mutex::new(ScoreReporter::new(Duration::from_millis(
@@ -667,10 +670,20 @@ async fn lane(
     }
 }
 
+/// Label ids a worker remembers to run a label delivered twice once:
+/// more than its queue and lanes hold at once many times over.
+const RECENT_LABELS: usize = 1 << 16;
+
 /// Runs one task's labels in order, reports each label's final status,
-/// then acknowledges the task; returns its delivery token.
+/// then acknowledges the task; returns its delivery token. A label this
+/// worker took already (still running, or done and reported) is skipped.
 async fn run_task(shared: Arc<Shared>, executor: Arc<Executor>, delivery: Delivery<Task>) -> u64 {
     for label in &delivery.item.labels {
+        if !shared.recent.lock().insert(label.id) {
+            tracing::info!(worker = shared.spec.id, label = %label.id, "label delivered twice, run once");
+            shared.executing.fetch_sub(1, Ordering::AcqRel);
+            continue;
+        }
         let mut outcome = executor.execute(label).await;
         if let Some(error) = &outcome.status.error {
             tracing::debug!(worker = shared.spec.id, label = %label.id, "label failed: {error}");

@@ -879,6 +879,25 @@ impl Inventory for RedbInventory {
         Ok(())
     }
 
+    async fn reserve_append(&self, file: FileId, len: u64) -> Result<u64> {
+        self.log.check()?;
+        let node = self.data_node(file)?;
+        let mut st = node.lock();
+        st.check_data()?;
+        let offset = st.meta.size;
+        let end = offset.checked_add(len).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "appending {len} bytes to {} bytes runs past the largest offset",
+                offset
+            ))
+        })?;
+        st.meta.size = end;
+        st.meta.mtime = now_nanos();
+        let mut ops = vec![Op::PutFile(st.meta.clone())];
+        self.log.append(&mut ops)?;
+        Ok(offset)
+    }
+
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
         let end = offset.saturating_add(len);
         let ns = self.ns.read();

@@ -356,6 +356,10 @@ impl Inventory for RemoteInventory {
         let r = self.0.call(Request::CommitExtent { file, extent }).await?;
         expect!(r, Reply::Unit => ())
     }
+    async fn reserve_append(&self, file: FileId, len: u64) -> Result<u64> {
+        let r = self.0.call(Request::ReserveAppend { file, len }).await?;
+        expect!(r, Reply::Count(offset) => offset)
+    }
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
         let r = self.0.call(Request::Extents { file, offset, len }).await?;
         expect!(r, Reply::Extents(v) => v)

@@ -145,6 +145,10 @@ pub enum Request {
     Xattrs {
         file: FileId,
     },
+    ReserveAppend {
+        file: FileId,
+        len: u64,
+    },
 }
 
 /// One variant per result shape of the trait methods.

@@ -311,6 +311,7 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
         Request::CommitExtent { file, extent } => {
             i.commit_extent(file, extent).await.map(|_| Reply::Unit)?
         }
+        Request::ReserveAppend { file, len } => Reply::Count(i.reserve_append(file, len).await?),
         Request::Extents { file, offset, len } => {
             Reply::Extents(i.extents(file, offset, len).await?)
         }
@@ -457,6 +458,7 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
         // changed only by its owner.
         Request::SetSize { file, .. }
         | Request::CommitExtent { file, .. }
+        | Request::ReserveAppend { file, .. }
         | Request::SetXattr { file, .. } => {
             own_file(app, i.file(*file).await?)?;
         }

@@ -21,7 +21,6 @@ impl Executor {
             .write(&target.path, *offset, data)
             .await
             .map_err(|e| format!("{uri}: {e}"))?;
-        self.unstage(key).await?;
         Ok(Done::bytes(*len))
     }
 

@@ -33,7 +33,6 @@ impl Executor {
         }];
         let guard = self.not_yet_overwritten(label, file, &ranges).await?;
         let size = self.store(label, file, &ranges, out, guard).await?;
-        self.unstage(key).await?;
         Ok(Done::bytes(size))
     }
 
