@@ -1,8 +1,9 @@
 //! `labios run [--async] -- PROGRAM ARGS...`: runs an unmodified program
 //! with `liblabios_preload.so`, so that its I/O on paths under the LABIOS
 //! prefixes becomes labels (article 3.2.2). In the embedded deployment the
-//! runtime is started here if no `labios serve` answers the endpoint yet,
-//! and stopped cleanly when the program ends.
+//! runtime is started here if no `labios serve` answers the default
+//! endpoint yet (saying so on stderr), and stopped cleanly when the program
+//! ends; an endpoint the user named must answer.
 
 use crate::config::{Config, Deployment};
 use crate::serve::Served;
@@ -86,6 +87,20 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<ExitStatus>
     if config.deployment == Deployment::Embedded {
         let endpoint = Endpoint::parse(&config.endpoint())?;
         if !reachable(&endpoint).await {
+            // An endpoint the user named is the server they mean: data
+            // written to a runtime started elsewhere would be lost to them.
+            anyhow::ensure!(
+                config.endpoint.is_none(),
+                "labios run: nothing answers at {} (--endpoint / LABIOS_ENDPOINT): start \
+                 `labios serve` there, or name no endpoint to run an embedded runtime \
+                 in the data directory for this program",
+                config.endpoint()
+            );
+            eprintln!(
+                "labios run: no labios serve at {}; running an embedded runtime on {} for this program",
+                config.endpoint(),
+                config.data_dir.display()
+            );
             served = Some(Served::start(config.clone()).await?);
         }
         cmd.env("LABIOS_ENDPOINT", config.endpoint());

@@ -455,7 +455,13 @@ fn run_starts_the_embedded_runtime_when_nothing_serves() {
             .output()
             .unwrap()
     };
-    check(&run("echo persisted > /labios/note.txt"), "first run");
+    let first = run("echo persisted > /labios/note.txt");
+    check(&first, "first run");
+    let said = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        said.contains("running an embedded runtime on") && said.contains(&*data.to_string_lossy()),
+        "the fallback is said on stderr: {said}"
+    );
     assert_eq!(
         check(&run("cat /labios/note.txt"), "second run"),
         "persisted\n"
@@ -466,6 +472,29 @@ fn run_starts_the_embedded_runtime_when_nothing_serves() {
         String::from_utf8_lossy(&out.stderr).contains("No such file or directory"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // A named endpoint that nothing answers is an error, never a runtime
+    // started elsewhere that would keep the program's data.
+    let cwd = tmp.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let missing = tmp.path().join("no-such.sock");
+    let refused = Command::new(BIN)
+        .args(["run", "--", "sh", "-c", "echo lost > /labios/x"])
+        .current_dir(&cwd)
+        .env_remove("LABIOS_DATA_DIR")
+        .env("LABIOS_ENDPOINT", &missing)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(&format!("nothing answers at {}", missing.display())),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&cwd).unwrap().count(),
+        0,
+        "no data directory made"
     );
     let bad = Command::new(BIN)
         .args(["run", "--prefix", "relative", "--", "true"])

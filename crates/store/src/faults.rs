@@ -227,7 +227,15 @@ struct FaultyQueue<T> {
 
 #[async_trait]
 impl<T: Clone + Send + Sync + 'static> LabelQueue<T> for FaultyQueue<T> {
+    /// No lost replies here: a push reported failed that went through runs
+    /// later, after its caller was told it failed, and nothing can tell the
+    /// caller otherwise (README "Durability" says so). So a push that is
+    /// to fail fails before anything is delivered, and only one that
+    /// succeeds may deliver its items twice, the delivery fault of queues.
     async fn push(&self, queue: &str, items: Vec<T>) -> Result<()> {
+        if self.faults.decide(false).await == Fate::Fail {
+            return Err(injected("queue push"));
+        }
         if self.faults.roll(self.faults.config.duplicate_ppm) {
             self.faults
                 .counts
@@ -235,13 +243,7 @@ impl<T: Clone + Send + Sync + 'static> LabelQueue<T> for FaultyQueue<T> {
                 .fetch_add(1, Ordering::Relaxed);
             self.inner.push(queue, items.clone()).await?;
         }
-        // No lost replies here: a push reported failed that went through
-        // runs later, after its caller was told it failed, and nothing can
-        // tell the caller otherwise (README "Durability" says so). The
-        // duplicate above is the delivery fault of queues.
-        self.faults
-            .around("queue push", false, self.inner.push(queue, items))
-            .await
+        self.inner.push(queue, items).await
     }
     async fn pull(&self, queue: &str, max: usize, wait: Duration) -> Result<Vec<Delivery<T>>> {
         self.inner.pull(queue, max, wait).await
