@@ -33,6 +33,10 @@ pub struct ConnectOptions {
     /// Overrides `client.min_label_size` (0: no small-I/O cache, every
     /// write is published at once).
     pub min_label_size: Option<u64>,
+    /// Runs on each thread of the session's runtime as it starts: the
+    /// interception library marks them, so that the library's own threads
+    /// are never intercepted.
+    pub on_thread_start: Option<fn()>,
 }
 
 impl ConnectOptions {
@@ -46,6 +50,7 @@ impl ConnectOptions {
             secret: var("LABIOS_SECRET"),
             mode: None,
             min_label_size: None,
+            on_thread_start: None,
         }
     }
 }
@@ -62,13 +67,18 @@ pub struct Session {
 
 impl Session {
     pub fn connect(options: ConnectOptions) -> Result<Session> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder
             .worker_threads(2)
             .thread_name("labios-session")
             // No signal or process drivers: their process-wide state would
             // be shared with a forked child's session.
             .enable_io()
-            .enable_time()
+            .enable_time();
+        if let Some(start) = options.on_thread_start {
+            builder.on_thread_start(start);
+        }
+        let runtime = builder
             .build()
             .map_err(|e| Error::Unavailable(format!("cannot start the session runtime: {e}")))?;
         let mut config = Config::load(options.config.as_deref())

@@ -190,6 +190,7 @@ macro_rules! both {
 both!(
     concurrent_appends,
     coreutils,
+    descriptor_games,
     tar_tree,
     python_file_io,
     forked_children,
@@ -271,6 +272,33 @@ echo "lines $(wc -l < "$ROOT/lines") distinct $(sort -u "$ROOT/lines" | wc -l)"
     );
     assert!(
         out.contains("records 8000 missing 0 stray 0 twice 0\nlines 800 distinct 800"),
+        "{out}"
+    );
+    b.stop().await;
+}
+
+/// `exec 3<>file` in dash and bash, redirections onto every low number,
+/// and a program that closes every descriptor it does not know and dup2s
+/// onto every number in use (issue 12: the session's runtime took number
+/// 3, the shell dup2'ed the file onto it, and the write hung for ever).
+async fn descriptor_games(kind: Kind) {
+    let b = Bench::start(kind, "fds").await;
+    let out = b.same(
+        false,
+        r#"
+set -e
+mkdir -p "$ROOT"
+for shell in sh bash; do
+  $shell -c 'exec 3<>"$1/f"; printf X >&3; exec 3>&-; cat "$1/f"; echo' - "$ROOT"
+  $shell -c 'for fd in 3 4 5 6 7 8 9; do eval "exec $fd>\"$1/g$fd\""; done
+    for fd in 3 4 5 6 7 8 9; do eval "printf $fd >&$fd; exec $fd>&-"; done
+    cat "$1/g3" "$1/g6" "$1/g9"; echo' - "$ROOT"
+done
+python3 "$PROGRAMS/fd_games.py" "$ROOT/h"
+"#,
+    );
+    assert!(
+        out.ends_with("X\n369\nX\n369\nbefore closed-all dup2-everywhere\n"),
         "{out}"
     );
     b.stop().await;

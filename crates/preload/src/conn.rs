@@ -45,9 +45,11 @@ fn connected() -> Result<&'static Session, Error> {
     // from a client-side cache a process exit would lose.
     let options = ConnectOptions {
         min_label_size: Some(0),
+        on_thread_start: Some(|| INSIDE.with(|i| i.set(true))),
         ..ConnectOptions::from_env()
     };
-    let session = Box::into_raw(Box::new(Session::connect(options)?));
+    let session = crate::ownfds::numbered_high(|| Session::connect(options))?;
+    let session = Box::into_raw(Box::new(session));
     SESSION.store(session, Ordering::Release);
     Ok(unsafe { &*session })
 }
@@ -109,5 +111,6 @@ pub unsafe fn after_fork_parent() {
 /// Only after [`before_fork`], in the child.
 pub unsafe fn after_fork_child() {
     SESSION.store(std::ptr::null_mut(), Ordering::Release);
+    crate::ownfds::forget();
     CONNECTING.force_unlock();
 }

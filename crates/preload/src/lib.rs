@@ -16,6 +16,7 @@ mod fdtable;
 mod io;
 mod meta;
 mod mount;
+mod ownfds;
 mod posix;
 mod real;
 mod stdio;

@@ -6,6 +6,7 @@ use crate::conn;
 use crate::fdtable;
 use crate::io::{self, Errno};
 use crate::mount::{self, Target, Vpath};
+use crate::ownfds;
 use crate::real::real;
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t};
 use std::ffi::CString;
@@ -160,7 +161,22 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if fdtable::is_labios(fd) {
         return ret0(io::close(fd));
     }
+    // The session's own descriptor: the program closes what it believes
+    // is a stray number (a daemon closing all), and it stays open.
+    if !conn::bypass() && ownfds::is_own(fd) {
+        return 0;
+    }
     real!(close: fn(c_int) -> c_int)(fd)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let real =
+        |a: c_uint, b: c_uint| real!(close_range: fn(c_uint, c_uint, c_int) -> c_int)(a, b, flags);
+    if conn::bypass() {
+        return real(first, last);
+    }
+    ownfds::close_range_around(first, last, real)
 }
 
 /// mkstemp and friends on a LABIOS template: O_EXCL creation under fresh
@@ -587,6 +603,12 @@ pub unsafe extern "C" fn dup(old: c_int) -> c_int {
 unsafe fn dup_onto(old: c_int, new: c_int, real: impl FnOnce() -> c_int) -> c_int {
     if old == new {
         return real();
+    }
+    // Replacing the session's own descriptor would break LABIOS for the
+    // whole process: refused, as the kernel refuses a number in flux.
+    if !conn::bypass() && ownfds::is_own(new) {
+        eprintln!("labios: dup2 onto descriptor {new}: it is LABIOS's own (EBUSY)");
+        return ret(Err(libc::EBUSY));
     }
     let from = fdtable::get(old);
     let fd = real();

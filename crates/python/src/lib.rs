@@ -126,8 +126,7 @@ impl Client {
             endpoint: endpoint.or(env.endpoint),
             key: key.or(env.key),
             secret: secret.or(env.secret),
-            mode: None,
-            min_label_size: None,
+            ..ConnectOptions::default()
         };
         let session = py.detach(|| Session::connect(options)).map_err(py_err)?;
         Ok(Client {
