@@ -298,7 +298,7 @@ python3 "$PROGRAMS/fd_games.py" "$ROOT/h"
 "#,
     );
     assert!(
-        out.ends_with("X\n369\nX\n369\nbefore closed-all dup2-everywhere\n"),
+        out.ends_with("X\n369\nX\n369\nbefore closed-all closerange dup2-everywhere\n"),
         "{out}"
     );
     b.stop().await;

@@ -179,6 +179,20 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     ownfds::close_range_around(first, last, real)
 }
 
+/// glibc's closefrom closes with a raw system call: the library's
+/// descriptors are skipped here instead.
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    let first = c_uint::try_from(low).unwrap_or(0);
+    let real =
+        |a: c_uint, b: c_uint| real!(close_range: fn(c_uint, c_uint, c_int) -> c_int)(a, b, 0);
+    if conn::bypass() {
+        real(first, c_uint::MAX);
+        return;
+    }
+    ownfds::close_range_around(first, c_uint::MAX, real);
+}
+
 /// mkstemp and friends on a LABIOS template: O_EXCL creation under fresh
 /// names until one is free.
 unsafe fn make_temp(template: *mut c_char, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {

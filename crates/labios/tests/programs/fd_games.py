@@ -18,6 +18,8 @@ for n in range(3, 4096):
         except OSError:
             pass
 os.write(fd, b"closed-all ")
+os.closerange(fd + 1, 1 << 20)
+os.write(fd, b"closerange ")
 refused = 0
 for n in sorted(int(x) for x in os.listdir("/proc/self/fd")):
     if n > 2 and n != fd:

@@ -421,7 +421,8 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
     let reclaims = executor.reclaims();
     let reclaimer = tokio::spawn(async move { reclaims.run(reclaims_stop).await });
     let idle = (config.idle_suspend_ms > 0).then(|| Duration::from_millis(config.idle_suspend_ms));
-    let mut ticker = tokio::time::interval(Duration::from_millis(config.score_interval_ms));
+    let score_interval = Duration::from_millis(config.score_interval_ms);
+    let mut ticker = tokio::time::interval(score_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     shared.touch();
     let mut pending: Option<Pull> = None;
@@ -489,11 +490,17 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
             // worker manager in another process tells the living by), but
             // skips the queue-depth query: its pending pull already waits on
             // the queue, so the tick costs one inventory write.
+            //
+            // The heartbeat goes first, and the depth query is bounded by
+            // the interval: a queue slow to answer (NATS coming back after
+            // a restart answers in seconds) must not silence the heartbeat
+            // until the manager declares a live worker down. A late depth
+            // is left for the next tick.
             _ = ticker.tick() => {
-                if !suspended {
-                    shared.refresh_depth().await;
-                }
                 shared.publish(false).await;
+                if !suspended {
+                    let _ = tokio::time::timeout(score_interval, shared.refresh_depth()).await;
+                }
             }
         }
     }

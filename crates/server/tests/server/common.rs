@@ -20,6 +20,9 @@ use tokio::sync::Notify;
 pub struct GatedQueue {
     inner: MemoryQueue<Task>,
     gates: Mutex<Gates>,
+    /// While set, a depth query never answers (a queue service coming
+    /// back after a restart).
+    pub depth_stalls: std::sync::atomic::AtomicBool,
     /// Signalled when a pull inside `inner` ends.
     pulled: Notify,
 }
@@ -95,6 +98,9 @@ impl LabelQueue<Task> for GatedQueue {
         self.inner.ack(queue, tokens).await
     }
     async fn depth(&self, queue: &str) -> Result<usize> {
+        if self.depth_stalls.load(std::sync::atomic::Ordering::Acquire) {
+            std::future::pending::<()>().await;
+        }
         self.inner.depth(queue).await
     }
     async fn queues(&self, prefix: &str) -> Result<Vec<String>> {
@@ -123,6 +129,7 @@ impl Rig {
         let gate = Arc::new(GatedQueue {
             inner: MemoryQueue::new(bound, Duration::from_secs(5)),
             gates: Mutex::new(Gates::default()),
+            depth_stalls: std::sync::atomic::AtomicBool::new(false),
             pulled: Notify::new(),
         });
         let stores = Stores {

@@ -537,6 +537,39 @@ async fn suspended_worker_keeps_its_heartbeat_and_wakes_on_an_empty_task() {
     w.shutdown().await;
 }
 
+/// A queue that stops answering depth queries (NATS after a restart took
+/// seconds) must not silence the heartbeat: the manager declared a live
+/// worker down (a CI failure of `nats_and_redis_restart_lose_no_acknowledged_write`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_heartbeat_goes_on_while_the_queue_does_not_answer() {
+    let rig = Rig::new();
+    let w = start(&rig, 1, 64 * MB, config()).await;
+    rig.gate
+        .depth_stalls
+        .store(true, std::sync::atomic::Ordering::Release);
+    let heartbeat = || async { rig.stores.inventory.workers().await.unwrap()[0].heartbeat };
+    let mut last = heartbeat().await;
+    let t = Instant::now();
+    let mut beats = 0;
+    // Five more heartbeats (score interval 50 ms), each within a second.
+    while beats < 5 {
+        let now = heartbeat().await;
+        if now > last {
+            beats += 1;
+            last = now;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(1 + beats),
+            "{beats} heartbeats while the queue did not answer"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rig.gate
+        .depth_stalls
+        .store(false, std::sync::atomic::Ordering::Release);
+    w.shutdown().await;
+}
+
 /// Issue 11, finding 2: every write kind runs one sequence with the
 /// newest-label-wins guard. An older label delivered after a newer one
 /// (several dispatchers, a redelivery) must not put its bytes under the
