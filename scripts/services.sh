@@ -181,17 +181,20 @@ install_c_toolchain() {
     apt_install "${missing[@]}"
 }
 
-# The unmodified programs tests/programs.rs runs on LABIOS (issue 4):
-# sqlite3, MPI (mpich), coreutils and tar are in the base system.
+# The unmodified programs tests/programs.rs and tests/fuse_mount.rs run on
+# LABIOS (issues 4 and 12): sqlite3, MPI (mpich), git, fio, rsync, a static
+# busybox, and fuse3 (fusermount3, so that a user other than root can
+# mount and unmount).
 install_programs() {
     local missing=() tool pkg
-    for tool in sqlite3:sqlite3 mpicc:libmpich-dev mpiexec:mpich tar:tar; do
+    for tool in sqlite3:sqlite3 mpicc:libmpich-dev mpiexec:mpich tar:tar git:git fio:fio \
+        rsync:rsync busybox:busybox-static fusermount3:fuse3; do
         pkg=${tool#*:}
         tool=${tool%%:*}
         command -v "$tool" >/dev/null 2>&1 || missing+=("$pkg")
     done
     if [ ${#missing[@]} = 0 ]; then
-        echo "sqlite3, mpicc, mpiexec, tar present"
+        echo "sqlite3, mpicc, mpiexec, tar, git, fio, rsync, busybox, fusermount3 present"
         return 0
     fi
     apt_install "${missing[@]}"

@@ -8,8 +8,9 @@
 pub mod session;
 
 use bytes::Bytes;
+pub use labios_client::errno_of;
 use labios_label::Error;
-pub use session::{errno_of, ConnectOptions, Session, Ticket};
+pub use session::{ConnectOptions, Session, Ticket};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::PathBuf;

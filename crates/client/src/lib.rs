@@ -8,7 +8,9 @@ pub mod catalog_manager;
 pub mod client;
 pub mod config;
 pub mod content_manager;
+mod errno;
 pub mod label_manager;
 
 pub use client::{Client, Handle};
 pub use config::{ClientConfig, IoMode};
+pub use errno::errno_of;

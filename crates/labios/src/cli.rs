@@ -118,6 +118,24 @@ pub enum Command {
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
     },
+    /// Mount LABIOS as a file system (FUSE) at MOUNTPOINT, for every
+    /// program (static binaries, mmap, io_uring, libaio included); runs
+    /// until SIGINT, SIGTERM or `labios umount MOUNTPOINT`.
+    Mount {
+        mountpoint: PathBuf,
+        /// Writes return once published; fsync and close wait for them.
+        #[arg(long = "async")]
+        asynchronous: bool,
+        /// Let every user in (the kernel checks the reported permissions).
+        #[arg(long)]
+        allow_other: bool,
+        /// Seconds the kernel trusts entries and attributes before asking
+        /// again: other clients' changes show after at most this.
+        #[arg(long, default_value_t = 1.0)]
+        cache_timeout: f64,
+    },
+    /// Unmount a `labios mount`.
+    Umount { mountpoint: PathBuf },
     /// Serve the LABIOS namespace over the S3 REST API: buckets are
     /// top-level directories, objects are files, credentials are those of
     /// `labios app create`.
@@ -219,6 +237,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Mount {
+            mountpoint,
+            asynchronous,
+            allow_other,
+            cache_timeout,
+        } => {
+            let cache_timeout = Duration::try_from_secs_f64(cache_timeout).map_err(|_| {
+                anyhow::anyhow!("--cache-timeout {cache_timeout}: give seconds, 0 or more")
+            })?;
+            let options = crate::mount::MountOptions {
+                mountpoint,
+                asynchronous,
+                allow_other,
+                cache_timeout,
+                key: cli.key,
+                secret: cli.secret,
+            };
+            crate::mount::mount(config, options).await
+        }
+        Command::Umount { mountpoint } => crate::mount::umount(&mountpoint),
         Command::S3 { listen } => crate::s3::s3(config, &listen).await,
         Command::Demo { data_dir } => crate::demo::run(config, data_dir).await,
         Command::Bench {

@@ -7,6 +7,7 @@ pub mod config;
 pub mod cp;
 pub mod demo;
 pub mod deployment;
+pub mod mount;
 pub mod processes;
 pub mod run;
 pub mod runtime;

@@ -20,7 +20,9 @@ fn main() -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("LABIOS_LOG")
                 // s3s logs every S3 error it answers (a missing key, a bad
                 // signature) as an error; `labios s3` logs its own failures.
-                .unwrap_or_else(|_| "warn,s3s::ops=off".into()),
+                // fuser warns of every call LABIOS answers with ENOSYS on
+                // purpose (the kernel then does the work itself).
+                .unwrap_or_else(|_| "warn,s3s::ops=off,fuser=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();

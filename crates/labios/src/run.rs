@@ -68,6 +68,37 @@ pub(crate) async fn reachable(endpoint: &Endpoint) -> bool {
     }
 }
 
+/// In the embedded deployment, the runtime `what` works against: none when
+/// a `labios serve` answers the endpoint, else one started here (said on
+/// stderr) for `whom`; an endpoint the user named must answer, since data
+/// written to a runtime started elsewhere would be lost to them.
+pub(crate) async fn runtime_for(
+    config: &Config,
+    what: &str,
+    whom: &str,
+) -> anyhow::Result<Option<Served>> {
+    if config.deployment != Deployment::Embedded {
+        return Ok(None);
+    }
+    let endpoint = Endpoint::parse(&config.endpoint())?;
+    if reachable(&endpoint).await {
+        return Ok(None);
+    }
+    anyhow::ensure!(
+        config.endpoint.is_none(),
+        "{what}: nothing answers at {} (--endpoint / LABIOS_ENDPOINT): start \
+         `labios serve` there, or name no endpoint to run an embedded runtime \
+         in the data directory for {whom}",
+        config.endpoint()
+    );
+    eprintln!(
+        "{what}: no labios serve at {}; running an embedded runtime on {} for {whom}",
+        config.endpoint(),
+        config.data_dir.display()
+    );
+    Ok(Some(Served::start(config.clone()).await?))
+}
+
 /// Runs the program and returns its exit status; LABIOS stops cleanly
 /// afterwards even if it failed or was interrupted.
 pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<ExitStatus> {
@@ -81,28 +112,10 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<ExitStatus>
     for p in &opts.prefixes {
         check_prefix(p)?;
     }
-    let mut served = None;
+    let served = runtime_for(&config, "labios run", "this program").await?;
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args);
     if config.deployment == Deployment::Embedded {
-        let endpoint = Endpoint::parse(&config.endpoint())?;
-        if !reachable(&endpoint).await {
-            // An endpoint the user named is the server they mean: data
-            // written to a runtime started elsewhere would be lost to them.
-            anyhow::ensure!(
-                config.endpoint.is_none(),
-                "labios run: nothing answers at {} (--endpoint / LABIOS_ENDPOINT): start \
-                 `labios serve` there, or name no endpoint to run an embedded runtime \
-                 in the data directory for this program",
-                config.endpoint()
-            );
-            eprintln!(
-                "labios run: no labios serve at {}; running an embedded runtime on {} for this program",
-                config.endpoint(),
-                config.data_dir.display()
-            );
-            served = Some(Served::start(config.clone()).await?);
-        }
         cmd.env("LABIOS_ENDPOINT", config.endpoint());
     }
     let preload = match std::env::var("LD_PRELOAD") {

@@ -1,8 +1,8 @@
-//! Unmodified programs on LABIOS through `labios run` (LD_PRELOAD): each
-//! script runs once natively on a plain directory and once on the LABIOS
-//! prefix, against a `labios serve` process and against a cluster (NATS,
-//! Redis, dispatcher, manager, worker processes); what it prints and the
-//! files it leaves must be byte-identical.
+//! Unmodified programs on LABIOS, through `labios run` (LD_PRELOAD) and
+//! through `labios mount` (FUSE): each script runs once natively on a plain
+//! directory and once on LABIOS, against a `labios serve` process and
+//! against a cluster (NATS, Redis, dispatcher, manager, worker processes);
+//! what it prints and the files it leaves must be byte-identical.
 //!
 //! Needs what `bash scripts/test.sh` installs: mpich, sqlite3, nats-server,
 //! redis-server, and a Python with h5py (`LABIOS_TEST_PYTHON`, default the
@@ -11,6 +11,7 @@
 mod common;
 
 use common::deploy::{env_of, Deployed, Kind};
+use common::mount::Mounted;
 use common::serve::{Server, BIN};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -25,8 +26,20 @@ enum Site {
     Cluster(Box<Deployed>),
 }
 
+/// How programs reach LABIOS.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    /// `labios run`, synchronous or (`true`) asynchronous labels.
+    Run(bool),
+    /// `labios mount`, synchronous or (`true`) asynchronous labels.
+    Mount(bool),
+}
+
 struct Bench {
     site: Site,
+    via: Via,
+    /// The `labios mount` of a [`Via::Mount`] bench.
+    mounted: Option<Mounted>,
     /// Inputs, the native run's directory and the copies taken out.
     tmp: tempfile::TempDir,
     /// A directory of the LABIOS namespace of this test alone.
@@ -50,7 +63,7 @@ fn check(out: &Output, what: &str) -> String {
 }
 
 impl Bench {
-    async fn start(kind: Kind, name: &str) -> Bench {
+    async fn start(kind: Kind, via: Via, name: &str) -> Bench {
         let tmp = tempfile::tempdir().unwrap();
         let site = match kind {
             Kind::Embedded => Site::Serve(Server::start(&tmp.path().join("data"))),
@@ -59,29 +72,30 @@ impl Bench {
         for d in ["in", "native", "out"] {
             std::fs::create_dir(tmp.path().join(d)).unwrap();
         }
-        Bench {
+        let mut b = Bench {
             site,
+            via,
+            mounted: None,
             tmp,
             ns_dir: format!("{PREFIX}/{name}"),
+        };
+        if let Via::Mount(asynchronous) = via {
+            let dir = b.tmp.path().join("mnt");
+            let mut cmd = b.labios(&["mount"]);
+            if asynchronous {
+                cmd.arg("--async");
+            }
+            cmd.arg(&dir);
+            b.mounted = Some(Mounted::start(cmd, &dir));
+            b.ns_dir = format!("{}/{name}", dir.display());
         }
+        b
     }
 
-    fn input(&self) -> PathBuf {
-        self.tmp.path().join("in")
-    }
-
-    fn out(&self) -> PathBuf {
-        self.tmp.path().join("out")
-    }
-
-    /// `labios run [--async] -- PROGRAM...` against this test's deployment.
-    fn labios_run(&self, asynchronous: bool, program: &[&str]) -> Command {
+    /// A `labios` command against this test's deployment.
+    fn labios(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
-        cmd.arg("run");
-        if asynchronous {
-            cmd.arg("--async");
-        }
-        cmd.arg("--").args(program);
+        cmd.args(args);
         cmd.env_remove("LABIOS_KEY").env_remove("LABIOS_SECRET");
         match &self.site {
             Site::Serve(s) => {
@@ -94,10 +108,38 @@ impl Bench {
         cmd
     }
 
+    fn input(&self) -> PathBuf {
+        self.tmp.path().join("in")
+    }
+
+    fn out(&self) -> PathBuf {
+        self.tmp.path().join("out")
+    }
+
+    /// PROGRAM... on LABIOS: under `labios run [--async]`, or as it is
+    /// with ROOT in the mount.
+    fn on_labios(&self, program: &[&str]) -> Command {
+        match self.via {
+            Via::Run(asynchronous) => {
+                let mut cmd = self.labios(&["run"]);
+                if asynchronous {
+                    cmd.arg("--async");
+                }
+                cmd.arg("--").args(program);
+                cmd
+            }
+            Via::Mount(_) => {
+                let mut cmd = Command::new(program[0]);
+                cmd.args(&program[1..]);
+                cmd
+            }
+        }
+    }
+
     /// Runs `script` with `sh`, once natively with ROOT a plain directory
-    /// and once under `labios run` with ROOT in LABIOS; IN holds inputs and
-    /// OUT receives copies. Returns both outputs after checking they match.
-    fn same(&self, asynchronous: bool, script: &str) -> String {
+    /// and once with ROOT in LABIOS; IN holds inputs and OUT receives
+    /// copies. Returns both outputs after checking they match.
+    fn same(&self, script: &str) -> String {
         let native_out = self.tmp.path().join("out-native");
         std::fs::create_dir_all(&native_out).unwrap();
         let native = Command::new("sh")
@@ -110,7 +152,7 @@ impl Bench {
             .unwrap();
         let native = check(&native, "native run");
         let labios = self
-            .labios_run(asynchronous, &["sh", "-c", script])
+            .on_labios(&["sh", "-c", script])
             .env("ROOT", &self.ns_dir)
             .env("IN", self.input())
             .env("OUT", self.out())
@@ -128,6 +170,9 @@ impl Bench {
     }
 
     async fn stop(self) {
+        if let Some(m) = self.mounted {
+            m.stop();
+        }
         match self.site {
             Site::Serve(s) => s.stop(),
             Site::Cluster(d) => d.shutdown().await,
@@ -171,23 +216,52 @@ fn lines(count: usize) -> Vec<u8> {
     out
 }
 
-macro_rules! both {
+/// For each `async fn name(kind: Kind, via: Via)`, a module `name` with
+/// the tests `embedded` and `cluster` under `labios run`, and
+/// `mount_embedded` and `mount_cluster` on `labios mount`.
+macro_rules! everywhere {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
-            use super::Kind;
+            use super::{Kind, Via};
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn embedded() {
-                super::$name(Kind::Embedded).await
+                super::$name(Kind::Embedded, Via::Run(false)).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn cluster() {
-                super::$name(Kind::Cluster).await
+                super::$name(Kind::Cluster, Via::Run(false)).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mount_embedded() {
+                super::$name(Kind::Embedded, Via::Mount(false)).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mount_cluster() {
+                super::$name(Kind::Cluster, Via::Mount(false)).await
             }
         }
     )*};
 }
 
-both!(
+/// Programs `labios run` cannot intercept (static binaries, io_uring,
+/// libaio, mmap): only on `labios mount`, on both deployments.
+macro_rules! mounted {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::{Kind, Via};
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mount_embedded() {
+                super::$name(Kind::Embedded, Via::Mount(false)).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mount_cluster() {
+                super::$name(Kind::Cluster, Via::Mount(false)).await
+            }
+        }
+    )*};
+}
+
+everywhere!(
     concurrent_appends,
     coreutils,
     descriptor_games,
@@ -228,35 +302,43 @@ rm dd.512
 ls
 "#;
 
-async fn coreutils(kind: Kind) {
-    let b = Bench::start(kind, "coreutils").await;
+async fn coreutils(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "coreutils").await;
     write_input(&b.input(), "big.bin", &common::data(1, (2 << 20) + 4321));
     write_input(&b.input(), "small.bin", &common::data(2, 10_000));
     write_input(&b.input(), "lines.txt", &lines(40_000));
-    let out = b.same(false, COREUTILS);
+    let out = b.same(COREUTILS);
     assert!(out.contains("renamed.txt"), "{out}");
     b.stop().await;
 }
 
 /// The same programs with asynchronous labels: close waits for them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn coreutils_async() {
-    let b = Bench::start(Kind::Embedded, "coreutils-async").await;
+async fn coreutils_async(via: Via) {
+    let b = Bench::start(Kind::Embedded, via, "coreutils-async").await;
     write_input(&b.input(), "big.bin", &common::data(3, (2 << 20) + 17));
     write_input(&b.input(), "small.bin", &common::data(4, 10_000));
     write_input(&b.input(), "lines.txt", &lines(20_000));
-    b.same(true, COREUTILS);
+    b.same(COREUTILS);
     b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coreutils_async_run() {
+    coreutils_async(Via::Run(true)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coreutils_async_mount() {
+    coreutils_async(Via::Mount(true)).await
 }
 
 /// 4 processes append 2,000 records of 64 bytes each to one file, and 4
 /// shell loops append lines with `>>`: every record and line is there
 /// exactly once (issue 12: appends were a stat then a write, and lost
 /// two thirds of the records).
-async fn concurrent_appends(kind: Kind) {
-    let b = Bench::start(kind, "appends").await;
+async fn concurrent_appends(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "appends").await;
     let out = b.same(
-        false,
         r#"
 set -e
 mkdir -p "$ROOT"
@@ -281,10 +363,9 @@ echo "lines $(wc -l < "$ROOT/lines") distinct $(sort -u "$ROOT/lines" | wc -l)"
 /// and a program that closes every descriptor it does not know and dup2s
 /// onto every number in use (issue 12: the session's runtime took number
 /// 3, the shell dup2'ed the file onto it, and the write hung for ever).
-async fn descriptor_games(kind: Kind) {
-    let b = Bench::start(kind, "fds").await;
+async fn descriptor_games(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "fds").await;
     let out = b.same(
-        false,
         r#"
 set -e
 mkdir -p "$ROOT"
@@ -304,8 +385,8 @@ python3 "$PROGRAMS/fd_games.py" "$ROOT/h"
     b.stop().await;
 }
 
-async fn tar_tree(kind: Kind) {
-    let b = Bench::start(kind, "tar").await;
+async fn tar_tree(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "tar").await;
     let tree = b.input().join("tree");
     for (i, dir) in ["", "a", "a/b", "a/b/c", "empty", "d"].iter().enumerate() {
         std::fs::create_dir_all(tree.join(dir)).unwrap();
@@ -333,14 +414,14 @@ tar -cf "$OUT/again.tar" -C "$ROOT/x" $det .
 cp "$ROOT/t.tar" "$OUT/t.tar"
 find "$ROOT/x" -type f | sed "s|$ROOT||" | sort
 "#;
-    let out = b.same(false, script);
+    let out = b.same(script);
     assert!(out.contains("trees equal"), "{out}");
     b.stop().await;
 }
 
-async fn python_file_io(kind: Kind) {
-    let b = Bench::start(kind, "python").await;
-    let out = b.same(false, r#"python3 "$PROGRAMS/file_io.py" "$ROOT""#);
+async fn python_file_io(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "python").await;
+    let out = b.same(r#"python3 "$PROGRAMS/file_io.py" "$ROOT""#);
     assert!(
         out.contains("fork parent-before;child;parent-after"),
         "{out}"
@@ -350,17 +431,17 @@ async fn python_file_io(kind: Kind) {
 
 /// Children forked by a process whose LABIOS runtime is running connect
 /// anew; they once crashed or hung inheriting the parent's parked threads.
-async fn forked_children(kind: Kind) {
-    let b = Bench::start(kind, "forks").await;
+async fn forked_children(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "forks").await;
     for _ in 0..3 {
-        let out = b.same(false, r#"python3 "$PROGRAMS/forks.py" "$ROOT""#);
+        let out = b.same(r#"python3 "$PROGRAMS/forks.py" "$ROOT""#);
         assert!(out.starts_with("failed children 0\n"), "{out}");
     }
     b.stop().await;
 }
 
-async fn sqlite(kind: Kind) {
-    let b = Bench::start(kind, "sqlite").await;
+async fn sqlite(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "sqlite").await;
     let mut sql =
         String::from("CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);\nBEGIN;\n");
     for i in 0..10_000 {
@@ -384,30 +465,30 @@ cp "$ROOT/db/test.db" "$OUT/copy.db"
 sqlite3 "$OUT/copy.db" "SELECT count(*) FROM t;"
 ls "$ROOT/db"
 "#;
-    let out = b.same(false, script);
+    let out = b.same(script);
     assert!(out.contains("10000|"), "{out}");
     assert!(out.contains("ok\n"), "{out}");
     b.stop().await;
 }
 
-async fn hdf5(kind: Kind) {
+async fn hdf5(kind: Kind, via: Via) {
     let py = python();
     let probe = Command::new(&py).args(["-c", "import h5py"]).output();
     assert!(
         probe.as_ref().is_ok_and(|o| o.status.success()),
         "{py} cannot import h5py: run `bash scripts/python-tests.sh` or set LABIOS_TEST_PYTHON"
     );
-    let b = Bench::start(kind, "hdf5").await;
+    let b = Bench::start(kind, via, "hdf5").await;
     let script = format!(
         r#"set -e; mkdir -p "$ROOT/h5"; {py} "$PROGRAMS/h5.py" "$ROOT/h5"; cp "$ROOT/h5/data.h5" "$OUT/data.h5"; {py} -c "import h5py,sys; print(h5py.File(sys.argv[1])['sim/ids'][-1])" "$OUT/data.h5""#
     );
-    let out = b.same(false, &script);
+    let out = b.same(&script);
     assert!(out.contains("step 42 shape (400, 500)"), "{out}");
     b.stop().await;
 }
 
-async fn mpi(kind: Kind) {
-    let b = Bench::start(kind, "mpi").await;
+async fn mpi(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "mpi").await;
     let exe = b.input().join("mpi_io");
     let cc = Command::new("mpicc")
         .arg("-O2")
@@ -424,7 +505,7 @@ mpiexec -n 4 "$IN/mpi_io" "$ROOT/mpi"
 ls "$ROOT/mpi"
 cp "$ROOT/mpi/cm1.out" "$ROOT/mpi/hacc.3" "$ROOT/mpi/cm1.mpiio" "$OUT/"
 "#;
-    let out = b.same(false, script);
+    let out = b.same(script);
     assert!(
         out.contains("ranks 4,") && out.contains("mismatches 0"),
         "{out}"
@@ -531,4 +612,188 @@ fn run_starts_the_embedded_runtime_when_nothing_serves() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid prefix \"relative\""));
+}
+
+mounted!(
+    git,
+    sqlite_wal,
+    fio_engines,
+    static_busybox,
+    memory_mapped,
+    df
+);
+
+/// git init, add, commit, log, fsck and clone of a repository in LABIOS
+/// (mmap of pack files and index; fixed dates make the hashes the same).
+async fn git(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "git").await;
+    let script = r#"
+set -e
+export GIT_AUTHOR_DATE=@1700000000 GIT_COMMITTER_DATE=@1700000000 HOME="$IN"
+export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@labios GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@labios
+mkdir -p "$ROOT"
+cd "$ROOT"
+git init -q -b main repo
+cd repo
+for i in 1 2 3; do
+  seq 1 $((i * 5000)) > "file$i.txt"
+  mkdir -p "d$i" && cp "$IN/blob.bin" "d$i/blob.bin"
+  git add -A && git commit -qm "commit $i"
+done
+git gc -q
+git log --format='%H %s'
+git fsck --full 2>&1
+cd ..
+git clone -q repo clone
+git -C clone log --format='%H %s' | head -1
+git -C clone ls-files
+"#;
+    write_input(&b.input(), "blob.bin", &common::data(7, 300_000));
+    let out = b.same(script);
+    assert!(
+        out.contains("commit 3\n") && out.contains("d3/blob.bin"),
+        "{out}"
+    );
+    b.stop().await;
+}
+
+/// SQLite in WAL mode (a shared memory map of the -shm file) with 10,000
+/// rows, read by a second connection while a writer has the WAL open.
+async fn sqlite_wal(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "wal").await;
+    let script = r#"
+set -e
+mkdir -p "$ROOT"
+sqlite3 "$ROOT/w.db" "PRAGMA journal_mode=WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<10000)
+INSERT INTO t SELECT x, printf('value-%06d', x * 7) FROM c;"
+sqlite3 "$ROOT/w.db" "PRAGMA journal_mode; UPDATE t SET v = 'changed' WHERE id % 100 = 0;
+SELECT count(*), sum(id), count(DISTINCT v) FROM t; PRAGMA integrity_check;"
+sqlite3 "$ROOT/w.db" "PRAGMA wal_checkpoint(TRUNCATE);" > /dev/null
+cp "$ROOT/w.db" "$OUT/w.db"
+sqlite3 "$OUT/w.db" "SELECT count(*) FROM t WHERE v = 'changed';"
+"#;
+    let out = b.same(script);
+    assert!(out.contains("wal\n") && out.contains("10000|50005000|") && out.contains("ok\n"));
+    b.stop().await;
+}
+
+/// fio with psync, libaio and io_uring, each writing random 4 KiB and
+/// 64 KiB blocks with crc32c verification (a mismatch fails fio).
+async fn fio_engines(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "fio").await;
+    let script = r#"
+set -e
+mkdir -p "$ROOT"
+for engine in psync libaio io_uring; do
+  for bs in 4k 64k; do
+    fio --name=v --filename="$ROOT/fio-$engine-$bs" --size=4M --bs=$bs --rw=randwrite \
+      --ioengine=$engine --iodepth=8 --verify=crc32c --do_verify=1 --verify_fatal=1 \
+      --output=/dev/null
+    echo "$engine $bs verified $(stat -c %s "$ROOT/fio-$engine-$bs")"
+  done
+done
+"#;
+    let out = b.same(script);
+    assert_eq!(out.lines().count(), 6, "{out}");
+    b.stop().await;
+}
+
+/// A statically linked program (no C library to intercept) copies, lists
+/// and reads back files.
+async fn static_busybox(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "busybox").await;
+    write_input(&b.input(), "big.bin", &common::data(8, (1 << 20) + 333));
+    let script = r#"
+set -e
+busybox mkdir -p "$ROOT/b"
+busybox cp "$IN/big.bin" "$ROOT/b/big.bin"
+busybox cat "$ROOT/b/big.bin" | sha256sum
+busybox sh -c 'echo one > "$1/t"; echo two >> "$1/t"; busybox cat "$1/t"' - "$ROOT/b"
+busybox ls "$ROOT/b"
+busybox cp "$ROOT/b/big.bin" "$OUT/big.bin"
+"#;
+    let out = b.same(script);
+    assert!(out.contains("one\ntwo\n"), "{out}");
+    b.stop().await;
+}
+
+async fn memory_mapped(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "mmap").await;
+    let script = format!(
+        r#"set -e; {} "$PROGRAMS/mapped.py" "$ROOT"; cp "$ROOT/mapped.bin" "$ROOT/m.dat" "$OUT/""#,
+        python()
+    );
+    let out = b.same(&script);
+    assert!(out.contains("file keeps b'\\x00\\x01"), "{out}");
+    b.stop().await;
+}
+
+/// `df` shows the worker pool: the deployment's capacity, named labios.
+async fn df(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "df").await;
+    let out = b
+        .on_labios(&[
+            "df",
+            "-P",
+            "-B1",
+            &b.mounted.as_ref().unwrap().dir.to_string_lossy(),
+        ])
+        .output()
+        .unwrap();
+    let out = check(&out, "df");
+    let fields: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(fields[0], "labios", "{out}");
+    let size: u64 = fields[1].parse().unwrap();
+    assert!(size > 0, "{out}");
+    b.stop().await;
+}
+
+/// `labios mount` with nothing serving runs the embedded runtime for the
+/// mount; `labios umount` ends it cleanly, and what was written is there
+/// when it is mounted again. A mount point that is not a directory is an
+/// error that names it.
+#[test]
+fn mount_ends_on_umount_and_keeps_what_was_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let dir = tmp.path().join("mnt");
+    let mount = || {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("mount")
+            .arg(&dir)
+            .env("LABIOS_DATA_DIR", &data)
+            .env_remove("LABIOS_ENDPOINT");
+        Mounted::start(cmd, &dir)
+    };
+    let m = mount();
+    assert!(
+        m.log().contains("running an embedded runtime on"),
+        "{}",
+        m.log()
+    );
+    std::fs::write(dir.join("kept.txt"), b"kept across mounts\n").unwrap();
+    let umount = Command::new(BIN).arg("umount").arg(&dir).output().unwrap();
+    check(&umount, "labios umount");
+    m.ended();
+    let m = mount();
+    assert_eq!(
+        std::fs::read(dir.join("kept.txt")).unwrap(),
+        b"kept across mounts\n"
+    );
+    m.stop();
+    let file = tmp.path().join("plain");
+    std::fs::write(&file, b"").unwrap();
+    let refused = Command::new(BIN)
+        .arg("mount")
+        .arg(&file)
+        .env("LABIOS_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(&format!("{} is not a directory", file.display())),
+        "{said}"
+    );
 }

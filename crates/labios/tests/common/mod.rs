@@ -5,6 +5,7 @@
 pub mod deploy;
 pub mod model;
 pub mod model_client;
+pub mod mount;
 pub mod s3;
 pub mod serve;
 

@@ -1,0 +1,22 @@
+//! LABIOS errors as POSIX sees them.
+
+use labios_label::Error;
+
+/// The POSIX errno closest to a LABIOS error, for every POSIX face of
+/// LABIOS: intercepted calls, the FUSE mount, Python's `OSError`.
+pub fn errno_of(e: &Error) -> i32 {
+    match e {
+        Error::NotFound(_) => libc::ENOENT,
+        Error::AlreadyExists(_) => libc::EEXIST,
+        Error::InvalidPath { .. } => libc::EINVAL,
+        Error::InvalidArgument(m) if m.ends_with("is a directory") => libc::EISDIR,
+        Error::InvalidArgument(m) if m.ends_with("is not a directory") => libc::ENOTDIR,
+        Error::InvalidArgument(m) if m.contains("not empty") => libc::ENOTEMPTY,
+        Error::InvalidArgument(_) | Error::Malformed(_) => libc::EINVAL,
+        Error::PermissionDenied(_) => libc::EACCES,
+        Error::Full(_) => libc::ENOSPC,
+        Error::Timeout(_) => libc::ETIMEDOUT,
+        Error::LabelFailed { .. } | Error::Storage(_) | Error::Protocol(_) => libc::EIO,
+        Error::Unavailable(_) => libc::EHOSTUNREACH,
+    }
+}

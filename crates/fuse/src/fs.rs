@@ -1,0 +1,700 @@
+//! The FUSE operations, each one or a few LABIOS client calls. The kernel's
+//! page cache sits in front (so `mmap`, readahead and small reads work as on
+//! any file system), writes go through it to LABIOS at once (no write-back
+//! cache: a write the kernel acknowledged is a label published, and in the
+//! synchronous mode one completed), and a file's cached pages are dropped
+//! when it is opened again or its size changes (close-to-open consistency,
+//! as NFS gives).
+
+use crate::nodes::{child, node_of, Nodes};
+use bytes::Bytes;
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+use labios_client::{errno_of, Client, IoMode};
+use labios_label::Error;
+use labios_store::{FileKind, FileMeta};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// One label's worth of data per call: programs size their buffers by
+/// `st_blksize`, and the kernel sends writes of up to this much.
+const BLOCK: u32 = 1 << 20;
+/// The block size `statfs` counts in.
+const STATFS_BLOCK: u32 = 4096;
+/// A file handle whose writes are appends (opened with `O_APPEND`).
+const APPEND: FileHandle = FileHandle(1);
+
+/// How the mount behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// How long the kernel may trust an entry or its attributes before it
+    /// asks again: what another client changed shows after at most this.
+    pub cache_timeout: Duration,
+}
+
+/// One directory listing, taken at `opendir`, so that offsets stay valid
+/// while a program reads it in several calls.
+type Listing = Vec<(INodeNo, FileType, String)>;
+
+pub struct LabiosFs {
+    client: Client,
+    runtime: tokio::runtime::Handle,
+    settings: Settings,
+    nodes: Nodes,
+    listings: Mutex<HashMap<u64, Listing>>,
+    next_listing: AtomicU64,
+    uid: u32,
+    gid: u32,
+}
+
+impl LabiosFs {
+    /// `runtime` runs the client's calls; the FUSE threads block on it.
+    pub fn new(client: Client, runtime: tokio::runtime::Handle, settings: Settings) -> LabiosFs {
+        LabiosFs {
+            client,
+            runtime,
+            settings,
+            nodes: Nodes::default(),
+            listings: Mutex::new(HashMap::new()),
+            next_listing: AtomicU64::new(1),
+            // The mount's files belong to whoever mounted it (the kernel
+            // lets only them in unless --allow-other is given).
+            uid: unsafe { libc::getuid() },
+            gid: unsafe { libc::getgid() },
+        }
+    }
+
+    /// Runs one client call; a failure becomes its errno, and the ones the
+    /// errno alone does not explain are logged with the operation and path.
+    fn call<T>(
+        &self,
+        what: &str,
+        path: &str,
+        work: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Errno> {
+        self.runtime.block_on(work).map_err(|e| {
+            let errno = errno_of(&e);
+            if !matches!(
+                errno,
+                libc::ENOENT | libc::EEXIST | libc::ENOTEMPTY | libc::EISDIR | libc::ENOTDIR
+            ) {
+                tracing::warn!("{what} {path}: {e}");
+            }
+            Errno::from_i32(errno)
+        })
+    }
+
+    fn stat(&self, path: &str) -> Result<FileMeta, Errno> {
+        self.call("stat", path, self.client.stat(path))
+    }
+
+    fn attr(&self, m: &FileMeta) -> FileAttr {
+        let time = |ns: u64| UNIX_EPOCH + Duration::from_nanos(ns);
+        FileAttr {
+            ino: node_of(m),
+            size: m.size,
+            blocks: m.size.div_ceil(512),
+            atime: time(m.atime),
+            mtime: time(m.mtime),
+            ctime: time(m.ctime),
+            crtime: time(m.ctime),
+            kind: kind_of(m),
+            perm: (m.mode & 0o7777) as u16,
+            nlink: if m.kind == FileKind::Dir { 2 } else { 1 },
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: BLOCK,
+            flags: 0,
+        }
+    }
+
+    /// Replies with an entry the kernel now holds a reference to.
+    fn entry(&self, meta: &FileMeta, reply: ReplyEntry) {
+        self.nodes.remember(meta);
+        reply.entry(
+            &self.settings.cache_timeout,
+            &self.attr(meta),
+            Generation(0),
+        );
+    }
+
+    /// The path of `node`, checked to still be the file the kernel means:
+    /// another client may have removed or replaced it since the lookup.
+    fn current(&self, node: INodeNo) -> Result<(String, FileMeta), Errno> {
+        let path = self.nodes.path(node)?;
+        let meta = self.stat(&path)?;
+        if node_of(&meta) != node {
+            return Err(Errno::ESTALE);
+        }
+        Ok((path, meta))
+    }
+
+    fn listing(&self, dir: &str) -> Result<Listing, Errno> {
+        let all = self.call("readdir", dir, self.client.list(dir))?;
+        let parent = if dir == "/" {
+            "/".to_string()
+        } else {
+            format!("{dir}/")
+        };
+        let mut out = vec![
+            (INodeNo::ROOT, FileType::Directory, ".".to_string()),
+            (INodeNo::ROOT, FileType::Directory, "..".to_string()),
+        ];
+        out.extend(all.iter().filter_map(|m| {
+            let name = m.path.strip_prefix(&parent)?;
+            (!name.is_empty() && !name.contains('/') && m.path != dir)
+                .then(|| (node_of(m), kind_of(m), name.to_string()))
+        }));
+        Ok(out)
+    }
+
+    fn xattr(&self, path: &str, name: &str) -> Result<Option<Bytes>, Errno> {
+        let all = self.call("getxattr", path, self.client.xattrs(path))?;
+        Ok(all.into_iter().find(|(n, _)| n == name).map(|(_, v)| v))
+    }
+
+    fn set_xattr(
+        &self,
+        node: INodeNo,
+        name: &OsStr,
+        value: Option<&[u8]>,
+        flags: i32,
+    ) -> Result<(), Errno> {
+        let path = self.nodes.path(node)?;
+        let name = name.to_str().ok_or(Errno::EINVAL)?;
+        let exists = self.xattr(&path, name)?.is_some();
+        if (flags & libc::XATTR_CREATE != 0 && exists)
+            || (flags & libc::XATTR_REPLACE != 0 && !exists)
+        {
+            return Err(if exists {
+                Errno::EEXIST
+            } else {
+                Errno::NO_XATTR
+            });
+        }
+        if value.is_none() && !exists {
+            return Err(Errno::NO_XATTR);
+        }
+        let value = value.map(Bytes::copy_from_slice);
+        self.call("setxattr", &path, self.client.set_xattr(&path, name, value))
+    }
+}
+
+fn kind_of(m: &FileMeta) -> FileType {
+    match m.kind {
+        FileKind::Dir => FileType::Directory,
+        FileKind::File => FileType::RegularFile,
+    }
+}
+
+/// An xattr reply: its size when asked for the size (0), ERANGE when the
+/// caller's buffer is too small, the bytes otherwise.
+fn reply_xattr(bytes: &[u8], size: u32, reply: ReplyXattr) {
+    if size == 0 {
+        reply.size(bytes.len() as u32);
+    } else if (size as usize) < bytes.len() {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(bytes);
+    }
+}
+
+macro_rules! reply_with {
+    ($reply:ident, $result:expr, |$v:pat_param| $ok:expr) => {
+        match $result {
+            Ok($v) => $ok,
+            Err(e) => $reply.error(e),
+        }
+    };
+}
+
+impl Filesystem for LabiosFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Writes of one label; the kernel may not allow as much.
+        let _ = config.set_max_write(BLOCK);
+        let _ = config.set_max_readahead(BLOCK);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let result = self
+            .nodes
+            .path(parent)
+            .and_then(|p| child(&p, name))
+            .and_then(|p| self.stat(&p));
+        reply_with!(reply, result, |meta| self.entry(&meta, reply))
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.nodes.forget(ino, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let result = self.nodes.path(ino).and_then(|p| self.stat(&p));
+        reply_with!(reply, result, |m| reply
+            .attr(&self.settings.cache_timeout, &self.attr(&m)))
+    }
+
+    /// Sizes change (truncate); mode, owner and times are accepted and not
+    /// kept yet, as under `labios run` (README "The FUSE mount").
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let result = self.current(ino).and_then(|(path, meta)| match size {
+            Some(_) if meta.kind == FileKind::Dir => Err(Errno::EISDIR),
+            Some(size) => {
+                self.call("truncate", &path, self.client.truncate(&path, size))?;
+                self.stat(&path)
+            }
+            None => Ok(meta),
+        });
+        reply_with!(reply, result, |m| reply
+            .attr(&self.settings.cache_timeout, &self.attr(&m)))
+    }
+
+    /// Regular files only: LABIOS keeps no device nodes, FIFOs or sockets.
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return reply.error(Errno::EPERM);
+        }
+        let result = self
+            .nodes
+            .path(parent)
+            .and_then(|p| child(&p, name))
+            .and_then(|p| self.call("create", &p, self.client.create(&p)));
+        reply_with!(reply, result, |meta| self.entry(&meta, reply))
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let result = self
+            .nodes
+            .path(parent)
+            .and_then(|p| child(&p, name))
+            .and_then(|p| self.call("mkdir", &p, self.client.mkdir(&p)));
+        reply_with!(reply, result, |meta| self.entry(&meta, reply))
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self
+            .nodes
+            .path(parent)
+            .and_then(|p| child(&p, name))
+            .and_then(|p| {
+                self.call("unlink", &p, self.client.remove(&p))?;
+                self.nodes.removed(&p);
+                Ok(())
+            });
+        reply_with!(reply, result, |()| reply.ok())
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.unlink(req, parent, name, reply)
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let result = (|| {
+            let from = child(&self.nodes.path(parent)?, name)?;
+            let to = child(&self.nodes.path(newparent)?, newname)?;
+            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                return Err(Errno::EINVAL);
+            }
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                match self.stat(&to) {
+                    Ok(_) => return Err(Errno::EEXIST),
+                    Err(e) if e == Errno::ENOENT => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            self.call("rename", &from, self.client.rename(&from, &to))?;
+            self.nodes.renamed(&from, &to);
+            Ok(())
+        })();
+        reply_with!(reply, result, |()| reply.ok())
+    }
+
+    /// A file opened for appending bypasses the page cache: its writes go
+    /// where the inventory decides (atomically, across every client), not
+    /// where the kernel believes the end is.
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let result = self.current(ino).and_then(|(_, meta)| {
+            if meta.kind == FileKind::Dir {
+                return Err(Errno::EISDIR);
+            }
+            Ok(())
+        });
+        reply_with!(reply, result, |()| if flags.0 & libc::O_APPEND != 0 {
+            reply.opened(APPEND, FopenFlags::FOPEN_DIRECT_IO)
+        } else {
+            reply.opened(FileHandle(0), FopenFlags::empty())
+        })
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let result = self.nodes.path(ino).and_then(|path| {
+            self.call(
+                "read",
+                &path,
+                self.client.read_at(&path, offset, u64::from(size)),
+            )
+        });
+        reply_with!(reply, result, |data| reply.data(&data))
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let len = data.len() as u32;
+        let data = Bytes::copy_from_slice(data);
+        let result = self.nodes.path(ino).and_then(|path| {
+            if fh == APPEND {
+                self.call("append", &path, self.client.append(&path, data))
+                    .map(|_| ())
+            } else {
+                self.call("write", &path, self.client.write_at(&path, offset, data))
+            }
+        });
+        reply_with!(reply, result, |()| reply.written(len))
+    }
+
+    /// `close`: in the asynchronous mode, waits for what was published, so
+    /// that close reports a write that failed (as the NFS client does).
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        if self.client.config().mode == IoMode::Sync {
+            return reply.ok();
+        }
+        let result = self
+            .nodes
+            .path(ino)
+            .and_then(|path| self.call("close", &path, self.client.wait_all()));
+        reply_with!(reply, result, |()| reply.ok())
+    }
+
+    /// Waits for the file's writes and makes them durable on the workers.
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let result = self
+            .nodes
+            .path(ino)
+            .and_then(|path| self.call("fsync", &path, self.client.flush(&path)));
+        reply_with!(reply, result, |()| reply.ok())
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let result = self.nodes.path(ino).and_then(|p| self.listing(&p));
+        reply_with!(reply, result, |listing| {
+            let fh = self.next_listing.fetch_add(1, Ordering::Relaxed);
+            self.listings.lock().insert(fh, listing);
+            reply.opened(FileHandle(fh), FopenFlags::empty())
+        })
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let listings = self.listings.lock();
+        let Some(listing) = listings.get(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (node, kind, name)) in listing.iter().enumerate().skip(offset as usize) {
+            if reply.add(*node, i as u64 + 1, *kind, name) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.listings.lock().remove(&fh.0);
+        reply.ok()
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // The inventory commits each namespace change before answering.
+        reply.ok()
+    }
+
+    /// The worker pool's capacity and use: `df` shows the deployment.
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let workers = self.call("statfs", "/", self.client.catalog().inventory().workers());
+        reply_with!(reply, workers, |workers| {
+            let (cap, used) = workers.iter().fold((0u64, 0u64), |(c, u), w| {
+                (c.saturating_add(w.spec.capacity), u.saturating_add(w.used))
+            });
+            let block = u64::from(STATFS_BLOCK);
+            let free = cap.saturating_sub(used) / block;
+            reply.statfs(
+                cap / block,
+                free,
+                free,
+                u64::MAX / 2,
+                u64::MAX / 2,
+                STATFS_BLOCK,
+                255,
+                STATFS_BLOCK,
+            )
+        })
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let result = self.set_xattr(ino, name, Some(value), flags);
+        reply_with!(reply, result, |()| reply.ok())
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let result = self.nodes.path(ino).and_then(|path| {
+            let name = name.to_str().ok_or(Errno::NO_XATTR)?;
+            self.xattr(&path, name)?.ok_or(Errno::NO_XATTR)
+        });
+        reply_with!(reply, result, |value| reply_xattr(&value, size, reply))
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let result = self
+            .nodes
+            .path(ino)
+            .and_then(|path| self.call("listxattr", &path, self.client.xattrs(&path)));
+        reply_with!(reply, result, |all| {
+            let mut names = Vec::new();
+            for (name, _) in all {
+                names.extend_from_slice(name.as_bytes());
+                names.push(0);
+            }
+            reply_xattr(&names, size, reply)
+        })
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.set_xattr(ino, name, None, 0);
+        reply_with!(reply, result, |()| reply.ok())
+    }
+
+    /// Permission bits are not enforced yet (README "The FUSE mount"): the
+    /// kernel lets only the mounting user in unless `--allow-other`.
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        reply_with!(reply, self.nodes.path(ino), |_| reply.ok())
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let result = self
+            .nodes
+            .path(parent)
+            .and_then(|p| child(&p, name))
+            .and_then(|p| self.call("create", &p, self.client.create(&p)));
+        reply_with!(reply, result, |meta| {
+            self.nodes.remember(&meta);
+            let (fh, open) = if flags & libc::O_APPEND != 0 {
+                (APPEND, FopenFlags::FOPEN_DIRECT_IO)
+            } else {
+                (FileHandle(0), FopenFlags::empty())
+            };
+            reply.created(
+                &self.settings.cache_timeout,
+                &self.attr(&meta),
+                Generation(0),
+                fh,
+                open,
+            )
+        })
+    }
+
+    /// A regular file is always ready, as on any disk file system.
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: fuser::PollNotifier,
+        events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
+        reply.poll(events & (fuser::PollEvents::POLLIN | fuser::PollEvents::POLLOUT))
+    }
+
+    /// No device controls: a terminal probe (`isatty`) is told no.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY)
+    }
+
+    /// Only allocation that extends the size (mode 0): LABIOS stores no
+    /// blocks ahead of their bytes, so reserving is setting the size.
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        if mode != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let result = self.current(ino).and_then(|(path, meta)| {
+            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+            if end > meta.size {
+                self.call("fallocate", &path, self.client.truncate(&path, end))?;
+            }
+            Ok(())
+        });
+        reply_with!(reply, result, |()| reply.ok())
+    }
+}
+
+/// Mounts `fs` at `mountpoint`; `allow_other` lets every user in (with
+/// the kernel checking the permission bits LABIOS reports).
+pub fn session(
+    fs: LabiosFs,
+    mountpoint: &Path,
+    allow_other: bool,
+) -> std::io::Result<fuser::Session<LabiosFs>> {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName("labios".to_string()),
+        fuser::MountOption::Subtype("labios".to_string()),
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    if allow_other {
+        config.acl = fuser::SessionACL::All;
+        config
+            .mount_options
+            .push(fuser::MountOption::DefaultPermissions);
+    }
+    // Calls wait on the network (workers, NATS, Redis); several threads
+    // keep one slow call from holding every program up.
+    config.n_threads = Some(4);
+    config.clone_fd = true;
+    fuser::Session::new(fs, mountpoint, &config)
+}
