@@ -408,15 +408,19 @@ impl Filesystem for LabiosFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let len = data.len() as u32;
         let data = Bytes::copy_from_slice(data);
+        // Page write-back (a shared mapping) may come through any handle
+        // open for writing, an appending one too: its pages have their
+        // place, so it is always a positional write.
+        let append = fh == APPEND && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let result = self.nodes.path(ino).and_then(|path| {
-            if fh == APPEND {
+            if append {
                 self.call("append", &path, self.client.append(&path, data))
                     .map(|_| ())
             } else {

@@ -726,6 +726,10 @@ async fn memory_mapped(kind: Kind, via: Via) {
     );
     let out = b.same(&script);
     assert!(out.contains("file keeps b'\\x00\\x01"), "{out}");
+    assert!(
+        out.contains("with an appender b'SHARED\\x06' b'\\xffEND' 256003"),
+        "{out}"
+    );
     b.stop().await;
 }
 

@@ -1,7 +1,7 @@
 """Memory-mapped files in the directory argv[1] (issue 12: mmap made git,
 SQLite's WAL mode and np.load(mmap_mode='r') fail): a shared writable
 mapping written back by msync, munmap and close, a private mapping whose
-writes stay private, and numpy's memmap and np.load(mmap_mode='r')."""
+writes stay private, write-back beside an appending descriptor, and numpy's memmap and np.load(mmap_mode='r')."""
 import hashlib
 import mmap
 import os
@@ -32,6 +32,20 @@ with open(path, "r+b") as f:
     p.close()
 with open(path, "rb") as f:
     print("file keeps", f.read(6))
+
+# Page write-back while another descriptor appends: the pages keep their
+# place, the appended bytes go to the end.
+with open(path, "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    appender = os.open(path, os.O_WRONLY | os.O_APPEND)
+    m[0:6] = b"SHARED"
+    m.flush()
+    os.write(appender, b"END")
+    os.close(appender)
+    m.close()
+with open(path, "rb") as f:
+    data = f.read()
+print("with an appender", data[:7], data[-4:], len(data))
 
 a = np.arange(300_000, dtype="float64")
 np.save(os.path.join(root, "a.npy"), a)
