@@ -801,3 +801,33 @@ fn mount_ends_on_umount_and_keeps_what_was_written() {
         "{said}"
     );
 }
+
+/// Calls that bypass the C library's functions (raw system calls) fail
+/// on a LABIOS descriptor under `labios run` instead of reading its
+/// placeholder as the file (issue 12: fio with libaio read `LABIOS-FD
+/// 1...` as data), and preadv2/pwritev2 are intercepted.
+async fn raw_system_calls(kind: Kind) {
+    let b = Bench::start(kind, Via::Run(false), "raw").await;
+    let out = b
+        .on_labios(&["python3", &format!("{PROGRAMS}/raw_calls.py"), &b.ns_dir])
+        .output()
+        .unwrap();
+    let out = check(&out, "raw_calls.py");
+    assert_eq!(
+        out,
+        "raw read EBADF\nraw pread EBADF\nraw write EPERM\nposition 0\npwritev2 3\n\
+         preadv2 12 b'LABios bytes'\nnowait EAGAIN\npreadv2 at the position 3 b'os ' 7\n\
+         file b'LABios bytes'\n"
+    );
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_system_calls_embedded() {
+    raw_system_calls(Kind::Embedded).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_system_calls_cluster() {
+    raw_system_calls(Kind::Cluster).await
+}

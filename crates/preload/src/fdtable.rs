@@ -6,6 +6,12 @@
 //! `fork` and `exec` share exactly as they would for a real file. The memfd
 //! also holds the file's path, so a program started by `exec` finds its
 //! inherited LABIOS descriptors again (see [`restore`]).
+//!
+//! The descriptor a program holds is the sealed memfd reopened write-only:
+//! a call that reaches the kernel without passing through this library
+//! (a raw system call, io_uring, libaio, a static helper) gets EBADF for a
+//! read and EPERM for a write, never the record's text as if it were the
+//! file's bytes.
 
 use crate::mount::{self, Vpath};
 use crate::real::real;
@@ -107,7 +113,7 @@ pub fn open(path: Vpath, dir: bool, flags: c_int) -> Result<c_int, c_int> {
     let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
     let sealed =
         unsafe { real!(fcntl: fn(c_int, c_int, c_int) -> c_int)(fd, libc::F_ADD_SEALS, seals) };
-    if wrote != record.len() as isize || sealed != 0 {
+    if wrote != record.len() as isize || sealed != 0 || write_only(fd, cloexec != 0).is_err() {
         unsafe { close_real(fd) };
         return Err(libc::EIO);
     }
@@ -120,6 +126,24 @@ pub fn open(path: Vpath, dir: bool, flags: c_int) -> Result<c_int, c_int> {
         }),
     );
     Ok(fd)
+}
+
+/// Replaces the memfd at `fd` by a write-only description of it, at the
+/// same number (open must give the lowest free number, as POSIX says).
+fn write_only(fd: c_int, cloexec: bool) -> Result<(), c_int> {
+    let proc_path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
+    let flags = libc::O_WRONLY | if cloexec { libc::O_CLOEXEC } else { 0 };
+    let w = unsafe {
+        real!(open: fn(*const libc::c_char, c_int, c_int) -> c_int)(proc_path.as_ptr(), flags, 0)
+    };
+    if w < 0 {
+        return Err(errno());
+    }
+    let dup_flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+    let moved = unsafe { real!(dup3: fn(c_int, c_int, c_int) -> c_int)(w, fd, dup_flags) };
+    let failed = (moved < 0).then(errno);
+    unsafe { close_real(w) };
+    failed.map_or(Ok(()), Err)
 }
 
 /// # Safety
@@ -166,16 +190,30 @@ pub fn restore() {
     }
 }
 
+/// The record of an inherited descriptor, read through a read-only
+/// description of its memfd (the descriptor itself is write-only).
 fn read_record(fd: c_int) -> Option<OpenFile> {
+    let proc_path = CString::new(format!("/proc/self/fd/{fd}")).ok()?;
+    let r = unsafe {
+        real!(open: fn(*const libc::c_char, c_int, c_int) -> c_int)(
+            proc_path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+            0,
+        )
+    };
+    if r < 0 {
+        return None;
+    }
     let mut buf = vec![0u8; 8192];
     let n = unsafe {
         real!(pread64: fn(c_int, *mut c_void, usize, i64) -> isize)(
-            fd,
+            r,
             buf.as_mut_ptr().cast(),
             buf.len(),
             0,
         )
     };
+    unsafe { close_real(r) };
     buf.truncate(usize::try_from(n).ok()?);
     let text = String::from_utf8(buf).ok()?;
     let mut lines = text.splitn(5, '\n');

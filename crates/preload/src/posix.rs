@@ -456,6 +456,110 @@ pub unsafe extern "C" fn pwritev64(
     })
 }
 
+/// What `preadv2`/`pwritev2` flags mean for a LABIOS descriptor: none
+/// changes where the bytes go (offset -1 is the file position, as for
+/// `readv`); RWF_DSYNC and RWF_SYNC make the write durable before it
+/// returns, RWF_HIPRI is a hint, RWF_NOWAIT cannot be kept (a label always
+/// waits) and is EAGAIN, which its callers answer by calling again without
+/// it; anything else (RWF_APPEND, unknown bits) is EOPNOTSUPP.
+fn rwf_check(flags: c_int, write: bool) -> Result<bool, c_int> {
+    let sync = libc::RWF_DSYNC | libc::RWF_SYNC;
+    if flags & libc::RWF_NOWAIT != 0 {
+        return Err(libc::EAGAIN);
+    }
+    let known = libc::RWF_HIPRI | if write { sync } else { 0 };
+    if flags & !known != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(flags & sync != 0)
+}
+
+unsafe fn rw2_fd(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: i64,
+    flags: c_int,
+    write: bool,
+) -> Option<ssize_t> {
+    let f = fdtable::get(fd)?;
+    let sync = match rwf_check(flags, write) {
+        Ok(sync) => sync,
+        Err(e) => return Some(rets(Err(e))),
+    };
+    let at = (off != -1).then_some(off);
+    if !write {
+        return readv_fd(fd, iov, cnt, at);
+    }
+    let n = writev_fd(fd, iov, cnt, at)?;
+    if n >= 0 && sync {
+        if let Err(e) = io::fsync(&f) {
+            return Some(rets(Err(e)));
+        }
+    }
+    Some(n)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    rw2_fd(fd, iov, cnt, off, flags, false).unwrap_or_else(|| {
+        real!(preadv2: fn(c_int, *const libc::iovec, c_int, off_t, c_int) -> ssize_t)(
+            fd, iov, cnt, off, flags,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64v2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    rw2_fd(fd, iov, cnt, off, flags, false).unwrap_or_else(|| {
+        real!(preadv64v2: fn(c_int, *const libc::iovec, c_int, off64_t, c_int) -> ssize_t)(
+            fd, iov, cnt, off, flags,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+) -> ssize_t {
+    rw2_fd(fd, iov, cnt, off, flags, true).unwrap_or_else(|| {
+        real!(pwritev2: fn(c_int, *const libc::iovec, c_int, off_t, c_int) -> ssize_t)(
+            fd, iov, cnt, off, flags,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64v2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    rw2_fd(fd, iov, cnt, off, flags, true).unwrap_or_else(|| {
+        real!(pwritev64v2: fn(c_int, *const libc::iovec, c_int, off64_t, c_int) -> ssize_t)(
+            fd, iov, cnt, off, flags,
+        )
+    })
+}
+
 fn seek_fd(fd: c_int, off: i64, whence: c_int) -> Option<i64> {
     let f = fdtable::get(fd)?;
     Some(io::seek(fd, &f, off, whence).unwrap_or_else(|e| {
