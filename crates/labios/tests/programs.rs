@@ -262,6 +262,7 @@ macro_rules! mounted {
 }
 
 everywhere!(
+    fio_engines,
     concurrent_appends,
     coreutils,
     descriptor_games,
@@ -614,14 +615,7 @@ fn run_starts_the_embedded_runtime_when_nothing_serves() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid prefix \"relative\""));
 }
 
-mounted!(
-    git,
-    sqlite_wal,
-    fio_engines,
-    static_busybox,
-    memory_mapped,
-    df
-);
+mounted!(git, sqlite_wal, static_busybox, memory_mapped, df);
 
 /// git init, add, commit, log, fsck and clone of a repository in LABIOS
 /// (mmap of pack files and index; fixed dates make the hashes the same).
@@ -678,24 +672,33 @@ sqlite3 "$OUT/w.db" "SELECT count(*) FROM t WHERE v = 'changed';"
     b.stop().await;
 }
 
-/// fio with psync, libaio and io_uring, each writing random 4 KiB and
-/// 64 KiB blocks with crc32c verification (a mismatch fails fio).
+/// fio writing random 4 KiB and 64 KiB blocks with crc32c verification (a
+/// mismatch fails fio): psync, pvsync2 (preadv2/pwritev2) and libaio
+/// everywhere, io_uring on the mount (under `labios run` it fails with
+/// EPERM, which `raw_system_calls` checks).
 async fn fio_engines(kind: Kind, via: Via) {
     let b = Bench::start(kind, via, "fio").await;
-    let script = r#"
+    let engines = match via {
+        Via::Run(_) => "psync pvsync2 libaio",
+        Via::Mount(_) => "psync pvsync2 libaio io_uring",
+    };
+    let script = format!(
+        r#"
 set -e
 mkdir -p "$ROOT"
-for engine in psync libaio io_uring; do
-  for bs in 4k 64k; do
-    fio --name=v --filename="$ROOT/fio-$engine-$bs" --size=4M --bs=$bs --rw=randwrite \
+for engine in {engines}; do
+  for job in 4k:1M 64k:4M; do
+    bs=${{job%:*}}
+    fio --name=v --filename="$ROOT/fio-$engine-$bs" --size=${{job#*:}} --bs=$bs --rw=randwrite \
       --ioengine=$engine --iodepth=8 --verify=crc32c --do_verify=1 --verify_fatal=1 \
       --output=/dev/null
     echo "$engine $bs verified $(stat -c %s "$ROOT/fio-$engine-$bs")"
   done
 done
-"#;
-    let out = b.same(script);
-    assert_eq!(out.lines().count(), 6, "{out}");
+"#
+    );
+    let out = b.same(&script);
+    assert_eq!(out.lines().count(), 2 * engines.split(' ').count(), "{out}");
     b.stop().await;
 }
 
@@ -819,6 +822,22 @@ async fn raw_system_calls(kind: Kind) {
          preadv2 12 b'LABios bytes'\nnowait EAGAIN\npreadv2 at the position 3 b'os ' 7\n\
          file b'LABios bytes'\n"
     );
+    // io_uring bypasses the C library: fio fails, and says why.
+    let uring = b
+        .on_labios(&[
+            "fio",
+            "--name=u",
+            &format!("--filename={}/uring", b.ns_dir),
+            "--size=256k",
+            "--bs=64k",
+            "--rw=write",
+            "--ioengine=io_uring",
+        ])
+        .output()
+        .unwrap();
+    assert!(!uring.status.success());
+    let said = String::from_utf8_lossy(&uring.stdout);
+    assert!(said.contains("Operation not permitted"), "{said}");
     b.stop().await;
 }
 

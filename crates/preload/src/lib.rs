@@ -9,6 +9,7 @@
 //! `LABIOS_ENDPOINT`, `LABIOS_KEY`, `LABIOS_SECRET`,
 //! `LABIOS_CLIENT__MODE=async`).
 
+mod aio;
 mod conn;
 mod dirs;
 mod exec;

@@ -354,7 +354,7 @@ pub unsafe extern "C" fn pwrite64(
 }
 
 /// Vectored I/O on LABIOS files gathers into one label.
-unsafe fn readv_fd(
+pub(crate) unsafe fn readv_fd(
     fd: c_int,
     iov: *const libc::iovec,
     cnt: c_int,
@@ -377,7 +377,7 @@ unsafe fn readv_fd(
     Some(n as ssize_t)
 }
 
-unsafe fn writev_fd(
+pub(crate) unsafe fn writev_fd(
     fd: c_int,
     iov: *const libc::iovec,
     cnt: c_int,
