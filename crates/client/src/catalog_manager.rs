@@ -3,6 +3,7 @@
 //! here, so nothing past this point sees a path that escapes the namespace.
 
 use labios_label::{normalize_path, AppId, Error, FileId, Result};
+use labios_store::inventory::LINK_TARGET;
 use labios_store::{Extent, FileKind, FileMeta, Inventory};
 use std::sync::Arc;
 
@@ -54,6 +55,33 @@ impl CatalogManager {
         self.inventory
             .create(&path, FileKind::Dir, 0o755, self.app)
             .await
+    }
+
+    /// A symbolic link at `path` to `target` (anything: inside LABIOS or
+    /// not, existing or not), owned by this application.
+    pub async fn symlink(&self, target: &str, path: &str) -> Result<FileMeta> {
+        let path = normalize_path(path)?;
+        self.inventory.symlink(&path, target, self.app).await
+    }
+
+    /// The target of the symbolic link at `path`.
+    pub async fn readlink(&self, path: &str) -> Result<String> {
+        let meta = self.stat(path).await?;
+        if meta.kind != FileKind::Symlink {
+            return Err(Error::InvalidArgument(format!(
+                "{} is not a symbolic link",
+                meta.path
+            )));
+        }
+        let target = self
+            .inventory
+            .xattrs(meta.id)
+            .await?
+            .into_iter()
+            .find(|(n, _)| n == LINK_TARGET)
+            .ok_or_else(|| Error::Storage(format!("symbolic link {} has no target", meta.path)))?;
+        String::from_utf8(target.1.to_vec())
+            .map_err(|_| Error::Storage(format!("target of {} is not UTF-8", meta.path)))
     }
 
     pub async fn stat(&self, path: &str) -> Result<FileMeta> {

@@ -15,6 +15,7 @@ use labios_label::{
     normalize_path, AppId, Error, FileId, LabelId, LabelKind, LabelState, LabelStatus, Result,
     Segment, WorkerId,
 };
+use labios_store::inventory::reserved_xattr;
 use labios_store::warehouse::release;
 use labios_store::{FileKind, FileMeta, Stores};
 use parking_lot::Mutex;
@@ -863,17 +864,25 @@ impl Client {
         Ok(meta)
     }
 
-    /// Extended attributes of the file at `path`, sorted by name.
+    /// Extended attributes of the file at `path`, sorted by name (LABIOS's
+    /// own, such as a link's target, are not among them).
     pub async fn xattrs(&self, path: &str) -> Result<Vec<(String, Bytes)>> {
         inventory_path(path)?;
         let meta = self.inner.catalog.stat(path).await?;
-        self.inner.catalog.inventory().xattrs(meta.id).await
+        let mut all = self.inner.catalog.inventory().xattrs(meta.id).await?;
+        all.retain(|(name, _)| !reserved_xattr(name));
+        Ok(all)
     }
 
     /// Sets (`Some`) or removes (`None`) one extended attribute of `path`,
     /// a file this application owns (directories: any).
     pub async fn set_xattr(&self, path: &str, name: &str, value: Option<Bytes>) -> Result<()> {
         inventory_path(path)?;
+        if reserved_xattr(name) {
+            return Err(Error::PermissionDenied(format!(
+                "extended attribute {name}: names starting labios. are LABIOS's own"
+            )));
+        }
         let meta = self
             .inner
             .catalog
@@ -902,6 +911,20 @@ impl Client {
 
     pub async fn mkdir(&self, path: &str) -> Result<FileMeta> {
         self.inner.catalog.mkdir(path).await
+    }
+
+    /// Creates a symbolic link at `path` pointing to `target`, which may
+    /// be anything (a LABIOS path, a host path, a relative name) and need
+    /// not exist; `AlreadyExists` if `path` does.
+    pub async fn symlink(&self, target: &str, path: &str) -> Result<FileMeta> {
+        namespace_only(path)?;
+        self.inner.catalog.symlink(target, path).await
+    }
+
+    /// The target of the symbolic link at `path`.
+    pub async fn readlink(&self, path: &str) -> Result<String> {
+        namespace_only(path)?;
+        self.inner.catalog.readlink(path).await
     }
 
     /// Creates an empty file (with parents) if absent; an existing file is
@@ -1021,6 +1044,16 @@ impl Client {
 
 /// Extended attributes live in the inventory, which has no entry for an
 /// external path.
+/// Symbolic links live in LABIOS's namespace, not in external storage.
+fn namespace_only(path: &str) -> Result<()> {
+    if labios_bridge::is_external(path) {
+        return Err(Error::InvalidArgument(format!(
+            "{path} is external storage: symbolic links live in the LABIOS namespace only"
+        )));
+    }
+    Ok(())
+}
+
 fn inventory_path(path: &str) -> Result<()> {
     if labios_bridge::is_external(path) {
         return Err(Error::InvalidArgument(format!(

@@ -194,6 +194,7 @@ fn kind_of(m: &FileMeta) -> FileType {
     match m.kind {
         FileKind::Dir => FileType::Directory,
         FileKind::File => FileType::RegularFile,
+        FileKind::Symlink => FileType::Symlink,
     }
 }
 
@@ -297,6 +298,33 @@ impl Filesystem for LabiosFs {
             .and_then(|p| child(&p, name))
             .and_then(|p| self.call("create", &p, self.client.create(&p)));
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let result = self
+            .nodes
+            .path(parent)
+            .and_then(|p| child(&p, link_name))
+            .and_then(|p| {
+                let target = target.to_str().ok_or(Errno::EINVAL)?;
+                self.call("symlink", &p, self.client.symlink(target, &p))
+            });
+        reply_with!(reply, result, |meta| self.entry(&meta, reply))
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let result = self
+            .nodes
+            .path(ino)
+            .and_then(|p| self.call("readlink", &p, self.client.readlink(&p)));
+        reply_with!(reply, result, |target| reply.data(target.as_bytes()))
     }
 
     fn mkdir(

@@ -29,8 +29,8 @@ impl Found {
     /// A folder (directory) is an empty object.
     pub fn size(&self) -> u64 {
         match self.file.kind {
-            FileKind::Dir => 0,
             FileKind::File => self.file.size,
+            FileKind::Dir | FileKind::Symlink => 0,
         }
     }
 }
@@ -78,7 +78,8 @@ pub async fn find(t: &Tenant, bucket: &str, key: &str) -> S3Result<Found> {
     let path = object_path(bucket, key)?;
     let missing = || s3_error!(NoSuchKey, "there is no object {key:?} in bucket {bucket}");
     let file = lookup(t, &path).await?.ok_or_else(missing)?;
-    if (file.kind == FileKind::Dir) != key.ends_with('/') {
+    // A symbolic link is no object: S3 has none.
+    if file.kind == FileKind::Symlink || (file.kind == FileKind::Dir) != key.ends_with('/') {
         return Err(missing());
     }
     let xattrs = t

@@ -191,8 +191,18 @@ fn assert_same_files(a: &Path, b: &Path) {
     let (la, lb) = (list(a), list(b));
     assert_eq!(la, lb, "files taken out differ");
     for rel in la {
+        let (pa, pb) = (a.join(&rel), b.join(&rel));
+        if pa.is_symlink() || pb.is_symlink() {
+            assert_eq!(
+                std::fs::read_link(&pa).ok(),
+                std::fs::read_link(&pb).ok(),
+                "{} differs",
+                rel.display()
+            );
+            continue;
+        }
         assert!(
-            std::fs::read(a.join(&rel)).unwrap() == std::fs::read(b.join(&rel)).unwrap(),
+            std::fs::read(pa).unwrap() == std::fs::read(pb).unwrap(),
             "{} differs",
             rel.display()
         );
@@ -615,7 +625,7 @@ fn run_starts_the_embedded_runtime_when_nothing_serves() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid prefix \"relative\""));
 }
 
-mounted!(git, sqlite_wal, static_busybox, memory_mapped, df);
+mounted!(symlinks, git, sqlite_wal, static_busybox, memory_mapped, df);
 
 /// git init, add, commit, log, fsck and clone of a repository in LABIOS
 /// (mmap of pack files and index; fixed dates make the hashes the same).
@@ -849,4 +859,60 @@ async fn raw_system_calls_embedded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_system_calls_cluster() {
     raw_system_calls(Kind::Cluster).await
+}
+
+/// Symbolic links (to a file, to a directory, absolute to the host,
+/// dangling): rsync -a of a tree with them into LABIOS and out again, tar
+/// of it and back, and the kernel following them; compared with
+/// `diff -r --no-dereference` and `find -printf`.
+async fn symlinks(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "links").await;
+    let tree = b.input().join("tree");
+    std::fs::create_dir_all(tree.join("d/e")).unwrap();
+    write_input(&tree.join("d"), "f.txt", b"through the link\n");
+    write_input(&tree.join("d/e"), "g.bin", &common::data(9, 70_000));
+    for (target, link) in [
+        ("d/f.txt", "rel"),
+        ("d", "dlink"),
+        ("/etc/hostname", "abs"),
+        ("nowhere", "dangling"),
+        ("../f.txt", "d/e/up"),
+    ] {
+        std::os::unix::fs::symlink(target, tree.join(link)).unwrap();
+    }
+    let script = r#"
+set -e
+mkdir -p "$ROOT"
+det="--sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner"
+rsync -a "$IN/tree/" "$ROOT/tree/"
+rsync -a "$ROOT/tree/" "$OUT/tree/"
+diff -r --no-dereference "$IN/tree" "$OUT/tree" && echo rsync trees equal
+cd "$ROOT/tree"
+find . -printf '%y %p %l\n' | sort
+find . -type f -printf '%p %s\n' | sort
+readlink rel dlink abs dangling d/e/up
+cat rel dlink/f.txt d/e/up
+test -L dangling && ! test -e dangling && echo dangling is a link to nothing
+tar -cf "$OUT/t.tar" -C "$ROOT/tree" $det .
+tar -tvf "$OUT/t.tar"
+mkdir "$ROOT/x"
+tar -xf "$OUT/t.tar" -C "$ROOT/x"
+diff -r --no-dereference "$IN/tree" "$ROOT/x" && echo tar trees equal
+mv rel renamed
+readlink renamed
+ln -sf d/e/g.bin renamed
+cmp renamed "$IN/tree/d/e/g.bin" && echo replaced link followed
+rm renamed dangling
+ls
+"#;
+    let out = b.same(script);
+    assert!(
+        out.contains("rsync trees equal") && out.contains("tar trees equal"),
+        "{out}"
+    );
+    assert!(
+        out.contains("through the link\nthrough the link\nthrough the link\n"),
+        "{out}"
+    );
+    b.stop().await;
 }

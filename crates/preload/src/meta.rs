@@ -27,6 +27,7 @@ fn type_bits(m: &FileMeta) -> u32 {
     match m.kind {
         FileKind::Dir => libc::S_IFDIR,
         FileKind::File => libc::S_IFREG,
+        FileKind::Symlink => libc::S_IFLNK,
     }
 }
 

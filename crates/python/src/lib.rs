@@ -70,6 +70,7 @@ fn file_info<'py>(py: Python<'py>, meta: &FileMeta) -> PyResult<Bound<'py, PyDic
     let kind = match meta.kind {
         FileKind::File => "file",
         FileKind::Dir => "directory",
+        FileKind::Symlink => "link",
     };
     info.set_item("type", kind)?;
     info.set_item("mode", meta.mode)?;

@@ -3,7 +3,9 @@
 //! against the traits only and use fresh names so that they can share an
 //! instance with other users.
 
-use crate::inventory::{XATTR_NAME_MAX, XATTR_TOTAL_MAX, XATTR_VALUE_MAX};
+use crate::inventory::{
+    LINK_TARGET, LINK_TARGET_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX, XATTR_VALUE_MAX,
+};
 use crate::warehouse::staged_bound;
 use crate::{AppRecord, Extent, FileKind, Inventory, LabelQueue, Warehouse};
 use bytes::Bytes;
@@ -499,6 +501,7 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     let b = i.next_id(&counter).await.unwrap();
     assert!(b > a);
     append_cases(i.as_ref(), &root).await;
+    symlink_cases(i.as_ref(), &root).await;
     i.sync().await.unwrap();
 }
 
@@ -537,6 +540,61 @@ async fn append_cases(i: &dyn Inventory, root: &str) {
     i.remove(&format!("{root}/log")).await.unwrap();
     let err = i.reserve_append(f.id, 1).await.unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err}");
+}
+
+async fn symlink_cases(i: &dyn Inventory, root: &str) {
+    let path = format!("{root}/links/l");
+    let l = i.symlink(&path, "../target/x", 7).await.unwrap();
+    assert_eq!(
+        (l.kind, l.size, l.mode, l.owner),
+        (FileKind::Symlink, 11, 0o777, 7)
+    );
+    let parent = i.lookup(&format!("{root}/links")).await.unwrap().unwrap();
+    assert_eq!(parent.kind, FileKind::Dir, "missing parents are made");
+    assert_eq!(i.lookup(&path).await.unwrap().unwrap(), l);
+    let target = vec![(LINK_TARGET.to_string(), Bytes::from_static(b"../target/x"))];
+    assert_eq!(i.xattrs(l.id).await.unwrap(), target);
+    // Whatever is at the path stays: another link, a file.
+    let err = i.symlink(&path, "other", 7).await.unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
+    let err = i.create(&path, FileKind::File, 0o644, 7).await.unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
+    // The inventory does not follow links: nothing is made under one.
+    let err = i
+        .create(&format!("{path}/f"), FileKind::File, 0o644, 7)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidPath { .. }), "{err}");
+    let bad = format!("{root}/links/bad");
+    for target in ["", "a\0b", &"t".repeat(LINK_TARGET_MAX + 1)] {
+        let err = i.symlink(&bad, target, 7).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
+    assert!(
+        i.lookup(&bad).await.unwrap().is_none(),
+        "a refused link leaves nothing"
+    );
+    // A rename moves the link with its target; a file may replace it.
+    let moved = format!("{root}/links/m");
+    i.rename(&path, &moved).await.unwrap();
+    let m = i.lookup(&moved).await.unwrap().unwrap();
+    assert_eq!((m.id, m.kind), (l.id, FileKind::Symlink));
+    assert_eq!(i.xattrs(m.id).await.unwrap(), target);
+    let f = format!("{root}/links/f");
+    i.create(&f, FileKind::File, 0o644, 7).await.unwrap();
+    let (replaced, extents) = i.rename(&f, &moved).await.unwrap().unwrap();
+    assert_eq!((replaced.id, extents.len()), (l.id, 0));
+    assert_eq!(
+        i.lookup(&moved).await.unwrap().unwrap().kind,
+        FileKind::File
+    );
+    let n = i
+        .symlink(&format!("{root}/links/n"), "/anywhere", 7)
+        .await
+        .unwrap();
+    let (removed, extents) = i.remove(&n.path).await.unwrap();
+    assert_eq!((removed.id, extents.len()), (n.id, 0));
+    assert!(i.lookup(&n.path).await.unwrap().is_none());
 }
 
 /// Final statuses nobody waits for disappear some time after

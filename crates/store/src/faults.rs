@@ -285,6 +285,15 @@ impl Inventory for FaultyInventory {
             )
             .await
     }
+    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta> {
+        self.faults
+            .around(
+                "inventory symlink",
+                true,
+                self.inner.symlink(path, target, owner),
+            )
+            .await
+    }
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
         self.faults
             .around("inventory lookup", false, self.inner.lookup(path))

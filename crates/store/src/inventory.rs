@@ -16,6 +16,34 @@ use std::time::Duration;
 pub enum FileKind {
     File,
     Dir,
+    /// A symbolic link: its target is the extended attribute
+    /// [`LINK_TARGET`], its size the target's length, and it holds no data.
+    Symlink,
+}
+
+/// The extended attribute holding a symbolic link's target. Names starting
+/// `labios.` are LABIOS's own: clients neither list nor set them.
+pub const LINK_TARGET: &str = "labios.symlink";
+
+/// Whether an extended attribute name is LABIOS's own (see [`LINK_TARGET`]).
+pub fn reserved_xattr(name: &str) -> bool {
+    name.starts_with("labios.")
+}
+
+/// Longest symbolic link target, as Linux's PATH_MAX.
+pub const LINK_TARGET_MAX: usize = 4095;
+
+/// Checks a symbolic link's target: a path of at most [`LINK_TARGET_MAX`]
+/// bytes, not empty, without NUL. It may point anywhere, inside LABIOS or
+/// not, and need not exist.
+pub fn check_link_target(target: &str) -> Result<()> {
+    if target.is_empty() || target.len() > LINK_TARGET_MAX || target.contains('\0') {
+        return Err(Error::InvalidArgument(format!(
+            "symbolic link target of {} bytes: give 1 to {LINK_TARGET_MAX} bytes without NUL",
+            target.len()
+        )));
+    }
+    Ok(())
 }
 
 /// A file's stat. Times are nanoseconds since the epoch.
@@ -130,6 +158,9 @@ pub trait Inventory: Send + Sync {
     /// with the same kind, `AlreadyExists` if with another kind.
     async fn create(&self, path: &str, kind: FileKind, mode: u32, owner: AppId)
         -> Result<FileMeta>;
+    /// Creates a symbolic link at `path` to `target` in one atomic step
+    /// (missing parents are created); `AlreadyExists` if anything is there.
+    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta>;
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>>;
     /// Entries whose path starts with `prefix`, sorted by path.
     async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>>;

@@ -31,6 +31,7 @@ local function id_of(path)
 end
 local function kind_name(k)
   if k == 'f' then return 'File' end
+  if k == 'l' then return 'Symlink' end
   return 'Dir'
 end
 local function new_entry(path, kind, mode, owner, now)
@@ -44,8 +45,11 @@ end
 local function check_parents(first, path)
   for i = first, #ARGV do
     local did = id_of(ARGV[i])
-    if did and redis.call('HGET', P .. 'file:' .. did, 'kind') == 'f' then
+    local k = did and redis.call('HGET', P .. 'file:' .. did, 'kind')
+    if k == 'f' then
       return {'invalidpath', path, 'parent ' .. ARGV[i] .. ' is a file'}
+    elseif k == 'l' then
+      return {'invalidpath', path, 'parent ' .. ARGV[i] .. ' is a symbolic link'}
     end
   end
   return nil
@@ -82,6 +86,25 @@ local err = check_parents(6, path)
 if err then return err end
 make_parents(6, owner, now)
 return {'ok', rec(new_entry(path, kind, mode, owner, now))}
+"#;
+
+/// ARGV: path, target, size (16 hex digits), owner, now, ancestors of path.
+/// The entry and its target are written together: never a link without one.
+pub const SYMLINK: &str = r#"
+local path, target, size, owner, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local id = id_of(path)
+if id then
+  local r = rec(id)
+  if not r then return {'storage', 'key ' .. P .. 'path:' .. path .. ' names missing file ' .. id} end
+  return {'exists', path .. ' exists as a ' .. kind_name(fget(r, 'kind'))}
+end
+local err = check_parents(6, path)
+if err then return err end
+make_parents(6, owner, now)
+id = new_entry(path, 'l', '511', owner, now)
+redis.call('HSET', P .. 'file:' .. id, 'size', size)
+redis.call('HSET', P .. 'xattr:' .. id, 'labios.symlink', target)
+return {'ok', rec(id)}
 "#;
 
 /// ARGV: path.
@@ -144,8 +167,8 @@ local oid = id_of(to)
 local old
 if oid then
   local o = rec(oid)
-  if o and not (fget(o, 'kind') == 'f' and kind == 'f') then
-    return {'exists', to .. ' exists as a ' .. kind_name(fget(o, 'kind')) .. '; only a file replaces a file'}
+  if o and (fget(o, 'kind') == 'd' or kind == 'd') then
+    return {'exists', to .. ' exists as a ' .. kind_name(fget(o, 'kind')) .. '; only a file or symbolic link replaces one'}
   end
   old = o
 end

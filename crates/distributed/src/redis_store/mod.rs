@@ -76,7 +76,7 @@ use labios_label::{
     decode, encode, normalize_path, AppId, Error, FileId, LabelId, LabelState, LabelStatus, Result,
     WorkerId, WorkerStatus,
 };
-use labios_store::inventory::{check_xattr, XATTR_TOTAL_MAX};
+use labios_store::inventory::{check_link_target, check_xattr, XATTR_TOTAL_MAX};
 use labios_store::warehouse::staged_bound;
 use labios_store::{AppRecord, Extent, FileKind, FileMeta, Inventory, Warehouse};
 use parking_lot::Mutex;
@@ -794,6 +794,7 @@ impl Warehouse for RedisWarehouse {
 
 struct Scripts {
     create: Script,
+    symlink: Script,
     lookup: Script,
     list: Script,
     remove: Script,
@@ -814,6 +815,7 @@ impl Scripts {
         let s = |body: &str| Script::new(&format!("{}{body}", lua::PRELUDE));
         Scripts {
             create: s(lua::CREATE),
+            symlink: s(lua::SYMLINK),
             lookup: s(lua::LOOKUP),
             list: s(lua::LIST),
             remove: s(lua::REMOVE),
@@ -989,6 +991,7 @@ impl RedisInventory {
             kind: match get("kind")? {
                 "f" => FileKind::File,
                 "d" => FileKind::Dir,
+                "l" => FileKind::Symlink,
                 k => return Err(self.malformed(&key, &format!("kind {k:?}"))),
             },
             size,
@@ -1134,6 +1137,7 @@ fn kind_code(kind: FileKind) -> &'static [u8] {
     match kind {
         FileKind::File => b"f",
         FileKind::Dir => b"d",
+        FileKind::Symlink => b"l",
     }
 }
 
@@ -1160,6 +1164,26 @@ impl Inventory for RedisInventory {
         self.meta(
             v.first()
                 .ok_or_else(|| self.malformed("create reply", "empty"))?,
+        )
+    }
+
+    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta> {
+        check_path(path)?;
+        check_link_target(target)?;
+        let size = format!("{:016x}", target.len());
+        let (owner, now) = (owner.to_string(), now_nanos().to_string());
+        let mut args: Vec<&[u8]> = vec![
+            path.as_bytes(),
+            target.as_bytes(),
+            size.as_bytes(),
+            owner.as_bytes(),
+            now.as_bytes(),
+        ];
+        args.extend(ancestors(path).into_iter().map(str::as_bytes));
+        let v = self.run(&self.scripts.symlink, &args).await?;
+        self.meta(
+            v.first()
+                .ok_or_else(|| self.malformed("symlink reply", "empty"))?,
         )
     }
 

@@ -51,7 +51,8 @@ pub fn data(seed: u64, len: usize) -> Bytes {
     Bytes::from(v)
 }
 
-/// Every regular file under `root`, recursively.
+/// Every file and symbolic link under `root`, recursively (links are not
+/// followed).
 pub fn files_under(root: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -61,7 +62,7 @@ pub fn files_under(root: &Path) -> Vec<std::path::PathBuf> {
         };
         for e in rd.flatten() {
             let p = e.path();
-            if p.is_dir() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
                 stack.push(p);
             } else {
                 out.push(p);

@@ -7,7 +7,9 @@ mod write_behind;
 #[cfg(test)]
 mod tests;
 
-use crate::inventory::{check_xattr, AppRecord, Extent, FileKind, FileMeta, Inventory};
+use crate::inventory::{
+    check_link_target, check_xattr, AppRecord, Extent, FileKind, FileMeta, Inventory, LINK_TARGET,
+};
 use async_trait::async_trait;
 use bytes::Bytes;
 use labios_label::id::now_nanos;
@@ -198,10 +200,11 @@ impl Namespace {
         for (i, _) in path.match_indices('/').skip(1) {
             let dir = &path[..i];
             if let Some(n) = self.node(dir) {
-                if n.lock().meta.kind == FileKind::File {
+                let kind = n.lock().meta.kind;
+                if kind != FileKind::Dir {
                     return Err(Error::InvalidPath {
                         path: path.to_string(),
-                        reason: format!("parent {dir} is a file"),
+                        reason: format!("parent {dir} is a {}", kind_word(kind)),
                     });
                 }
             }
@@ -722,6 +725,39 @@ impl Inventory for RedbInventory {
         made
     }
 
+    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta> {
+        check_path(path)?;
+        check_link_target(target)?;
+        self.log.check()?;
+        let mut ns = self.ns.write();
+        if let Some(m) = ns.meta(path) {
+            return Err(Error::AlreadyExists(format!(
+                "{path} exists as a {:?}",
+                m.kind
+            )));
+        }
+        ns.check_parents(path)?;
+        let mut ops = Vec::new();
+        let made = self
+            .make_parents(&mut ns, path, owner, &mut ops)
+            .and_then(|()| self.new_entry(&mut ns, path, FileKind::Symlink, 0o777, owner, &mut ops))
+            .map(|meta| {
+                let node = ns.nodes.get(&meta.id).expect("made above").clone();
+                let mut st = node.lock();
+                st.meta.size = target.len() as u64;
+                st.xattrs.insert(
+                    LINK_TARGET.to_string(),
+                    Bytes::copy_from_slice(target.as_bytes()),
+                );
+                // One log append with the entry: never a link without target.
+                ops.push(Op::PutXattrs(meta.id, st.xattrs.clone()));
+                ops.push(Op::PutFile(st.meta.clone()));
+                st.meta.clone()
+            });
+        self.log.append(&mut ops)?;
+        made
+    }
+
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
         check_path(path)?;
         Ok(self.ns.read().meta(path))
@@ -784,9 +820,9 @@ impl Inventory for RedbInventory {
         let dest = ns.node(to).cloned();
         if let Some(d) = &dest {
             let dest_kind = d.lock().meta.kind;
-            if dest_kind != FileKind::File || kind != FileKind::File {
+            if dest_kind == FileKind::Dir || kind == FileKind::Dir {
                 return Err(Error::AlreadyExists(format!(
-                    "{to} exists as a {dest_kind:?}; only a file replaces a file"
+                    "{to} exists as a {dest_kind:?}; only a file or symbolic link replaces one"
                 )));
             }
         }
@@ -1116,5 +1152,14 @@ impl Inventory for RedbInventory {
         let done = self.log.request_sync()?;
         done.await
             .map_err(|_| Error::Storage("inventory: writer thread gone".into()))?
+    }
+}
+
+/// How error messages name a kind of entry that is not a directory.
+fn kind_word(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::File => "file",
+        FileKind::Dir => "directory",
+        FileKind::Symlink => "symbolic link",
     }
 }

@@ -322,6 +322,17 @@ impl Inventory for RemoteInventory {
             .await?;
         expect!(r, Reply::Meta(m) => m)
     }
+    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta> {
+        let r = self
+            .0
+            .call(Request::Symlink {
+                path: path.into(),
+                target: target.into(),
+                owner,
+            })
+            .await?;
+        expect!(r, Reply::Meta(m) => m)
+    }
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
         let r = self.0.call(Request::Lookup { path: path.into() }).await?;
         expect!(r, Reply::MaybeMeta(m) => m)

@@ -149,6 +149,11 @@ pub enum Request {
         file: FileId,
         len: u64,
     },
+    Symlink {
+        path: String,
+        target: String,
+        owner: AppId,
+    },
 }
 
 /// One variant per result shape of the trait methods.

@@ -300,6 +300,11 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
             mode,
             owner,
         } => Reply::Meta(i.create(&path, kind, mode, owner).await?),
+        Request::Symlink {
+            path,
+            target,
+            owner,
+        } => Reply::Meta(i.symlink(&path, &target, owner).await?),
         Request::Lookup { path } => Reply::MaybeMeta(i.lookup(&path).await?),
         Request::List { prefix } => Reply::Metas(i.list(&prefix).await?),
         Request::Remove { path } => {
@@ -439,7 +444,9 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
                 "the functions of application {owner} are private to it"
             )));
         }
-        Request::Create { owner, path, .. } if *owner != app => {
+        Request::Create { owner, path, .. } | Request::Symlink { owner, path, .. }
+            if *owner != app =>
+        {
             return Err(denied(format!(
                 "application {app} cannot create {path} for application {owner}"
             )));
