@@ -227,6 +227,16 @@ impl Session {
         self.run(self.client.create(path))
     }
 
+    /// A symbolic link at `path` to `target`.
+    pub fn symlink(&self, target: &str, path: &str) -> Result<FileMeta> {
+        self.run(self.client.symlink(target, path))
+    }
+
+    /// The target of the symbolic link at `path`.
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        self.run(self.client.readlink(path))
+    }
+
     pub fn mkdir(&self, path: &str) -> Result<FileMeta> {
         self.run(self.client.mkdir(path))
     }

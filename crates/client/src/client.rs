@@ -713,11 +713,22 @@ impl Client {
             .inner
             .catalog
             .owned(self.inner.catalog.stat(path).await?)?;
-        if meta.kind == FileKind::Dir {
-            return Err(Error::InvalidArgument(format!(
-                "{} is a directory",
-                meta.path
-            )));
+        match meta.kind {
+            FileKind::File => {}
+            FileKind::Dir => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is a directory",
+                    meta.path
+                )))
+            }
+            // Its size is its target's length: reading it as a file
+            // would hand out zeros.
+            FileKind::Symlink => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is a symbolic link: read its target (Client::readlink)",
+                    meta.path
+                )))
+            }
         }
         let meta = if self.has_pending(meta.id).await {
             self.settle(meta.id).await?;
@@ -1042,8 +1053,6 @@ impl Client {
     }
 }
 
-/// Extended attributes live in the inventory, which has no entry for an
-/// external path.
 /// Symbolic links live in LABIOS's namespace, not in external storage.
 fn namespace_only(path: &str) -> Result<()> {
     if labios_bridge::is_external(path) {
@@ -1054,6 +1063,8 @@ fn namespace_only(path: &str) -> Result<()> {
     Ok(())
 }
 
+/// Extended attributes live in the inventory, which has no entry for an
+/// external path.
 fn inventory_path(path: &str) -> Result<()> {
     if labios_bridge::is_external(path) {
         return Err(Error::InvalidArgument(format!(

@@ -916,3 +916,50 @@ ls
     );
     b.stop().await;
 }
+
+/// Symbolic links under `labios run`: made with `ln -s`, read, followed
+/// at the end of a path (to a LABIOS file, relative or absolute, and out
+/// to the host), listed as links, archived by tar and removed.
+async fn links_under_run(kind: Kind) {
+    let b = Bench::start(kind, Via::Run(false), "runlinks").await;
+    let script = r#"
+set -e
+mkdir -p "$ROOT/d"
+echo payload > "$ROOT/d/f.txt"
+cd "$ROOT"
+ln -s d/f.txt rel
+ln -s "$ROOT/d/f.txt" abs
+ln -s "$IN/host.txt" out
+ln -s nowhere dangling
+ln -s rel chain
+readlink rel out dangling chain
+cat rel abs out chain
+test -L dangling && ! test -e dangling && echo dangling is a link to nothing
+find . -type l | sort
+echo appended >> chain
+cat d/f.txt
+tar -cf "$OUT/t.tar" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner rel dangling d
+tar -tvf "$OUT/t.tar" | sed 's/ .* / /'
+mv rel moved && readlink moved
+rm moved dangling chain
+ls
+"#;
+    write_input(&b.input(), "host.txt", b"from the host\n");
+    let out = b.same(script);
+    assert!(
+        out.contains("payload\npayload\nfrom the host\npayload\n"),
+        "{out}"
+    );
+    assert!(out.contains("payload\nappended\n"), "{out}");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_under_run_embedded() {
+    links_under_run(Kind::Embedded).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_under_run_cluster() {
+    links_under_run(Kind::Cluster).await
+}

@@ -51,10 +51,10 @@ fn stream(fd: c_int) -> Result<*mut libc::DIR, Errno> {
     ];
     for m in children {
         let name = m.path.rsplit('/').next().unwrap_or_default();
-        let kind = if m.kind == FileKind::Dir {
-            libc::DT_DIR
-        } else {
-            libc::DT_REG
+        let kind = match m.kind {
+            FileKind::Dir => libc::DT_DIR,
+            FileKind::File => libc::DT_REG,
+            FileKind::Symlink => libc::DT_LNK,
         };
         if let Ok(name) = CString::new(name) {
             entries.push((name, kind, m.id));
@@ -82,10 +82,13 @@ pub unsafe extern "C" fn opendir(name: *const c_char) -> *mut libc::DIR {
     match mount::resolve(name) {
         Target::Labios(v) if !conn::bypass() => {
             match io::open(v, libc::O_RDONLY | libc::O_DIRECTORY) {
-                Ok(fd) => stream(fd).unwrap_or_else(|e| {
+                Ok(io::Opened::Labios(fd)) => stream(fd).unwrap_or_else(|e| {
                     let _ = io::close(fd);
                     fail(e)
                 }),
+                Ok(io::Opened::Host(p)) => {
+                    real!(opendir: fn(*const c_char) -> *mut libc::DIR)(p.as_ptr())
+                }
                 Err(e) => fail(e),
             }
         }

@@ -3,7 +3,7 @@
 
 use crate::conn;
 use crate::fdtable::{self, OpenFile};
-use crate::mount::Vpath;
+use crate::mount::{self, Target, Vpath};
 use bytes::Bytes;
 use labios_client::IoMode;
 use labios_store::{FileKind, FileMeta};
@@ -34,15 +34,62 @@ fn check_parent(s: &labios_c::Session, ns: &str) -> Result<(), labios_label::Err
     }
 }
 
-pub fn open(path: Vpath, flags: c_int) -> Result<c_int, Errno> {
+/// Hops a path may take through symbolic links, as Linux's limit.
+const MAX_HOPS: usize = 40;
+
+/// Where `path` leads once the symbolic links at its end are followed
+/// (links in the middle of a path are not: the kernel's mount does that),
+/// with the entry found there (`None`: nothing), or the host path a link
+/// leads out of LABIOS to.
+pub fn follow(mut path: Vpath) -> Result<(Target, Option<FileMeta>), Errno> {
+    for _ in 0..MAX_HOPS {
+        let meta = conn::with(&format!("stat {}", path.full), |s| s.stat(&path.ns))?;
+        let Some(m) = meta.as_ref().filter(|m| m.kind == FileKind::Symlink) else {
+            return Ok((Target::Labios(path), meta));
+        };
+        let target = conn::with(&format!("readlink {}", path.full), |s| s.readlink(&m.path))?;
+        match mount::link_target(&path, &target) {
+            Target::Labios(next) => path = next,
+            real => return Ok((real, None)),
+        }
+    }
+    Err(libc::ELOOP)
+}
+
+/// What an open leads to.
+pub enum Opened {
+    /// A LABIOS descriptor.
+    Labios(c_int),
+    /// A symbolic link led out of LABIOS: open this host path instead.
+    Host(std::ffi::CString),
+}
+
+/// Opens `path`, following symbolic links at its end unless O_NOFOLLOW.
+pub fn open(path: Vpath, flags: c_int) -> Result<Opened, Errno> {
+    let (target, meta) = if flags & libc::O_NOFOLLOW != 0 {
+        let meta = conn::with(&format!("open {}", path.full), |s| s.stat(&path.ns))?;
+        (Target::Labios(path), meta)
+    } else {
+        follow(path)?
+    };
+    match target {
+        Target::Labios(v) => open_entry(v, meta, flags).map(Opened::Labios),
+        Target::Real(Some(p)) => Ok(Opened::Host(p)),
+        Target::Real(None) => Err(libc::ENOENT),
+    }
+}
+
+/// Opens `path`, whose entry (after [`follow`]) is `meta`.
+fn open_entry(path: Vpath, meta: Option<FileMeta>, flags: c_int) -> Result<c_int, Errno> {
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(libc::EOPNOTSUPP);
     }
     let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
     let create = flags & libc::O_CREAT != 0;
     let excl = create && flags & libc::O_EXCL != 0;
-    let meta = conn::with(&format!("open {}", path.full), |s| s.stat(&path.ns))?;
     let dir = match meta {
+        // Not followed (O_NOFOLLOW), as the kernel says of one.
+        Some(m) if m.kind == FileKind::Symlink => return Err(libc::ELOOP),
         Some(m) if m.kind == FileKind::Dir => {
             if excl {
                 return Err(libc::EEXIST);
@@ -234,6 +281,26 @@ pub fn rename(from: &Vpath, to: &Vpath) -> Result<(), Errno> {
             s.rename(&from.ns, &to.ns)
         }),
     }
+}
+
+pub fn symlink(target: &str, path: &Vpath) -> Result<(), Errno> {
+    conn::with(&format!("symlink {}", path.full), |s| {
+        check_parent(s, &path.ns)?;
+        s.symlink(target, &path.ns).map(|_| ())
+    })
+}
+
+/// The target of the link at `path`; EINVAL (quietly: `realpath` asks
+/// of every component) when it is no link.
+pub fn readlink(path: &Vpath) -> Result<String, Errno> {
+    conn::with(&format!("readlink {}", path.full), |s| {
+        match s.stat(&path.ns)? {
+            Some(m) if m.kind == FileKind::Symlink => s.readlink(&path.ns).map(Some),
+            Some(_) => Ok(None),
+            None => Err(labios_label::Error::NotFound(path.ns.clone())),
+        }
+    })?
+    .ok_or(libc::EINVAL)
 }
 
 pub fn stat(path: &Vpath) -> Result<FileMeta, Errno> {

@@ -103,7 +103,17 @@ unsafe fn meta_at(
         return meta_of_fd(dirfd).ok_or(None);
     }
     match mount::resolve_at(dirfd, path) {
-        Target::Labios(v) if !crate::conn::bypass() => Ok(io::stat(&v)),
+        Target::Labios(v) if !crate::conn::bypass() => {
+            if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+                return Ok(io::stat(&v));
+            }
+            match io::follow(v) {
+                Ok((Target::Labios(_), Some(m))) => Ok(Ok(m)),
+                Ok((Target::Labios(_), None)) => Ok(Err(libc::ENOENT)),
+                Ok((Target::Real(p), _)) => Err(p),
+                Err(e) => Ok(Err(e)),
+            }
+        }
         Target::Labios(_) => Err(None),
         Target::Real(p) => Err(p),
     }
@@ -154,14 +164,14 @@ pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut Stat) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut Stat) -> c_int {
-    stat_at(libc::AT_FDCWD, path, st, 0, |p| {
+    stat_at(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW, |p| {
         real!(lstat: fn(*const c_char, *mut Stat) -> c_int)(p, st)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut Stat) -> c_int {
-    stat_at(libc::AT_FDCWD, path, st, 0, |p| {
+    stat_at(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW, |p| {
         real!(lstat64: fn(*const c_char, *mut Stat) -> c_int)(p, st)
     })
 }

@@ -111,6 +111,17 @@ fn join(base: &str, rel: &str) -> String {
     format!("{}/{rel}", base.trim_end_matches('/'))
 }
 
+/// Where a LABIOS symbolic link at `link` with `target` points: inside
+/// LABIOS or out of it (a relative target is relative to the link's
+/// directory, as the kernel reads it).
+pub fn link_target(link: &Vpath, target: &str) -> Target {
+    if target.starts_with('/') {
+        return classify(target.to_string());
+    }
+    let dir = link.full.rsplit_once('/').map_or("/", |(d, _)| d);
+    classify(join(if dir.is_empty() { "/" } else { dir }, target))
+}
+
 /// Resolves `path` as the `*at` calls do, relative to `dirfd`.
 ///
 /// # Safety

@@ -9,7 +9,7 @@ use crate::mount::{self, Target, Vpath};
 use crate::ownfds;
 use crate::real::real;
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_uint, c_ulong, c_void};
 
 pub fn set_errno(e: Errno) {
@@ -58,6 +58,81 @@ unsafe fn labios_path(path: *const c_char) -> Result<Vpath, Option<CString>> {
     labios_path_at(libc::AT_FDCWD, path)
 }
 
+// ---- symbolic links --------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(
+    target: *const c_char,
+    dirfd: c_int,
+    linkpath: *const c_char,
+) -> c_int {
+    match labios_path_at(dirfd, linkpath) {
+        Ok(v) => {
+            if target.is_null() {
+                return ret(Err(libc::EFAULT));
+            }
+            match CStr::from_ptr(target).to_str() {
+                Ok(t) => ret0(io::symlink(t, &v)),
+                Err(_) => ret(Err(libc::EINVAL)),
+            }
+        }
+        Err(p) => real!(symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int)(
+            target,
+            dirfd,
+            real_path(&p, linkpath),
+        ),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlink(target: *const c_char, linkpath: *const c_char) -> c_int {
+    match labios_path(linkpath) {
+        Ok(_) => symlinkat(target, libc::AT_FDCWD, linkpath),
+        Err(p) => real!(symlink: fn(*const c_char, *const c_char) -> c_int)(
+            target,
+            real_path(&p, linkpath),
+        ),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> ssize_t {
+    match labios_path_at(dirfd, path) {
+        Ok(v) => match io::readlink(&v) {
+            Ok(t) => {
+                // No NUL is added, and a short buffer truncates: readlink(2).
+                let n = t.len().min(size);
+                std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast(), n);
+                n as ssize_t
+            }
+            Err(e) => rets(Err(e)),
+        },
+        Err(p) => real!(readlinkat: fn(c_int, *const c_char, *mut c_char, usize) -> ssize_t)(
+            dirfd,
+            real_path(&p, path),
+            buf,
+            size,
+        ),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: usize) -> ssize_t {
+    match labios_path(path) {
+        Ok(_) => readlinkat(libc::AT_FDCWD, path, buf, size),
+        Err(p) => real!(readlink: fn(*const c_char, *mut c_char, usize) -> ssize_t)(
+            real_path(&p, path),
+            buf,
+            size,
+        ),
+    }
+}
+
 // ---- open and close ------------------------------------------------------
 
 unsafe fn open_at(
@@ -67,7 +142,11 @@ unsafe fn open_at(
     real: impl FnOnce(*const c_char) -> c_int,
 ) -> c_int {
     match labios_path_at(dirfd, path) {
-        Ok(v) => ret(io::open(v, flags)),
+        Ok(v) => match io::open(v, flags) {
+            Ok(io::Opened::Labios(fd)) => fd,
+            Ok(io::Opened::Host(p)) => real(p.as_ptr()),
+            Err(e) => ret(Err(e)),
+        },
         Err(p) => real(real_path(&p, path)),
     }
 }
@@ -218,7 +297,9 @@ unsafe fn make_temp(template: *mut c_char, flags: c_int, real: impl FnOnce() -> 
         let flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
         match io::open(v, flags) {
             Err(libc::EEXIST) => continue,
-            r => return ret(r),
+            Ok(io::Opened::Labios(fd)) => return fd,
+            Ok(io::Opened::Host(_)) => return ret(Err(libc::EEXIST)),
+            Err(e) => return ret(Err(e)),
         }
     }
     set_errno(libc::EEXIST);
@@ -1107,37 +1188,6 @@ attr_fd!(fchmod(mode: mode_t));
 attr_fd!(fchown(uid: libc::uid_t, gid: libc::gid_t));
 attr_fd!(futimens(times: *const libc::timespec));
 attr_fd!(futimes(times: *const libc::timeval));
-
-/// LABIOS has no symbolic links.
-#[no_mangle]
-pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
-    match labios_path(path) {
-        Ok(v) => rets(io::exists(&v).and(Err(libc::EINVAL))),
-        Err(p) => real!(readlink: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(
-            real_path(&p, path),
-            buf,
-            n,
-        ),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn readlinkat(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut c_char,
-    n: size_t,
-) -> ssize_t {
-    match labios_path_at(dirfd, path) {
-        Ok(v) => rets(io::exists(&v).and(Err(libc::EINVAL))),
-        Err(p) => real!(readlinkat: fn(c_int, *const c_char, *mut c_char, size_t) -> ssize_t)(
-            dirfd,
-            real_path(&p, path),
-            buf,
-            n,
-        ),
-    }
-}
 
 /// A C string in `buf` (of `cap` bytes), or in fresh malloc'd memory when
 /// `buf` is NULL, as realpath and getcwd return theirs.

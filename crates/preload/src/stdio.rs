@@ -153,13 +153,14 @@ unsafe fn open_stream(
                 return std::ptr::null_mut();
             };
             match io::open(v, flags) {
-                Ok(fd) => {
+                Ok(io::Opened::Labios(fd)) => {
                     let f = stream(fd, mode);
                     if f.is_null() {
                         let _ = io::close(fd);
                     }
                     f
                 }
+                Ok(io::Opened::Host(p)) => real(p.as_ptr()),
                 Err(e) => {
                     set_errno(e);
                     std::ptr::null_mut()
