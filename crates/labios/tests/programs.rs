@@ -951,6 +951,30 @@ ls
         "{out}"
     );
     assert!(out.contains("payload\nappended\n"), "{out}");
+    // Entries LABIOS does not keep: EPERM, and nothing lands on the host
+    // disk in the program's real working directory (issue 18 saw device
+    // nodes and links made there).
+    let host_cwd = b.tmp.path().join("host-cwd");
+    std::fs::create_dir(&host_cwd).unwrap();
+    let refused = b
+        .on_labios(&[
+            "sh",
+            "-c",
+            r#"cd "$ROOT"; for c in "ln d/f.txt hard" "ln $ROOT/d/f.txt $ROOT/hard2" "mkfifo fifo" "mknod node c 1 3"; do $c 2>/dev/null && echo "$c made" || echo "$c refused"; done; ls"#,
+        ])
+        .env("ROOT", &b.ns_dir)
+        .current_dir(&host_cwd)
+        .output()
+        .unwrap();
+    assert_eq!(
+        check(&refused, "refused entries"),
+        format!(
+            "ln d/f.txt hard refused\nln {0}/d/f.txt {0}/hard2 refused\nmkfifo fifo refused\n\
+             mknod node c 1 3 refused\nabs\nd\nout\n",
+            b.ns_dir
+        )
+    );
+    assert_eq!(std::fs::read_dir(&host_cwd).unwrap().count(), 0);
     b.stop().await;
 }
 

@@ -133,6 +133,78 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: u
     }
 }
 
+// ---- entries LABIOS does not keep -----------------------------------------
+
+/// Hard links, device nodes, FIFOs and sockets are not LABIOS entries: a
+/// LABIOS path (absolute, or relative to a LABIOS directory) gets EPERM,
+/// as on a file system without them, and nothing is made on the host
+/// disk. `Ok` carries the host path to use instead of the caller's.
+unsafe fn host_only_at(dirfd: c_int, path: *const c_char) -> Result<Option<CString>, c_int> {
+    match labios_path_at(dirfd, path) {
+        Ok(_) => Err(ret(Err(libc::EPERM))),
+        Err(p) => Ok(p),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn link(old: *const c_char, new: *const c_char) -> c_int {
+    linkat(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn linkat(
+    olddirfd: c_int,
+    old: *const c_char,
+    newdirfd: c_int,
+    new: *const c_char,
+    flags: c_int,
+) -> c_int {
+    let (o, n) = match (host_only_at(olddirfd, old), host_only_at(newdirfd, new)) {
+        (Ok(o), Ok(n)) => (o, n),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(
+        olddirfd,
+        real_path(&o, old),
+        newdirfd,
+        real_path(&n, new),
+        flags,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mknodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    dev: libc::dev_t,
+) -> c_int {
+    match host_only_at(dirfd, path) {
+        Ok(p) => real!(mknodat: fn(c_int, *const c_char, mode_t, libc::dev_t) -> c_int)(
+            dirfd,
+            real_path(&p, path),
+            mode,
+            dev,
+        ),
+        Err(r) => r,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int {
+    mknodat(libc::AT_FDCWD, path, mode, dev)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    mknodat(dirfd, path, mode | libc::S_IFIFO, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
+    mknodat(libc::AT_FDCWD, path, mode | libc::S_IFIFO, 0)
+}
+
 // ---- open and close ------------------------------------------------------
 
 unsafe fn open_at(
