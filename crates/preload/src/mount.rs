@@ -154,13 +154,37 @@ pub unsafe fn resolve_at(dirfd: c_int, path: *const c_char) -> Target {
     } else {
         match fdtable::get(dirfd) {
             Some(f) => f.path.full.clone(),
-            None => return Target::Real(None),
+            None => return through_host_dir(dirfd, bytes),
         }
     };
     match std::str::from_utf8(bytes) {
         Ok("") => classify(base),
         Ok(rel) => classify(join(&base, rel)),
         Err(_) => Target::Real(None),
+    }
+}
+
+/// A path relative to a host directory may still lead into a prefix:
+/// rsync walks to its destination one component at a time from `/`
+/// (`openat` of "/", then `fstatat(fd, "labios")`). Only a path naming a
+/// prefix's last component costs the look-up of the directory's path.
+fn through_host_dir(dirfd: c_int, rel: &[u8]) -> Target {
+    let names_prefix = prefixes().iter().any(|p| {
+        let last = p.rsplit('/').next().unwrap_or_default().as_bytes();
+        rel.split(|&b| b == b'/').any(|c| c == last)
+    });
+    if !names_prefix {
+        return Target::Real(None);
+    }
+    let (Ok(dir), Ok(rel)) = (
+        std::fs::read_link(format!("/proc/self/fd/{dirfd}")),
+        std::str::from_utf8(rel),
+    ) else {
+        return Target::Real(None);
+    };
+    match dir.to_str().map(|d| classify(join(d, rel))) {
+        Some(t @ Target::Labios(_)) => t,
+        _ => Target::Real(None),
     }
 }
 
