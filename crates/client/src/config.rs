@@ -30,6 +30,10 @@ pub struct ClientConfig {
     pub max_in_flight: usize,
     /// Attempts for a read whose data moved between lookup and execution.
     pub read_retries: u32,
+    /// How long `labios run`'s interception library may answer `stat` of
+    /// an entry from what it last looked up (0: never): another client's
+    /// change shows after at most this, the process's own at once.
+    pub attr_cache_ms: u64,
     /// External storage the client may name (the configuration's top-level
     /// `[mounts.NAME]` tables, shared with the workers).
     #[serde(skip)]
@@ -45,6 +49,7 @@ impl Default for ClientConfig {
             wait_timeout_ms: 600_000,
             max_in_flight: 8192,
             read_retries: 8,
+            attr_cache_ms: 1000,
             mounts: BTreeMap::new(),
         }
     }

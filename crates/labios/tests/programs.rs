@@ -272,6 +272,7 @@ macro_rules! mounted {
 }
 
 everywhere!(
+    own_changes_through_the_cache,
     symlinks,
     fio_engines,
     concurrent_appends,
@@ -994,4 +995,17 @@ async fn links_under_run_embedded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_under_run_cluster() {
     links_under_run(Kind::Cluster).await
+}
+
+/// With an attribute lease of a minute, a process still sees each of its
+/// own changes at once (the cache drops what this process changes).
+async fn own_changes_through_the_cache(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "own").await;
+    let out = b
+        .same(r#"LABIOS_CLIENT__ATTR_CACHE_MS=60000 python3 "$PROGRAMS/own_changes.py" "$ROOT/c""#);
+    assert!(
+        out.contains("fstat after ftruncate 12\ntruncate 5\nO_TRUNC 0\n"),
+        "{out}"
+    );
+    b.stop().await;
 }

@@ -49,6 +49,7 @@ fn connected() -> Result<&'static Session, Error> {
         ..ConnectOptions::from_env()
     };
     let session = crate::ownfds::numbered_high(|| Session::connect(options))?;
+    crate::attrs::configure(session.client().config().attr_cache_ms);
     let session = Box::into_raw(Box::new(session));
     SESSION.store(session, Ordering::Release);
     Ok(unsafe { &*session })

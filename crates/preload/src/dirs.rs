@@ -45,6 +45,8 @@ fn stream(fd: c_int) -> Result<*mut libc::DIR, Errno> {
     let children = conn::with(&format!("readdir {}", f.path.full), |s| {
         s.read_dir(&f.path.ns)
     })?;
+    // `ls -l`, `find` and `du` stat every entry they list next.
+    crate::attrs::put(&children);
     let mut entries = vec![
         (CString::new(".").expect("no NUL"), libc::DT_DIR, 0),
         (CString::new("..").expect("no NUL"), libc::DT_DIR, 0),

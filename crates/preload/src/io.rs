@@ -1,6 +1,7 @@
 //! What an intercepted call does to a LABIOS file, independent of which C
 //! entry point (POSIX, stdio, directory streams) it came through.
 
+use crate::attrs;
 use crate::conn;
 use crate::fdtable::{self, OpenFile};
 use crate::mount::{self, Target, Vpath};
@@ -43,7 +44,7 @@ const MAX_HOPS: usize = 40;
 /// leads out of LABIOS to.
 pub fn follow(mut path: Vpath) -> Result<(Target, Option<FileMeta>), Errno> {
     for _ in 0..MAX_HOPS {
-        let meta = conn::with(&format!("stat {}", path.full), |s| s.stat(&path.ns))?;
+        let meta = lookup(&path)?;
         let Some(m) = meta.as_ref().filter(|m| m.kind == FileKind::Symlink) else {
             return Ok((Target::Labios(path), meta));
         };
@@ -67,7 +68,7 @@ pub enum Opened {
 /// Opens `path`, following symbolic links at its end unless O_NOFOLLOW.
 pub fn open(path: Vpath, flags: c_int) -> Result<Opened, Errno> {
     let (target, meta) = if flags & libc::O_NOFOLLOW != 0 {
-        let meta = conn::with(&format!("open {}", path.full), |s| s.stat(&path.ns))?;
+        let meta = lookup(&path)?;
         (Target::Labios(path), meta)
     } else {
         follow(path)?
@@ -107,6 +108,7 @@ fn open_entry(path: Vpath, meta: Option<FileMeta>, flags: c_int) -> Result<c_int
                 return Err(libc::ENOTDIR);
             }
             if writes && flags & libc::O_TRUNC != 0 && m.size > 0 {
+                attrs::changed(&path.ns);
                 conn::with(&format!("truncate {}", path.full), |s| {
                     s.truncate(&path.ns, 0)
                 })?;
@@ -115,10 +117,12 @@ fn open_entry(path: Vpath, meta: Option<FileMeta>, flags: c_int) -> Result<c_int
         }
         None if !create => return Err(libc::ENOENT),
         None => {
-            conn::with(&format!("create {}", path.full), |s| {
+            attrs::changed(&path.ns);
+            let made = conn::with(&format!("create {}", path.full), |s| {
                 check_parent(s, &path.ns)?;
                 s.create(&path.ns)
             })?;
+            attrs::put([&made]);
             false
         }
     };
@@ -159,6 +163,7 @@ pub fn write(fd: c_int, f: &OpenFile, data: &[u8], at: Option<i64>) -> Result<us
     }
     let bytes = Bytes::copy_from_slice(data);
     let what = format!("write {}", f.path.full);
+    attrs::changed(&f.path.ns);
     if f.flags.load(std::sync::atomic::Ordering::Relaxed) & libc::O_APPEND != 0 {
         let pos = conn::with(&what, |s| s.append_in_mode(&f.path.ns, bytes))?;
         if at.is_none() {
@@ -238,17 +243,20 @@ pub fn fsync(f: &OpenFile) -> Result<(), Errno> {
 
 pub fn truncate(path: &Vpath, len: i64) -> Result<(), Errno> {
     let len = u64::try_from(len).map_err(|_| libc::EINVAL)?;
-    let meta = conn::with(&format!("truncate {}", path.full), |s| s.stat(&path.ns))?;
-    match meta {
+    match lookup(path)? {
         None => Err(libc::ENOENT),
         Some(m) if m.kind == FileKind::Dir => Err(libc::EISDIR),
-        Some(_) => conn::with(&format!("truncate {}", path.full), |s| {
-            s.truncate(&path.ns, len)
-        }),
+        Some(_) => {
+            attrs::changed(&path.ns);
+            conn::with(&format!("truncate {}", path.full), |s| {
+                s.truncate(&path.ns, len)
+            })
+        }
     }
 }
 
 pub fn mkdir(path: &Vpath) -> Result<(), Errno> {
+    attrs::changed(&path.ns);
     conn::with(&format!("mkdir {}", path.full), |s| {
         if s.stat(&path.ns)?.is_some() {
             return Err(labios_label::Error::AlreadyExists(path.ns.clone()));
@@ -260,30 +268,36 @@ pub fn mkdir(path: &Vpath) -> Result<(), Errno> {
 
 /// unlink (`dir` false) or rmdir (`dir` true).
 pub fn remove(path: &Vpath, dir: bool) -> Result<(), Errno> {
-    let meta = conn::with(&format!("stat {}", path.full), |s| s.stat(&path.ns))?;
-    match meta {
+    match lookup(path)? {
         None => Err(libc::ENOENT),
         Some(m) if (m.kind == FileKind::Dir) != dir => {
             Err(if dir { libc::ENOTDIR } else { libc::EISDIR })
         }
         Some(_) if path.ns == "/" => Err(libc::EBUSY),
-        Some(_) => conn::with(&format!("remove {}", path.full), |s| s.remove(&path.ns)),
+        Some(_) => {
+            attrs::changed_tree(&path.ns);
+            conn::with(&format!("remove {}", path.full), |s| s.remove(&path.ns))
+        }
     }
 }
 
 pub fn rename(from: &Vpath, to: &Vpath) -> Result<(), Errno> {
-    let meta = conn::with(&format!("stat {}", from.full), |s| s.stat(&from.ns))?;
-    match meta {
+    match lookup(from)? {
         None => Err(libc::ENOENT),
         // Directories move by copy (mv does that on EXDEV).
         Some(m) if m.kind == FileKind::Dir => Err(libc::EXDEV),
-        Some(_) => conn::with(&format!("rename {} {}", from.full, to.full), |s| {
-            s.rename(&from.ns, &to.ns)
-        }),
+        Some(_) => {
+            attrs::changed_tree(&from.ns);
+            attrs::changed_tree(&to.ns);
+            conn::with(&format!("rename {} {}", from.full, to.full), |s| {
+                s.rename(&from.ns, &to.ns)
+            })
+        }
     }
 }
 
 pub fn symlink(target: &str, path: &Vpath) -> Result<(), Errno> {
+    attrs::changed(&path.ns);
     conn::with(&format!("symlink {}", path.full), |s| {
         check_parent(s, &path.ns)?;
         s.symlink(target, &path.ns).map(|_| ())
@@ -304,7 +318,20 @@ pub fn readlink(path: &Vpath) -> Result<String, Errno> {
 }
 
 pub fn stat(path: &Vpath) -> Result<FileMeta, Errno> {
-    conn::with(&format!("stat {}", path.full), |s| s.stat(&path.ns))?.ok_or(libc::ENOENT)
+    lookup(path)?.ok_or(libc::ENOENT)
+}
+
+/// The entry at `path` (`None`: nothing there), from the attribute cache
+/// when this process looked it up within the lease.
+pub fn lookup(path: &Vpath) -> Result<Option<FileMeta>, Errno> {
+    if let Some(m) = attrs::get(&path.ns) {
+        return Ok(Some(m));
+    }
+    let meta = conn::with(&format!("stat {}", path.full), |s| s.stat(&path.ns))?;
+    if let Some(m) = &meta {
+        attrs::put([m]);
+    }
+    Ok(meta)
 }
 
 /// Capacity and use of the whole deployment, once `path` is known to

@@ -10,6 +10,7 @@
 //! `LABIOS_CLIENT__MODE=async`).
 
 mod aio;
+mod attrs;
 mod conn;
 mod dirs;
 mod exec;
