@@ -118,6 +118,11 @@ impl LabiosFs {
         }
     }
 
+    /// The path of entry `name` in directory node `parent`.
+    fn child_of(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
+        child(&self.nodes.path(parent)?, name)
+    }
+
     /// Replies with an entry the kernel now holds a reference to.
     fn entry(&self, meta: &FileMeta, reply: ReplyEntry) {
         self.nodes.remember(meta);
@@ -228,11 +233,7 @@ impl Filesystem for LabiosFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let result = self
-            .nodes
-            .path(parent)
-            .and_then(|p| child(&p, name))
-            .and_then(|p| self.stat(&p));
+        let result = self.child_of(parent, name).and_then(|p| self.stat(&p));
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
@@ -293,9 +294,7 @@ impl Filesystem for LabiosFs {
             return reply.error(Errno::EPERM);
         }
         let result = self
-            .nodes
-            .path(parent)
-            .and_then(|p| child(&p, name))
+            .child_of(parent, name)
             .and_then(|p| self.call("create", &p, self.client.create(&p)));
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
@@ -308,14 +307,10 @@ impl Filesystem for LabiosFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let result = self
-            .nodes
-            .path(parent)
-            .and_then(|p| child(&p, link_name))
-            .and_then(|p| {
-                let target = target.to_str().ok_or(Errno::EINVAL)?;
-                self.call("symlink", &p, self.client.symlink(target, &p))
-            });
+        let result = self.child_of(parent, link_name).and_then(|p| {
+            let target = target.to_str().ok_or(Errno::EINVAL)?;
+            self.call("symlink", &p, self.client.symlink(target, &p))
+        });
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
@@ -337,23 +332,17 @@ impl Filesystem for LabiosFs {
         reply: ReplyEntry,
     ) {
         let result = self
-            .nodes
-            .path(parent)
-            .and_then(|p| child(&p, name))
+            .child_of(parent, name)
             .and_then(|p| self.call("mkdir", &p, self.client.mkdir(&p)));
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self
-            .nodes
-            .path(parent)
-            .and_then(|p| child(&p, name))
-            .and_then(|p| {
-                self.call("unlink", &p, self.client.remove(&p))?;
-                self.nodes.removed(&p);
-                Ok(())
-            });
+        let result = self.child_of(parent, name).and_then(|p| {
+            self.call("unlink", &p, self.client.remove(&p))?;
+            self.nodes.removed(&p);
+            Ok(())
+        });
         reply_with!(reply, result, |()| reply.ok())
     }
 
@@ -372,8 +361,8 @@ impl Filesystem for LabiosFs {
         reply: ReplyEmpty,
     ) {
         let result = (|| {
-            let from = child(&self.nodes.path(parent)?, name)?;
-            let to = child(&self.nodes.path(newparent)?, newname)?;
+            let from = self.child_of(parent, name)?;
+            let to = self.child_of(newparent, newname)?;
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                 return Err(Errno::EINVAL);
             }
@@ -628,9 +617,7 @@ impl Filesystem for LabiosFs {
         reply: ReplyCreate,
     ) {
         let result = self
-            .nodes
-            .path(parent)
-            .and_then(|p| child(&p, name))
+            .child_of(parent, name)
             .and_then(|p| self.call("create", &p, self.client.create(&p)));
         reply_with!(reply, result, |meta| {
             self.nodes.remember(&meta);
