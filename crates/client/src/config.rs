@@ -31,8 +31,10 @@ pub struct ClientConfig {
     /// Attempts for a read whose data moved between lookup and execution.
     pub read_retries: u32,
     /// How long `labios run`'s interception library may answer `stat` of
-    /// an entry from what it last looked up (0: never): another client's
-    /// change shows after at most this, the process's own at once.
+    /// an entry from what it last looked up. 0 (the default) never does:
+    /// every stat sees every client's completed changes, which the model
+    /// checker holds LABIOS to. With a lease another client's change shows
+    /// after at most this, the process's own at once.
     pub attr_cache_ms: u64,
     /// External storage the client may name (the configuration's top-level
     /// `[mounts.NAME]` tables, shared with the workers).
@@ -49,7 +51,7 @@ impl Default for ClientConfig {
             wait_timeout_ms: 600_000,
             max_in_flight: 8192,
             read_retries: 8,
-            attr_cache_ms: 1000,
+            attr_cache_ms: 0,
             mounts: BTreeMap::new(),
         }
     }

@@ -6,12 +6,19 @@
  *
  *   create_per_s N
  *   stat_per_s N
+ *   stat_cold_per_s N     (only with COLD_WAIT > 0)
  *   unlink_per_s N
+ *
+ * The stat phase follows the creates at once, so attribute caches with a
+ * lease (the kernel's on a FUSE mount, `labios run`'s) may still hold what
+ * the creates put there. With COLD_WAIT > 0, a second stat phase runs
+ * COLD_WAIT seconds after the first ends: with a wait longer than those
+ * leases, every stat asks the file system (the unlinks then follow it).
  *
  * Run by scripts/bench-mount.sh on a plain directory, under `labios run`
  * (DIR under /labios) and on a `labios mount`.
  *
- *   metadata DIR [PROCS=2] [FILES=2000]
+ *   metadata DIR [PROCS=2] [FILES=2000] [COLD_WAIT=0]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,8 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { CREATE, STAT, UNLINK, PHASES };
-static const char *names[PHASES] = {"create", "stat", "unlink"};
+enum { CREATE, STAT, STAT_COLD, UNLINK, PHASES };
+static const char *names[PHASES] = {"create", "stat", "stat_cold", "unlink"};
 
 static double now(void) {
     struct timespec t;
@@ -85,6 +92,7 @@ static int phase(int which, const char *dir, int proc, long files) {
             break;
         }
         case STAT:
+        case STAT_COLD:
             if (stat(path, &st) != 0) { perror(path); return -1; }
             if (!S_ISREG(st.st_mode) || st.st_size != 0) {
                 fprintf(stderr, "%s: stat says mode %o size %lld, not an empty file\n",
@@ -100,12 +108,13 @@ static int phase(int which, const char *dir, int proc, long files) {
     return 0;
 }
 
-static int child(const char *dir, int proc, long files, int go, int done) {
+static int child(const char *dir, int proc, long files, int cold, int go, int done) {
     struct stat st;
     /* Connects (under `labios run`) before the first timed phase. */
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) { perror(dir); put(done, 'e'); return 1; }
     put(done, 'r');
     for (int p = 0; p < PHASES; p++) {
+        if (p == STAT_COLD && !cold) continue;
         if (get(go) != 'g') return 1;
         int rc = phase(p, dir, proc, files);
         put(done, rc == 0 ? 'd' : 'e');
@@ -124,11 +133,18 @@ static int child(const char *dir, int proc, long files, int go, int done) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: %s DIR [PROCS=2] [FILES=2000]\n", argv[0]); return 2; }
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s DIR [PROCS=2] [FILES=2000] [COLD_WAIT=0]\n", argv[0]);
+        return 2;
+    }
     const char *dir = argv[1];
     int procs = argc > 2 ? atoi(argv[2]) : 2;
     long files = argc > 3 ? atol(argv[3]) : 2000;
-    if (procs < 1 || files < 1) { fprintf(stderr, "metadata: PROCS and FILES must be >= 1\n"); return 2; }
+    double cold_wait = argc > 4 ? atof(argv[4]) : 0;
+    if (procs < 1 || files < 1 || cold_wait < 0) {
+        fprintf(stderr, "metadata: PROCS and FILES must be >= 1, COLD_WAIT >= 0\n");
+        return 2;
+    }
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) { perror(dir); return 1; }
 
     int go[2], done[2];
@@ -144,7 +160,7 @@ int main(int argc, char **argv) {
         if (pids[i] == 0) {
             close(go[1]);
             close(done[0]);
-            _exit(child(dir, i, files, go[0], done[1]));
+            _exit(child(dir, i, files, cold_wait > 0, go[0], done[1]));
         }
     }
     close(go[0]);
@@ -155,6 +171,11 @@ int main(int argc, char **argv) {
         if (report(done[0]) != 'r') { failed = 1; break; }
     double rate[PHASES] = {0};
     for (int p = 0; p < PHASES && !failed; p++) {
+        if (p == STAT_COLD) {
+            if (cold_wait == 0) continue;
+            struct timespec w = {(time_t)cold_wait, (long)((cold_wait - (time_t)cold_wait) * 1e9)};
+            while (nanosleep(&w, &w) != 0 && errno == EINTR) {}
+        }
         double t0 = now();
         for (int i = 0; i < procs; i++) put(go[1], 'g');
         for (int i = 0; i < procs; i++)
@@ -169,6 +190,7 @@ int main(int argc, char **argv) {
         if (!WIFEXITED(statuses[i]) || WEXITSTATUS(statuses[i]) != 0) failed = 1;
     }
     if (failed) { fprintf(stderr, "metadata: a process failed (see above)\n"); return 1; }
-    for (int p = 0; p < PHASES; p++) printf("%s_per_s %.0f\n", names[p], rate[p]);
+    for (int p = 0; p < PHASES; p++)
+        if (p != STAT_COLD || cold_wait > 0) printf("%s_per_s %.0f\n", names[p], rate[p]);
     return 0;
 }

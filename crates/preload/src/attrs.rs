@@ -1,5 +1,6 @@
 //! Attributes of LABIOS entries this process looked up, kept for a short
-//! lease (`client.attr_cache_ms`, default 1000; 0 turns it off), so that
+//! lease when the user asks for one (`client.attr_cache_ms`, default 0:
+//! off, every stat asks the inventory), so that
 //! the `stat` calls programs make by the thousand (`ls -l`, `find`, `make`,
 //! a stat after each create) do not each cost a round trip.
 //!
@@ -18,6 +19,12 @@ use std::time::{Duration, Instant};
 /// Entries kept at most; past it the cache starts afresh.
 const MAX_ENTRIES: usize = 65_536;
 static CACHE: Mutex<Option<HashMap<String, (FileMeta, Instant)>>> = parking_lot::const_mutex(None);
+
+/// Paths this process found to be directories, for the parent check of
+/// every create: a directory stays one until it is removed or moved,
+/// which this process sees ([`changed_tree`]) or, done elsewhere, within
+/// the lease.
+static DIRS: Mutex<Option<HashMap<String, Instant>>> = parking_lot::const_mutex(None);
 
 /// The lease, known once the session is connected (the first entry put
 /// comes from it); nothing is answered from the cache before.
@@ -63,6 +70,28 @@ pub fn put<'a>(metas: impl IntoIterator<Item = &'a FileMeta>) {
     }
 }
 
+/// Whether `ns` was seen to be a directory within the lease.
+pub fn known_dir(ns: &str) -> bool {
+    let Some(lease) = lease() else { return false };
+    DIRS.lock()
+        .as_ref()
+        .and_then(|d| d.get(ns))
+        .is_some_and(|at| at.elapsed() < lease)
+}
+
+/// `ns` is a directory.
+pub fn dir_seen(ns: &str) {
+    if lease().is_none() {
+        return;
+    }
+    let mut guard = DIRS.lock();
+    let dirs = guard.get_or_insert_with(HashMap::new);
+    if dirs.len() >= MAX_ENTRIES {
+        dirs.clear();
+    }
+    dirs.insert(ns.to_string(), Instant::now());
+}
+
 fn parent(ns: &str) -> &str {
     match ns.rfind('/') {
         Some(0) | None => "/",
@@ -80,9 +109,12 @@ pub fn changed(ns: &str) {
 
 /// This process moved or removed `ns` and whatever is under it.
 pub fn changed_tree(ns: &str) {
+    let inside = format!("{}/", ns.trim_end_matches('/'));
     if let Some(map) = CACHE.lock().as_mut() {
-        let inside = format!("{}/", ns.trim_end_matches('/'));
         map.retain(|p, _| p != ns && !p.starts_with(&inside));
         map.remove(parent(ns));
+    }
+    if let Some(dirs) = DIRS.lock().as_mut() {
+        dirs.retain(|p, _| p != ns && !p.starts_with(&inside));
     }
 }

@@ -23,11 +23,14 @@ fn parent(ns: &str) -> Option<&str> {
 /// The parent directory must exist, as POSIX asks of open(O_CREAT) and mkdir.
 fn check_parent(s: &labios_c::Session, ns: &str) -> Result<(), labios_label::Error> {
     let Some(p) = parent(ns) else { return Ok(()) };
-    if p == "/" {
+    if p == "/" || attrs::known_dir(p) {
         return Ok(());
     }
     match s.stat(p)? {
-        Some(m) if m.kind == FileKind::Dir => Ok(()),
+        Some(m) if m.kind == FileKind::Dir => {
+            attrs::dir_seen(p);
+            Ok(())
+        }
         Some(_) => Err(labios_label::Error::InvalidArgument(format!(
             "{p} is not a directory"
         ))),
@@ -67,6 +70,14 @@ pub enum Opened {
 
 /// Opens `path`, following symbolic links at its end unless O_NOFOLLOW.
 pub fn open(path: Vpath, flags: c_int) -> Result<Opened, Errno> {
+    let plain_create = flags & libc::O_CREAT != 0
+        && flags & (libc::O_EXCL | libc::O_NOFOLLOW | libc::O_DIRECTORY) == 0
+        && flags & libc::O_TMPFILE != libc::O_TMPFILE;
+    if plain_create {
+        if let Some(fd) = create_directly(&path, flags)? {
+            return Ok(Opened::Labios(fd));
+        }
+    }
     let (target, meta) = if flags & libc::O_NOFOLLOW != 0 {
         let meta = lookup(&path)?;
         (Target::Labios(path), meta)
@@ -78,6 +89,32 @@ pub fn open(path: Vpath, flags: c_int) -> Result<Opened, Errno> {
         Target::Real(Some(p)) => Ok(Opened::Host(p)),
         Target::Real(None) => Err(libc::ENOENT),
     }
+}
+
+/// `open(O_CREAT)` of a file in one round trip: the inventory creates it
+/// or returns the file already there. Anything else at the path (a
+/// directory, a link to follow, another application's file) is left to
+/// the full path: `None`.
+fn create_directly(path: &Vpath, flags: c_int) -> Result<Option<c_int>, Errno> {
+    use labios_label::Error;
+    attrs::changed(&path.ns);
+    let made = conn::with(&format!("create {}", path.full), |s| {
+        check_parent(s, &path.ns)?;
+        match s.create(&path.ns) {
+            Ok(m) => Ok(Some(m)),
+            Err(Error::AlreadyExists(_) | Error::PermissionDenied(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    })?;
+    let Some(m) = made else { return Ok(None) };
+    if flags & libc::O_ACCMODE != libc::O_RDONLY && flags & libc::O_TRUNC != 0 && m.size > 0 {
+        conn::with(&format!("truncate {}", path.full), |s| {
+            s.truncate(&path.ns, 0)
+        })?;
+    } else {
+        attrs::put([&m]);
+    }
+    fdtable::open(path.clone(), false, flags).map(Some)
 }
 
 /// Opens `path`, whose entry (after [`follow`]) is `meta`.
