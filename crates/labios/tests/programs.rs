@@ -827,12 +827,17 @@ async fn raw_system_calls(kind: Kind) {
         .on_labios(&["python3", &format!("{PROGRAMS}/raw_calls.py"), &b.ns_dir])
         .output()
         .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
     let out = check(&out, "raw_calls.py");
     assert_eq!(
         out,
         "raw read EBADF\nraw pread EBADF\nraw write EPERM\nposition 0\npwritev2 3\n\
          preadv2 12 b'LABios bytes'\nnowait EAGAIN\npreadv2 at the position 3 b'os ' 7\n\
-         file b'LABios bytes'\n"
+         mmap ENODEV\nfile b'LABios bytes'\n"
+    );
+    assert!(
+        said.contains("mmap of") && said.contains("labios mount"),
+        "{said}"
     );
     // io_uring bypasses the C library: fio fails, and says why.
     let uring = b

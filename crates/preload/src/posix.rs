@@ -973,6 +973,24 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
 }
 
 /// LABIOS files cannot be mapped; programs that try fall back to read.
+/// A LABIOS file cannot be mapped under `labios run` (its pages would
+/// have to come from the kernel): ENODEV, which programs fall back from,
+/// and once per process a word on stderr pointing to `labios mount`.
+fn no_mapping(fd: c_int) -> *mut c_void {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        let path = fdtable::get(fd)
+            .map(|f| f.path.full.clone())
+            .unwrap_or_default();
+        eprintln!(
+            "labios: mmap of {path} is not supported under labios run (ENODEV); \
+             programs that map files run on `labios mount`"
+        );
+    });
+    set_errno(libc::ENODEV);
+    libc::MAP_FAILED
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn mmap(
     addr: *mut c_void,
@@ -983,8 +1001,7 @@ pub unsafe extern "C" fn mmap(
     off: off_t,
 ) -> *mut c_void {
     if flags & libc::MAP_ANONYMOUS == 0 && fdtable::is_labios(fd) {
-        set_errno(libc::ENODEV);
-        return libc::MAP_FAILED;
+        return no_mapping(fd);
     }
     real!(mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void)(
         addr, len, prot, flags, fd, off,
@@ -1001,8 +1018,7 @@ pub unsafe extern "C" fn mmap64(
     off: off64_t,
 ) -> *mut c_void {
     if flags & libc::MAP_ANONYMOUS == 0 && fdtable::is_labios(fd) {
-        set_errno(libc::ENODEV);
-        return libc::MAP_FAILED;
+        return no_mapping(fd);
     }
     real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void)(
         addr, len, prot, flags, fd, off,

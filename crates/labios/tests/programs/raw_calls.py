@@ -1,12 +1,14 @@
 """Calls that reach the kernel without passing through the C library's
 functions, on a LABIOS descriptor under `labios run` (issue 12, item 3):
 each fails with an error, never reading the descriptor's placeholder as if
-it were the file; preadv2/pwritev2 are intercepted.
+it were the file; preadv2/pwritev2 are intercepted; mmap fails with ENODEV
+and a word on stderr.
 
   raw_calls.py DIR
 """
 import ctypes
 import errno
+import mmap
 import os
 import sys
 
@@ -41,6 +43,10 @@ except OSError as e:
 os.lseek(fd, 4, os.SEEK_SET)
 part = bytearray(3)
 print("preadv2 at the position", os.preadv(fd, [part], -1, 0), bytes(part), os.lseek(fd, 0, os.SEEK_CUR))
+try:
+    mmap.mmap(fd, 0)
+except OSError as e:
+    print("mmap", errno.errorcode[e.errno])
 os.close(fd)
 with open(os.path.join(root, "raw.dat"), "rb") as f:
     print("file", f.read())
