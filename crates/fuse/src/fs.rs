@@ -177,6 +177,9 @@ impl LabiosFs {
     ) -> Result<(), Errno> {
         let path = self.nodes.path(node)?;
         let name = name.to_str().ok_or(Errno::EINVAL)?;
+        if kernel_namespace(name) {
+            return Err(Errno::EOPNOTSUPP);
+        }
         let exists = self.xattr(&path, name)?.is_some();
         if (flags & libc::XATTR_CREATE != 0 && exists)
             || (flags & libc::XATTR_REPLACE != 0 && !exists)
@@ -193,6 +196,16 @@ impl LabiosFs {
         let value = value.map(Bytes::copy_from_slice);
         self.call("setxattr", &path, self.client.set_xattr(&path, name, value))
     }
+}
+
+/// The kernel's own attribute namespaces (capabilities, ACLs, SELinux
+/// labels), which LABIOS does not keep: the kernel asks for
+/// `security.capability` before every write, so the answer must not cost a
+/// round trip; setting one is EOPNOTSUPP, as on a file system without them.
+fn kernel_namespace(name: &str) -> bool {
+    ["security.", "system.", "trusted."]
+        .iter()
+        .any(|ns| name.starts_with(ns))
 }
 
 fn kind_of(m: &FileMeta) -> FileType {
@@ -575,6 +588,9 @@ impl Filesystem for LabiosFs {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let result = self.nodes.path(ino).and_then(|path| {
             let name = name.to_str().ok_or(Errno::NO_XATTR)?;
+            if kernel_namespace(name) {
+                return Err(Errno::NO_XATTR);
+            }
             self.xattr(&path, name)?.ok_or(Errno::NO_XATTR)
         });
         reply_with!(reply, result, |value| reply_xattr(&value, size, reply))
@@ -634,20 +650,6 @@ impl Filesystem for LabiosFs {
                 open,
             )
         })
-    }
-
-    /// A regular file is always ready, as on any disk file system.
-    fn poll(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _ph: fuser::PollNotifier,
-        events: fuser::PollEvents,
-        _flags: fuser::PollFlags,
-        reply: fuser::ReplyPoll,
-    ) {
-        reply.poll(events & (fuser::PollEvents::POLLIN | fuser::PollEvents::POLLOUT))
     }
 
     /// No device controls: a terminal probe (`isatty`) is told no.

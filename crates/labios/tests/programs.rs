@@ -1014,3 +1014,45 @@ async fn own_changes_through_the_cache(kind: Kind, via: Via) {
     );
     b.stop().await;
 }
+
+/// Extended attributes on the mount are the inventory's `user.*` ones; the
+/// kernel's namespaces (asked before every write) are answered at once.
+async fn mount_xattrs(kind: Kind) {
+    let b = Bench::start(kind, Via::Mount(false), "xattrs").await;
+    let script = r#"
+import errno, os, sys
+p = os.path.join(sys.argv[1], "x")
+os.makedirs(sys.argv[1], exist_ok=True)
+open(p, "w").write("data")
+os.setxattr(p, "user.owner", b"lab")
+print(os.getxattr(p, "user.owner"), sorted(os.listxattr(p)))
+for call in (lambda: os.getxattr(p, "security.capability"),
+             lambda: os.setxattr(p, "security.selinux", b"x"),
+             lambda: os.setxattr(p, "user.owner", b"y", os.XATTR_CREATE)):
+    try:
+        call()
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+os.removexattr(p, "user.owner")
+print(os.listxattr(p))
+"#;
+    let out = b
+        .on_labios(&["python3", "-c", script, &b.ns_dir])
+        .output()
+        .unwrap();
+    assert_eq!(
+        check(&out, "xattrs"),
+        "b'lab' ['user.owner']\nENODATA\nENOTSUP\nEEXIST\n[]\n"
+    );
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mount_xattrs_embedded() {
+    mount_xattrs(Kind::Embedded).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mount_xattrs_cluster() {
+    mount_xattrs(Kind::Cluster).await
+}
