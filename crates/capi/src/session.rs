@@ -232,6 +232,11 @@ impl Session {
         self.run(self.client.symlink(target, path))
     }
 
+    /// A further name `to` for the file or symbolic link `from` (hard link).
+    pub fn link(&self, from: &str, to: &str) -> Result<FileMeta> {
+        self.run(self.client.link(from, to))
+    }
+
     /// The target of the symbolic link at `path`.
     pub fn readlink(&self, path: &str) -> Result<String> {
         self.run(self.client.readlink(path))
@@ -243,6 +248,11 @@ impl Session {
 
     pub fn remove(&self, path: &str) -> Result<()> {
         self.run(self.client.remove(path))
+    }
+
+    /// Removes the entry `meta` just looked up, without asking again.
+    pub fn remove_entry(&self, meta: FileMeta) -> Result<()> {
+        self.run(self.client.remove_entry(meta))
     }
 
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {

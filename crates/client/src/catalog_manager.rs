@@ -124,18 +124,4 @@ impl CatalogManager {
     pub async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
         self.inventory.extents(file, offset, len).await
     }
-
-    pub async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)> {
-        let norm = normalize_path(path)?;
-        if norm == "/" {
-            return Err(Error::InvalidPath {
-                path: norm,
-                reason: "the root cannot be removed".into(),
-            });
-        }
-        if let Some(meta) = self.inventory.lookup(&norm).await? {
-            self.owned(meta)?;
-        }
-        self.inventory.remove(&norm).await
-    }
 }

@@ -965,23 +965,54 @@ impl Client {
         Ok(())
     }
 
-    /// Removes a file (its data on every worker) or an empty directory.
+    /// Removes a name of a file or an empty directory; a file's data goes
+    /// with its last name.
     pub async fn remove(&self, path: &str) -> Result<()> {
         if labios_bridge::is_external(path) {
             return self.remove_external(path).await;
         }
-        let meta = self
-            .inner
-            .catalog
-            .owned(self.inner.catalog.stat(path).await?)?;
+        let meta = self.inner.catalog.stat(path).await?;
+        self.remove_entry(meta).await
+    }
+
+    /// Removes the entry `meta` the caller just looked up (by its
+    /// `meta.path`), sparing the look-up [`Client::remove`] makes.
+    ///
+    /// Once the inventory dropped the last name of a file, its bytes are
+    /// freed in the background: the delete labels for every worker are
+    /// published (the queue holds them durably) and not waited for. No
+    /// one can reach those bytes any more (file ids are never reused), so
+    /// only the space comes back later, as on file systems that free
+    /// blocks after unlink returns. A delete keeps what the inventory still
+    /// gives the worker whenever it runs, and what a worker failed to free
+    /// its reconciliation at restart gives back.
+    pub async fn remove_entry(&self, meta: FileMeta) -> Result<()> {
+        let meta = self.inner.catalog.owned(meta)?;
         if meta.kind == FileKind::File {
             self.settle(meta.id).await?;
         }
-        let (meta, _) = self.inner.catalog.remove(&meta.path).await?;
-        if meta.kind == FileKind::File {
-            self.to_every_worker(LabelKind::Delete, &meta).await?;
+        let (gone, _) = self.inner.catalog.inventory().remove(&meta.path).await?;
+        // A file keeps its data while another name (hard link) remains.
+        if gone.kind == FileKind::File && gone.nlink == 0 {
+            self.publish_to_every_worker(LabelKind::Delete, &gone)
+                .await?;
         }
         Ok(())
+    }
+
+    /// Gives the file or symbolic link at `from` (not followed) the further
+    /// name `to`, a hard link: both name one file, its data and attributes,
+    /// until the last name is removed. `AlreadyExists` if `to` does; a
+    /// directory is refused.
+    pub async fn link(&self, from: &str, to: &str) -> Result<FileMeta> {
+        namespace_only(from)?;
+        namespace_only(to)?;
+        let meta = self
+            .inner
+            .catalog
+            .owned(self.inner.catalog.stat(from).await?)?;
+        let to = normalize_path(to)?;
+        self.inner.catalog.inventory().link(&meta.path, &to).await
     }
 
     /// Makes everything written to `path` durable on the workers' devices.
@@ -1000,6 +1031,15 @@ impl Client {
     /// Every worker, not only those holding current extents, may keep bytes
     /// of the file (overwritten ranges), so deletes and flushes go to all.
     async fn to_every_worker(&self, kind: LabelKind, meta: &FileMeta) -> Result<()> {
+        let ids = self.publish_to_every_worker(kind, meta).await?;
+        first_failure(&self.inner.labels.wait(&ids).await?)
+    }
+
+    async fn publish_to_every_worker(
+        &self,
+        kind: LabelKind,
+        meta: &FileMeta,
+    ) -> Result<Vec<LabelId>> {
         let workers = self.inner.catalog.inventory().workers().await?;
         let labels: Vec<_> = workers
             .iter()
@@ -1011,7 +1051,7 @@ impl Client {
             .collect();
         let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
         self.inner.labels.publish(labels).await?;
-        first_failure(&self.inner.labels.wait(&ids).await?)
+        Ok(ids)
     }
 
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {

@@ -12,6 +12,8 @@ pub fn errno_of(e: &Error) -> i32 {
         Error::InvalidArgument(m) if m.ends_with("is a directory") => libc::EISDIR,
         Error::InvalidArgument(m) if m.ends_with("is not a directory") => libc::ENOTDIR,
         Error::InvalidArgument(m) if m.contains("not empty") => libc::ENOTEMPTY,
+        Error::InvalidArgument(m) if m.ends_with("no hard link to a directory") => libc::EPERM,
+        Error::InvalidArgument(m) if m.ends_with("too many links") => libc::EMLINK,
         Error::InvalidArgument(_) | Error::Malformed(_) => libc::EINVAL,
         Error::PermissionDenied(_) => libc::EACCES,
         Error::Full(_) => libc::ENOSPC,

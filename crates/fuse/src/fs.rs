@@ -109,7 +109,7 @@ impl LabiosFs {
             crtime: time(m.ctime),
             kind: kind_of(m),
             perm: (m.mode & 0o7777) as u16,
-            nlink: if m.kind == FileKind::Dir { 2 } else { 1 },
+            nlink: if m.kind == FileKind::Dir { 2 } else { m.nlink },
             uid: self.uid,
             gid: self.gid,
             rdev: 0,
@@ -121,6 +121,16 @@ impl LabiosFs {
     /// The path of entry `name` in directory node `parent`.
     fn child_of(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
         child(&self.nodes.path(parent)?, name)
+    }
+
+    /// A node whose name went while the file keeps others (hard links)
+    /// goes on under the one the inventory names first.
+    fn name_left(&self, node: Option<INodeNo>) {
+        let Some(node) = node else { return };
+        let id = node.0 - 2;
+        if let Ok(meta) = self.call("stat", "", self.client.catalog().file(id)) {
+            self.nodes.renamed_to(&meta);
+        }
     }
 
     /// Replies with an entry the kernel now holds a reference to.
@@ -353,10 +363,26 @@ impl Filesystem for LabiosFs {
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let result = self.child_of(parent, name).and_then(|p| {
             self.call("unlink", &p, self.client.remove(&p))?;
-            self.nodes.removed(&p);
+            self.name_left(self.nodes.removed(&p));
             Ok(())
         });
         reply_with!(reply, result, |()| reply.ok())
+    }
+
+    /// A hard link: the kernel's node of `ino` gets the further name.
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let result = self.nodes.path(ino).and_then(|from| {
+            let to = self.child_of(newparent, newname)?;
+            self.call("link", &to, self.client.link(&from, &to))
+        });
+        reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -387,7 +413,7 @@ impl Filesystem for LabiosFs {
                 }
             }
             self.call("rename", &from, self.client.rename(&from, &to))?;
-            self.nodes.renamed(&from, &to);
+            self.name_left(self.nodes.renamed(&from, &to));
             Ok(())
         })();
         reply_with!(reply, result, |()| reply.ok())

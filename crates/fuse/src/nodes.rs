@@ -40,6 +40,9 @@ struct Node {
     /// holding it open must not reach a new file created at its old path.
     path: Option<String>,
     lookups: u64,
+    /// The file's names when last seen: with more than one, removing
+    /// `path` leaves the node alive under another.
+    nlink: u32,
 }
 
 #[derive(Default)]
@@ -51,6 +54,33 @@ struct Table {
 #[derive(Default)]
 pub struct Nodes {
     table: Mutex<Table>,
+}
+
+impl Table {
+    /// Node `node` is reached by `meta.path` now.
+    fn name(&mut self, node: INodeNo, meta: &FileMeta) {
+        if let Some(old) = self.by_path.insert(meta.path.clone(), node.0) {
+            if old != node.0 {
+                // Another client replaced the entry at this path.
+                if let Some(n) = self.nodes.get_mut(&old) {
+                    n.path = None;
+                }
+            }
+        }
+        let entry = self.nodes.entry(node.0).or_insert(Node {
+            path: None,
+            lookups: 0,
+            nlink: 1,
+        });
+        entry.nlink = meta.nlink;
+        if let Some(previous) = entry.path.replace(meta.path.clone()) {
+            if previous != meta.path {
+                // Renamed by another client (or named by another of its
+                // links): its old path is no longer how it is reached.
+                self.by_path.remove(&previous);
+            }
+        }
+    }
 }
 
 impl Nodes {
@@ -75,29 +105,20 @@ impl Nodes {
             return node;
         }
         let mut t = self.table.lock();
-        if let Some(old) = t.by_path.insert(meta.path.clone(), node.0) {
-            if old != node.0 {
-                // Another client replaced the entry at this path.
-                if let Some(n) = t.nodes.get_mut(&old) {
-                    n.path = None;
-                }
-            }
-        }
-        let entry = t.nodes.entry(node.0).or_insert(Node {
-            path: None,
-            lookups: 0,
-        });
-        if let Some(previous) = entry.path.replace(meta.path.clone()) {
-            if previous != meta.path {
-                // Renamed by another client: its old path is no longer it.
-                t.by_path.remove(&previous);
-            }
-        }
-        let entry = t.nodes.get_mut(&node.0).expect("inserted above");
-        entry.lookups += 1;
+        t.name(node, meta);
+        t.nodes.get_mut(&node.0).expect("named above").lookups += 1;
         node
     }
 
+    /// The node of `meta`, if the kernel holds it, is now named
+    /// `meta.path` (the name left after another was removed).
+    pub fn renamed_to(&self, meta: &FileMeta) {
+        let node = node_of(meta);
+        let mut t = self.table.lock();
+        if t.nodes.contains_key(&node.0) {
+            t.name(node, meta);
+        }
+    }
     /// The kernel dropped `count` references.
     pub fn forget(&self, node: INodeNo, count: u64) {
         let mut t = self.table.lock();
@@ -115,20 +136,22 @@ impl Nodes {
         }
     }
 
-    /// The entry at `path` was removed.
-    pub fn removed(&self, path: &str) {
+    /// The entry at `path` was removed. Returns its node when the file
+    /// had other names: it lives on, and [`Nodes::renamed_to`] gives it
+    /// the name left.
+    pub fn removed(&self, path: &str) -> Option<INodeNo> {
         let mut t = self.table.lock();
-        if let Some(node) = t.by_path.remove(path) {
-            if let Some(n) = t.nodes.get_mut(&node) {
-                n.path = None;
-            }
-        }
+        let node = t.by_path.remove(path)?;
+        let n = t.nodes.get_mut(&node)?;
+        n.path = None;
+        (n.nlink > 1).then_some(INodeNo(node))
     }
 
     /// `from` (and, for a directory, everything under it) is now `to`;
-    /// whatever was at `to` was replaced.
-    pub fn renamed(&self, from: &str, to: &str) {
-        self.removed(to);
+    /// whatever was at `to` was replaced. Returns the replaced node when
+    /// its file has other names (see [`Nodes::removed`]).
+    pub fn renamed(&self, from: &str, to: &str) -> Option<INodeNo> {
+        let replaced = self.removed(to);
         let mut t = self.table.lock();
         let inside = format!("{from}/");
         let moved: Vec<(String, u64)> = t
@@ -145,6 +168,7 @@ impl Nodes {
                 n.path = Some(new);
             }
         }
+        replaced
     }
 }
 
@@ -164,6 +188,7 @@ mod tests {
             ctime: 0,
             mtime: 0,
             atime: 0,
+            nlink: 1,
         }
     }
 
@@ -208,6 +233,24 @@ mod tests {
         nodes.forget(a, 1);
         assert_eq!(nodes.path(a), Err(Errno::ESTALE));
         assert_eq!(nodes.path(INodeNo::ROOT).unwrap(), "/");
+    }
+
+    #[test]
+    fn a_node_with_other_names_outlives_the_removal_of_one() {
+        let nodes = Nodes::default();
+        let linked = FileMeta {
+            nlink: 2,
+            ..meta(5, "/b")
+        };
+        let node = nodes.remember(&linked);
+        assert_eq!(nodes.removed("/b"), Some(node), "another name remains");
+        nodes.renamed_to(&FileMeta {
+            nlink: 1,
+            ..meta(5, "/a")
+        });
+        assert_eq!(nodes.path(node).unwrap(), "/a");
+        assert_eq!(nodes.removed("/a"), None, "its last name");
+        assert_eq!(nodes.path(node), Err(Errno::ENOENT));
     }
 
     #[test]

@@ -257,6 +257,7 @@ mod tests {
             ctime: 0,
             mtime: 0,
             atime: 0,
+            nlink: 1,
         }
     }
 

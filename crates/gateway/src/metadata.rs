@@ -189,6 +189,7 @@ mod tests {
             ctime: mtime,
             mtime,
             atime: mtime,
+            nlink: 1,
         }
     }
 

@@ -263,6 +263,7 @@ impl ObjectBucket {
                 ctime: mtime,
                 mtime,
                 atime: mtime,
+                nlink: 1,
             },
             meta,
         })

@@ -274,6 +274,7 @@ macro_rules! mounted {
 everywhere!(
     own_changes_through_the_cache,
     symlinks,
+    hard_links,
     fio_engines,
     concurrent_appends,
     coreutils,
@@ -931,6 +932,60 @@ ls
     b.stop().await;
 }
 
+/// Hard links: rsync -aH of a tree with them into LABIOS and out again
+/// keeps them (link counts, one inode per file), data written through one
+/// name is read through another, a file outlives all but its last name,
+/// renaming one name onto another of the same file changes nothing (as
+/// POSIX says), and tar stores and restores them; compared with the same
+/// script on a plain directory.
+async fn hard_links(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "hard").await;
+    let tree = b.input().join("tree");
+    std::fs::create_dir_all(tree.join("d")).unwrap();
+    write_input(&tree, "a", &common::data(17, 50_000));
+    write_input(&tree, "single", b"one name\n");
+    std::fs::hard_link(tree.join("a"), tree.join("d/b")).unwrap();
+    std::fs::hard_link(tree.join("a"), tree.join("c")).unwrap();
+    let script = r#"
+set -e
+mkdir -p "$ROOT"
+det="--sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner"
+rsync -aH "$IN/tree/" "$ROOT/tree/"
+rsync -aH "$ROOT/tree/" "$OUT/tree/"
+diff -r "$IN/tree" "$OUT/tree" && echo rsync trees equal
+(cd "$OUT/tree" && find . -type f -printf '%n %p %s\n' | sort)
+cd "$ROOT/tree"
+find . -type f -printf '%n %p %s\n' | sort
+test "$(stat -c %i a)" = "$(stat -c %i d/b)" && echo one inode
+test "$(stat -c %i a)" != "$(stat -c %i single)" && echo another inode
+echo more >> d/b
+tail -c 5 a
+rm a
+cmp d/b c && stat -c '%h %s' d/b c
+ln d/b e
+python3 -c 'import os; os.rename("e", "d/b")'
+stat -c '%h' d/b e
+rm e
+tar -cf "$OUT/t.tar" -C "$ROOT/tree" $det .
+tar -tvf "$OUT/t.tar" | grep -c 'link to'
+mkdir "$ROOT/x"
+tar -xf "$OUT/t.tar" -C "$ROOT/x"
+(cd "$ROOT/x" && find . -type f -printf '%n %p %s\n' | sort)
+cmp "$ROOT/x/c" "$ROOT/x/d/b" && echo tar kept the data
+"#;
+    let out = b.same(script);
+    assert!(
+        out.contains("rsync trees equal") && out.contains("one inode\nanother inode\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("3 ./a 50000\n3 ./c 50000\n3 ./d/b 50000\n"),
+        "{out}"
+    );
+    assert!(out.contains("2 50005\n2 50005\n3\n3\n1\n"), "{out}");
+    b.stop().await;
+}
+
 /// Symbolic links under `labios run`: made with `ln -s`, read, followed
 /// at the end of a path (to a LABIOS file, relative or absolute, and out
 /// to the host), listed as links, archived by tar and removed.
@@ -965,27 +1020,31 @@ ls
         "{out}"
     );
     assert!(out.contains("payload\nappended\n"), "{out}");
-    // Entries LABIOS does not keep: EPERM, and nothing lands on the host
-    // disk in the program's real working directory (issue 18 saw device
-    // nodes and links made there).
+    // Hard links are LABIOS entries, but not across LABIOS and the host
+    // (EXDEV); device nodes and FIFOs are not (EPERM). Nothing lands on the
+    // host disk in the program's real working directory (issue 18 saw
+    // device nodes and links made there).
     let host_cwd = b.tmp.path().join("host-cwd");
     std::fs::create_dir(&host_cwd).unwrap();
     let refused = b
         .on_labios(&[
             "sh",
             "-c",
-            r#"cd "$ROOT"; for c in "ln d/f.txt hard" "ln $ROOT/d/f.txt $ROOT/hard2" "mkfifo fifo" "mknod node c 1 3"; do $c 2>/dev/null && echo "$c made" || echo "$c refused"; done; ls"#,
+            r#"cd "$ROOT"; for c in "ln d/f.txt hard" "ln $ROOT/d/f.txt $ROOT/hard2" "ln d/f.txt $HOST/across" "mkfifo fifo" "mknod node c 1 3"; do $c 2>/dev/null && echo "$c made" || echo "$c refused"; done; ls"#,
         ])
         .env("ROOT", &b.ns_dir)
+        .env("HOST", &host_cwd)
         .current_dir(&host_cwd)
         .output()
         .unwrap();
     assert_eq!(
         check(&refused, "refused entries"),
         format!(
-            "ln d/f.txt hard refused\nln {0}/d/f.txt {0}/hard2 refused\nmkfifo fifo refused\n\
-             mknod node c 1 3 refused\nabs\nd\nout\n",
-            b.ns_dir
+            "ln d/f.txt hard made\nln {0}/d/f.txt {0}/hard2 made\n\
+             ln d/f.txt {1}/across refused\nmkfifo fifo refused\n\
+             mknod node c 1 3 refused\nabs\nd\nhard\nhard2\nout\n",
+            b.ns_dir,
+            host_cwd.display()
         )
     );
     assert_eq!(std::fs::read_dir(&host_cwd).unwrap().count(), 0);

@@ -311,9 +311,9 @@ pub fn remove(path: &Vpath, dir: bool) -> Result<(), Errno> {
             Err(if dir { libc::ENOTDIR } else { libc::EISDIR })
         }
         Some(_) if path.ns == "/" => Err(libc::EBUSY),
-        Some(_) => {
+        Some(m) => {
             attrs::changed_tree(&path.ns);
-            conn::with(&format!("remove {}", path.full), |s| s.remove(&path.ns))
+            conn::with(&format!("remove {}", path.full), |s| s.remove_entry(m))
         }
     }
 }
@@ -338,6 +338,31 @@ pub fn symlink(target: &str, path: &Vpath) -> Result<(), Errno> {
     conn::with(&format!("symlink {}", path.full), |s| {
         check_parent(s, &path.ns)?;
         s.symlink(target, &path.ns).map(|_| ())
+    })
+}
+
+/// A hard link `to` of `from`, which is followed when it is a symbolic
+/// link and `follow` (linkat's AT_SYMLINK_FOLLOW) says so. A link out of
+/// LABIOS cannot get a LABIOS name: EXDEV, as between file systems.
+pub fn link(from: Vpath, to: &Vpath, follow: bool) -> Result<(), Errno> {
+    let from = if follow {
+        match self::follow(from)? {
+            (Target::Labios(v), _) => v,
+            (Target::Real(_), _) => return Err(libc::EXDEV),
+        }
+    } else {
+        from
+    };
+    match lookup(&from)? {
+        None => return Err(libc::ENOENT),
+        Some(m) if m.kind == FileKind::Dir => return Err(libc::EPERM),
+        Some(_) => {}
+    }
+    attrs::changed(&from.ns);
+    attrs::changed(&to.ns);
+    conn::with(&format!("link {} {}", from.full, to.full), |s| {
+        check_parent(s, &to.ns)?;
+        s.link(&from.ns, &to.ns).map(|_| ())
     })
 }
 

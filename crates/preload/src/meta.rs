@@ -36,7 +36,7 @@ unsafe fn fill_stat(m: &FileMeta, st: *mut libc::stat) {
     *st = std::mem::zeroed();
     st.st_dev = DEVICE;
     st.st_ino = m.id;
-    st.st_nlink = if m.kind == FileKind::Dir { 2 } else { 1 };
+    st.st_nlink = links(m).into();
     st.st_mode = type_bits(m) | (m.mode & 0o7777);
     st.st_uid = libc::getuid();
     st.st_gid = libc::getgid();
@@ -53,7 +53,7 @@ unsafe fn fill_statx(m: &FileMeta, stx: *mut libc::statx) {
     *stx = std::mem::zeroed();
     stx.stx_mask = libc::STATX_BASIC_STATS;
     stx.stx_blksize = BLOCK as u32;
-    stx.stx_nlink = if m.kind == FileKind::Dir { 2 } else { 1 };
+    stx.stx_nlink = links(m);
     stx.stx_uid = libc::getuid();
     stx.stx_gid = libc::getgid();
     stx.stx_mode = (type_bits(m) | (m.mode & 0o7777)) as u16;
@@ -73,6 +73,17 @@ unsafe fn fill_statx(m: &FileMeta, stx: *mut libc::statx) {
     stx.stx_dev_minor = (DEVICE & 0xff) as u32;
 }
 
+/// `st_nlink`: a file's names; a directory's 2 (its name and `.`), as
+/// LABIOS does not count subdirectories (gnulib's `find` trusts the count
+/// only on file system types it knows).
+fn links(m: &FileMeta) -> u32 {
+    if m.kind == FileKind::Dir {
+        2
+    } else {
+        m.nlink
+    }
+}
+
 /// The entry of a LABIOS descriptor; one whose file was removed while
 /// open reports size 0 and no links, as an unlinked file would.
 fn meta_of_fd(fd: c_int) -> Option<Result<FileMeta, Errno>> {
@@ -88,6 +99,7 @@ fn meta_of_fd(fd: c_int) -> Option<Result<FileMeta, Errno>> {
             ctime: 0,
             mtime: 0,
             atime: 0,
+            nlink: 0,
         }),
         r => r,
     })

@@ -133,24 +133,13 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: u
     }
 }
 
-// ---- entries LABIOS does not keep -----------------------------------------
-
-/// Hard links, device nodes, FIFOs and sockets are not LABIOS entries: a
-/// LABIOS path (absolute, or relative to a LABIOS directory) gets EPERM,
-/// as on a file system without them, and nothing is made on the host
-/// disk. `Ok` carries the host path to use instead of the caller's.
-unsafe fn host_only_at(dirfd: c_int, path: *const c_char) -> Result<Option<CString>, c_int> {
-    match labios_path_at(dirfd, path) {
-        Ok(_) => Err(ret(Err(libc::EPERM))),
-        Err(p) => Ok(p),
-    }
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn link(old: *const c_char, new: *const c_char) -> c_int {
     linkat(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0)
 }
 
+/// Both names in LABIOS: a hard link in its namespace. One in LABIOS and
+/// one not: EXDEV, as between two file systems.
 #[no_mangle]
 pub unsafe extern "C" fn linkat(
     olddirfd: c_int,
@@ -159,17 +148,33 @@ pub unsafe extern "C" fn linkat(
     new: *const c_char,
     flags: c_int,
 ) -> c_int {
-    let (o, n) = match (host_only_at(olddirfd, old), host_only_at(newdirfd, new)) {
-        (Ok(o), Ok(n)) => (o, n),
-        (Err(r), _) | (_, Err(r)) => return r,
-    };
-    real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(
-        olddirfd,
-        real_path(&o, old),
-        newdirfd,
-        real_path(&n, new),
-        flags,
-    )
+    match (labios_path_at(olddirfd, old), labios_path_at(newdirfd, new)) {
+        (Ok(_), Ok(_)) if flags & !libc::AT_SYMLINK_FOLLOW != 0 => ret(Err(libc::EINVAL)),
+        (Ok(a), Ok(b)) => ret0(io::link(a, &b, flags & libc::AT_SYMLINK_FOLLOW != 0)),
+        (Err(a), Err(b)) => {
+            real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(
+                olddirfd,
+                real_path(&a, old),
+                newdirfd,
+                real_path(&b, new),
+                flags,
+            )
+        }
+        _ => ret(Err(libc::EXDEV)),
+    }
+}
+
+// ---- entries LABIOS does not keep -----------------------------------------
+
+/// Device nodes, FIFOs and sockets are not LABIOS entries: a LABIOS path
+/// (absolute, or relative to a LABIOS directory) gets EPERM, as on a file
+/// system without them, and nothing is made on the host disk. `Ok` carries
+/// the host path to use instead of the caller's.
+unsafe fn host_only_at(dirfd: c_int, path: *const c_char) -> Result<Option<CString>, c_int> {
+    match labios_path_at(dirfd, path) {
+        Ok(_) => Err(ret(Err(libc::EPERM))),
+        Err(p) => Ok(p),
+    }
 }
 
 #[no_mangle]

@@ -11,7 +11,8 @@ use crate::{AppRecord, Extent, FileKind, Inventory, LabelQueue, Warehouse};
 use bytes::Bytes;
 use labios_label::id::now_nanos;
 use labios_label::{
-    Error, Label, LabelId, LabelIdGen, LabelKind, LabelState, LabelStatus, WorkerSpec, WorkerStatus,
+    Error, FileId, Label, LabelId, LabelIdGen, LabelKind, LabelState, LabelStatus, WorkerSpec,
+    WorkerStatus,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -502,6 +503,7 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     assert!(b > a);
     append_cases(i.as_ref(), &root).await;
     symlink_cases(i.as_ref(), &root).await;
+    hard_link_cases(i.as_ref(), &root).await;
     i.sync().await.unwrap();
 }
 
@@ -595,6 +597,96 @@ async fn symlink_cases(i: &dyn Inventory, root: &str) {
     let (removed, extents) = i.remove(&n.path).await.unwrap();
     assert_eq!((removed.id, extents.len()), (n.id, 0));
     assert!(i.lookup(&n.path).await.unwrap().is_none());
+}
+
+/// A hard link is another name of the same file: one id, size, extents
+/// and attributes; the file goes with its last name.
+async fn hard_link_cases(i: &dyn Inventory, root: &str) {
+    let dir = format!("{root}/hard");
+    let a = format!("{dir}/a");
+    let f = i.create(&a, FileKind::File, 0o644, 7).await.unwrap();
+    let extent = ext(0, 10, 1, LabelIdGen::new(9).next());
+    i.commit_extent(f.id, extent).await.unwrap();
+    i.set_xattr(f.id, "user.k", Some(Bytes::from_static(b"v")))
+        .await
+        .unwrap();
+    let b = format!("{dir}/sub/b");
+    let linked = i.link(&a, &b).await.unwrap();
+    assert_eq!(
+        (linked.id, linked.path.as_str(), linked.nlink, linked.size),
+        (f.id, b.as_str(), 2, 10)
+    );
+    let at_a = i.lookup(&a).await.unwrap().unwrap();
+    assert_eq!((at_a.path.as_str(), at_a.nlink), (a.as_str(), 2));
+    assert_eq!(i.file(f.id).await.unwrap().unwrap().path, a, "first name");
+    let listed: Vec<(String, FileId, u32)> = i
+        .list(&format!("{dir}/"))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.kind == FileKind::File)
+        .map(|m| (m.path, m.id, m.nlink))
+        .collect();
+    assert_eq!(listed, vec![(a.clone(), f.id, 2), (b.clone(), f.id, 2)]);
+    // Refused: an existing name, a missing source, a directory.
+    let err = i.link(&a, &b).await.unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
+    let err = i.link(&format!("{dir}/none"), &format!("{dir}/x")).await;
+    assert!(matches!(err, Err(Error::NotFound(_))), "{err:?}");
+    let err = i.link(&dir, &format!("{root}/dirlink")).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(m) if m.contains("no hard link to a directory")),
+        "{err}"
+    );
+    assert!(i
+        .lookup(&format!("{root}/dirlink"))
+        .await
+        .unwrap()
+        .is_none());
+    // Renaming one name onto another of the same file changes nothing.
+    assert!(i.rename(&a, &b).await.unwrap().is_none());
+    assert_eq!(i.lookup(&a).await.unwrap().unwrap().nlink, 2);
+    assert_eq!(i.lookup(&b).await.unwrap().unwrap().nlink, 2);
+    // A moved directory carries the names in it; the others stay.
+    let d = format!("{dir}/sub/d");
+    assert_eq!(i.link(&a, &d).await.unwrap().nlink, 3);
+    let moved = format!("{dir}/moved");
+    i.rename(&format!("{dir}/sub"), &moved).await.unwrap();
+    let (b, d) = (format!("{moved}/b"), format!("{moved}/d"));
+    for name in [&a, &b, &d] {
+        let m = i.lookup(name).await.unwrap().unwrap();
+        assert_eq!((m.id, m.nlink, &m.path), (f.id, 3, name), "{name}");
+    }
+    // Removing the first name keeps the file, its data and attributes.
+    let (gone, extents) = i.remove(&a).await.unwrap();
+    assert_eq!((gone.id, gone.nlink, extents.len()), (f.id, 2, 0));
+    assert!(i.lookup(&a).await.unwrap().is_none());
+    let kept = i.file(f.id).await.unwrap().unwrap();
+    assert!(
+        kept.path == b || kept.path == d,
+        "first name now {}",
+        kept.path
+    );
+    assert_eq!(i.extents(f.id, 0, 10).await.unwrap(), vec![extent]);
+    assert_eq!(i.xattrs(f.id).await.unwrap().len(), 1);
+    // A file renamed over one name replaces that name only.
+    let g = format!("{dir}/g");
+    let other = i.create(&g, FileKind::File, 0o644, 7).await.unwrap();
+    assert!(
+        i.rename(&g, &b).await.unwrap().is_none(),
+        "the file lives on"
+    );
+    assert_eq!(i.lookup(&b).await.unwrap().unwrap().id, other.id);
+    assert_eq!(i.lookup(&d).await.unwrap().unwrap().nlink, 1);
+    // The last name takes the file, with its extents to reclaim.
+    let (gone, extents) = i.remove(&d).await.unwrap();
+    assert_eq!((gone.id, gone.nlink, extents), (f.id, 0, vec![extent]));
+    assert!(i.file(f.id).await.unwrap().is_none());
+    // A symbolic link can have names too.
+    let l = format!("{dir}/l");
+    let link = i.symlink(&l, "/t", 7).await.unwrap();
+    let l2 = i.link(&l, &format!("{dir}/l2")).await.unwrap();
+    assert_eq!((l2.id, l2.kind, l2.nlink), (link.id, FileKind::Symlink, 2));
 }
 
 /// Final statuses nobody waits for disappear some time after

@@ -294,6 +294,11 @@ impl Inventory for FaultyInventory {
             )
             .await
     }
+    async fn link(&self, from: &str, to: &str) -> Result<FileMeta> {
+        self.faults
+            .around("inventory link", true, self.inner.link(from, to))
+            .await
+    }
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
         self.faults
             .around("inventory lookup", false, self.inner.lookup(path))

@@ -58,7 +58,15 @@ pub struct FileMeta {
     pub ctime: u64,
     pub mtime: u64,
     pub atime: u64,
+    /// Names of the entry (hard links, at most [`LINK_MAX`]): `path` is the
+    /// name it was asked by, or for [`Inventory::file`] its first name.
+    /// Always 1 for a directory; 0 in what `remove` and `rename` return
+    /// when they dropped the last name.
+    pub nlink: u32,
 }
+
+/// Most names one file may have, as ext4's limit.
+pub const LINK_MAX: u32 = 65_000;
 
 /// `len` bytes at `offset` of a file live on `worker`, written by `label`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,11 +172,19 @@ pub trait Inventory: Send + Sync {
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>>;
     /// Entries whose path starts with `prefix`, sorted by path.
     async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>>;
-    /// Removes a file (or an empty directory) and returns it with the extents
-    /// it had, so that the caller can reclaim worker storage.
+    /// Gives the file or symbolic link at `from` the further name `to` (a
+    /// hard link: same id, data and attributes), creating missing parents.
+    /// `AlreadyExists` if anything is at `to`; a directory is refused, and
+    /// so is a name past [`LINK_MAX`].
+    async fn link(&self, from: &str, to: &str) -> Result<FileMeta>;
+    /// Removes a name of a file (or an empty directory). Returns the entry
+    /// with its remaining `nlink` and, when that was its last name (`nlink`
+    /// 0), the extents it had, so that the caller can reclaim worker
+    /// storage; while other names remain, no extents.
     async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)>;
-    /// Atomically moves a file; an existing destination file is replaced and
-    /// returned with its extents.
+    /// Atomically moves a name; an existing destination name is replaced,
+    /// and the file it named is returned with its extents when that was its
+    /// last name. Two names of one file: nothing changes (as POSIX says).
     async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>>;
     /// Sets the size (truncate/extend); extents past the new size are cut.
     async fn set_size(&self, file: FileId, size: u64) -> Result<()>;

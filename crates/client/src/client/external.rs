@@ -177,5 +177,6 @@ fn meta(path: String, stat: &Stat) -> FileMeta {
         ctime: nanos,
         mtime: nanos,
         atime: nanos,
+        nlink: 1,
     }
 }

@@ -24,6 +24,72 @@ local function rec(id)
   if #r == 0 then return nil end
   return r
 end
+-- A record as its name `path` shows it; with `nlink`, that link count.
+local function at(r, path, nlink)
+  local out, seen = {}, false
+  for i = 1, #r, 2 do
+    local k, v = r[i], r[i + 1]
+    if k == 'path' then v = path end
+    if k == 'nlink' then
+      seen = true
+      if nlink then v = nlink end
+    end
+    out[#out + 1] = k
+    out[#out + 1] = v
+  end
+  if nlink and not seen then
+    out[#out + 1] = 'nlink'
+    out[#out + 1] = nlink
+  end
+  return out
+end
+local function rec_at(id, path)
+  local r = rec(id)
+  if not r then return nil end
+  return at(r, path)
+end
+-- Names of a file: 'path' in its record is the first, 'nlink' (absent: 1)
+-- counts them, and the others are in the sorted set links:<id>.
+local function nlink_of(r)
+  return tonumber(fget(r, 'nlink') or '1')
+end
+-- Drops the name `path` of file `id` (record `r`), the file itself with its
+-- last name. Returns the record as `path` showed it, with its remaining link
+-- count, and the extents to reclaim (none while names remain).
+local function unname(id, r, path, now)
+  redis.call('DEL', P .. 'path:' .. path)
+  redis.call('ZREM', P .. 'paths', path)
+  local n = nlink_of(r)
+  if n <= 1 then
+    local ext = redis.call('ZRANGE', P .. 'x:' .. id, 0, -1)
+    redis.call('DEL', P .. 'x:' .. id, P .. 'xattr:' .. id, P .. 'file:' .. id, P .. 'links:' .. id)
+    return at(r, path, '0'), ext
+  end
+  local fk, lk = P .. 'file:' .. id, P .. 'links:' .. id
+  if fget(r, 'path') == path then
+    local first = redis.call('ZRANGE', lk, 0, 0)[1]
+    redis.call('ZREM', lk, first)
+    redis.call('HSET', fk, 'path', first)
+  else
+    redis.call('ZREM', lk, path)
+  end
+  redis.call('HSET', fk, 'nlink', string.format('%d', n - 1), 'ctime', now)
+  return rec_at(id, path), {}
+end
+-- The name `old` of file `cid` is now `new`.
+local function move_name(cid, old, new)
+  redis.call('DEL', P .. 'path:' .. old)
+  redis.call('ZREM', P .. 'paths', old)
+  redis.call('SET', P .. 'path:' .. new, cid)
+  redis.call('ZADD', P .. 'paths', 0, new)
+  local fk = P .. 'file:' .. cid
+  if redis.call('HGET', fk, 'path') == old then
+    redis.call('HSET', fk, 'path', new)
+  else
+    redis.call('ZREM', P .. 'links:' .. cid, old)
+    redis.call('ZADD', P .. 'links:' .. cid, 0, new)
+  end
+end
 local function id_of(path)
   local v = redis.call('GET', P .. 'path:' .. path)
   if v then return v end
@@ -79,7 +145,7 @@ local id = id_of(path)
 if id then
   local r = rec(id)
   if not r then return {'storage', 'key ' .. P .. 'path:' .. path .. ' names missing file ' .. id} end
-  if fget(r, 'kind') == kind then return {'ok', r} end
+  if fget(r, 'kind') == kind then return {'ok', at(r, path)} end
   return {'exists', path .. ' exists as a ' .. kind_name(fget(r, 'kind'))}
 end
 local err = check_parents(6, path)
@@ -111,9 +177,38 @@ return {'ok', rec(id)}
 pub const LOOKUP: &str = r#"
 local id = id_of(ARGV[1])
 if not id then return {'ok'} end
-local r = rec(id)
+local r = rec_at(id, ARGV[1])
 if not r then return {'ok'} end
 return {'ok', r}
+"#;
+
+/// ARGV: from, to, now, most names of a file, ancestors of to.
+pub const LINK: &str = r#"
+local from, to, now, max = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local id = id_of(from)
+if not id then return {'notfound', from} end
+local r = rec(id)
+if not r then return {'storage', 'key ' .. P .. 'path:' .. from .. ' names missing file ' .. id} end
+local oid = id_of(to)
+if oid then
+  local o = rec(oid)
+  return {'exists', to .. ' exists as a ' .. kind_name(o and fget(o, 'kind') or 'f')}
+end
+if fget(r, 'kind') == 'd' then
+  return {'invalidarg', from .. ' is a directory: no hard link to a directory'}
+end
+local n = nlink_of(r)
+if n >= max then
+  return {'invalidarg', from .. ' has ' .. string.format('%d', n) .. ' names: too many links'}
+end
+local err = check_parents(5, to)
+if err then return err end
+make_parents(5, fget(r, 'owner'), now)
+redis.call('SET', P .. 'path:' .. to, id)
+redis.call('ZADD', P .. 'paths', 0, to)
+redis.call('ZADD', P .. 'links:' .. id, 0, to)
+redis.call('HSET', P .. 'file:' .. id, 'nlink', string.format('%d', n + 1), 'ctime', now)
+return {'ok', rec_at(id, to)}
 "#;
 
 /// ARGV: prefix.
@@ -129,16 +224,16 @@ local out = {}
 for _, p in ipairs(ps) do
   local id = id_of(p)
   if id then
-    local r = rec(id)
+    local r = rec_at(id, p)
     if r then out[#out + 1] = r end
   end
 end
 return {'ok', out}
 "#;
 
-/// ARGV: path.
+/// ARGV: path, now.
 pub const REMOVE: &str = r#"
-local path = ARGV[1]
+local path, now = ARGV[1], ARGV[2]
 local id = id_of(path)
 if not id then return {'notfound', path} end
 local r = rec(id)
@@ -148,10 +243,8 @@ if fget(r, 'kind') == 'd' then
   local c = redis.call('ZRANGEBYLEX', P .. 'paths', '[' .. pre, '[' .. pre .. '\255', 'LIMIT', 0, 1)
   if #c > 0 then return {'invalidarg', 'directory ' .. path .. ' is not empty'} end
 end
-local ext = redis.call('ZRANGE', P .. 'x:' .. id, 0, -1)
-redis.call('DEL', P .. 'x:' .. id, P .. 'xattr:' .. id, P .. 'file:' .. id, P .. 'path:' .. path)
-redis.call('ZREM', P .. 'paths', path)
-return {'ok', r, ext}
+local gone, ext = unname(id, r, path, now)
+return {'ok', gone, ext}
 "#;
 
 /// ARGV: from, to, now, missing-ancestor candidates of `to`...
@@ -161,9 +254,11 @@ local id = id_of(from)
 if not id then return {'notfound', from} end
 if from == to then return {'ok'} end
 local r = rec(id)
+local oid = id_of(to)
+-- Two names of one file: POSIX leaves both in place.
+if oid == id then return {'ok'} end
 if not r then return {'storage', 'key ' .. P .. 'path:' .. from .. ' names missing file ' .. id} end
 local kind = fget(r, 'kind')
-local oid = id_of(to)
 local old
 if oid then
   local o = rec(oid)
@@ -175,9 +270,12 @@ end
 local err = check_parents(4, to)
 if err then return err end
 local oext
-if oid then
-  oext = redis.call('ZRANGE', P .. 'x:' .. oid, 0, -1)
-  redis.call('DEL', P .. 'x:' .. oid, P .. 'xattr:' .. oid, P .. 'file:' .. oid, P .. 'path:' .. to)
+if old then
+  old, oext = unname(oid, old, to, now)
+  -- A file that keeps other names is not replaced, only this name.
+  if fget(old, 'nlink') ~= '0' then old = nil end
+elseif oid then
+  redis.call('DEL', P .. 'path:' .. to)
   redis.call('ZREM', P .. 'paths', to)
 end
 make_parents(4, fget(r, 'owner'), now)
@@ -187,20 +285,15 @@ if kind == 'd' then
   for _, p in ipairs(kids) do
     local cid = redis.call('GET', P .. 'path:' .. p)
     local np = to .. string.sub(p, #from + 1)
-    redis.call('DEL', P .. 'path:' .. p)
-    redis.call('ZREM', P .. 'paths', p)
     if cid then
-      redis.call('SET', P .. 'path:' .. np, cid)
-      redis.call('ZADD', P .. 'paths', 0, np)
-      redis.call('HSET', P .. 'file:' .. cid, 'path', np)
+      move_name(cid, p, np)
+    else
+      redis.call('ZREM', P .. 'paths', p)
     end
   end
 end
-redis.call('DEL', P .. 'path:' .. from)
-redis.call('ZREM', P .. 'paths', from)
-redis.call('SET', P .. 'path:' .. to, id)
-redis.call('ZADD', P .. 'paths', 0, to)
-redis.call('HSET', P .. 'file:' .. id, 'path', to, 'ctime', now)
+move_name(id, from, to)
+redis.call('HSET', P .. 'file:' .. id, 'ctime', now)
 if old then return {'ok', old, oext} end
 return {'ok'}
 "#;

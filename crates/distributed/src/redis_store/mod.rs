@@ -76,7 +76,7 @@ use labios_label::{
     decode, encode, normalize_path, AppId, Error, FileId, LabelId, LabelState, LabelStatus, Result,
     WorkerId, WorkerStatus,
 };
-use labios_store::inventory::{check_link_target, check_xattr, XATTR_TOTAL_MAX};
+use labios_store::inventory::{check_link_target, check_xattr, LINK_MAX, XATTR_TOTAL_MAX};
 use labios_store::warehouse::staged_bound;
 use labios_store::{AppRecord, Extent, FileKind, FileMeta, Inventory, Warehouse};
 use parking_lot::Mutex;
@@ -795,6 +795,7 @@ impl Warehouse for RedisWarehouse {
 struct Scripts {
     create: Script,
     symlink: Script,
+    link: Script,
     lookup: Script,
     list: Script,
     remove: Script,
@@ -816,6 +817,7 @@ impl Scripts {
         Scripts {
             create: s(lua::CREATE),
             symlink: s(lua::SYMLINK),
+            link: s(lua::LINK),
             lookup: s(lua::LOOKUP),
             list: s(lua::LIST),
             remove: s(lua::REMOVE),
@@ -1000,6 +1002,12 @@ impl RedisInventory {
             ctime: num("ctime")?,
             mtime: num("mtime")?,
             atime: num("atime")?,
+            nlink: match f.get(&b"nlink"[..]) {
+                None => 1,
+                Some(_) => {
+                    u32::try_from(num("nlink")?).map_err(|_| self.malformed(&key, "nlink"))?
+                }
+            },
         })
     }
 
@@ -1187,6 +1195,24 @@ impl Inventory for RedisInventory {
         )
     }
 
+    async fn link(&self, from: &str, to: &str) -> Result<FileMeta> {
+        check_path(from)?;
+        check_path(to)?;
+        let (now, max) = (now_nanos().to_string(), LINK_MAX.to_string());
+        let mut args: Vec<&[u8]> = vec![
+            from.as_bytes(),
+            to.as_bytes(),
+            now.as_bytes(),
+            max.as_bytes(),
+        ];
+        args.extend(ancestors(to).into_iter().map(str::as_bytes));
+        let v = self.run(&self.scripts.link, &args).await?;
+        self.meta(
+            v.first()
+                .ok_or_else(|| self.malformed("link reply", "empty"))?,
+        )
+    }
+
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
         check_path(path)?;
         let v = self.run(&self.scripts.lookup, &[path.as_bytes()]).await?;
@@ -1209,7 +1235,10 @@ impl Inventory for RedisInventory {
         if path == "/" {
             return Err(Error::InvalidArgument("cannot remove the root /".into()));
         }
-        let v = self.run(&self.scripts.remove, &[path.as_bytes()]).await?;
+        let now = now_nanos().to_string();
+        let v = self
+            .run(&self.scripts.remove, &[path.as_bytes(), now.as_bytes()])
+            .await?;
         let [meta, ext] = v.as_slice() else {
             return Err(self.malformed("remove reply", "not [meta, extents]"));
         };

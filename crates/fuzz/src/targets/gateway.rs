@@ -126,6 +126,7 @@ fn conditions(lines: &[&str], size: u64) {
             ctime: 0,
             mtime: lines.get(8).and_then(|l| l.parse().ok()).unwrap_or(0),
             atime: 0,
+            nlink: 1,
         },
         meta: ObjectMeta {
             etag: lines.get(7).copied().unwrap_or_default().to_string(),
@@ -171,6 +172,7 @@ fn parts(list: &str, upload_id: &str) {
                 ctime: 0,
                 mtime: 0,
                 atime: 0,
+                nlink: 1,
             };
             let meta = ObjectMeta {
                 etag: etag.into(),

@@ -8,7 +8,8 @@ mod write_behind;
 mod tests;
 
 use crate::inventory::{
-    check_link_target, check_xattr, AppRecord, Extent, FileKind, FileMeta, Inventory, LINK_TARGET,
+    check_link_target, check_xattr, AppRecord, Extent, FileKind, FileMeta, Inventory, LINK_MAX,
+    LINK_TARGET,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use write_behind::{Log, Op, Wal};
+use write_behind::{Log, Op, StoredFile, Wal};
 
 const PATHS: TableDefinition<&str, u64> = TableDefinition::new("paths");
 const FILES: TableDefinition<u64, &[u8]> = TableDefinition::new("files");
@@ -130,7 +131,12 @@ struct Namespace {
 type Node = Mutex<FileState>;
 
 struct FileState {
+    /// `meta.path` is its first name, `meta.nlink` counts it and `links`.
     meta: FileMeta,
+    /// Its other names (hard links), sorted: when the first name goes,
+    /// the smallest other one takes its place, in memory as after a reload
+    /// (and as on Redis).
+    links: Vec<String>,
     /// By offset; never overlapping.
     extents: BTreeMap<u64, Extent>,
     xattrs: BTreeMap<String, Bytes>,
@@ -183,7 +189,7 @@ impl Namespace {
     }
 
     fn meta(&self, path: &str) -> Option<FileMeta> {
-        self.node(path).map(|n| n.lock().meta.clone())
+        self.node(path).map(|n| n.lock().meta_at(path))
     }
 
     fn has_children(&self, dir: &str) -> bool {
@@ -212,10 +218,16 @@ impl Namespace {
         Ok(())
     }
 
-    /// Unlinks a locked file, drops its attributes and takes its extents.
+    /// Unlinks a locked file's only name, drops its attributes and takes
+    /// its extents.
     fn forget(&mut self, st: &mut FileState, ops: &mut Vec<Op>) -> Vec<Extent> {
+        assert!(
+            st.links.is_empty(),
+            "forgetting a file that has other names"
+        );
         let id = st.meta.id;
         st.live = false;
+        st.meta.nlink = 0;
         self.paths.remove(&st.meta.path);
         self.nodes.remove(&id);
         let extents: Vec<Extent> = std::mem::take(&mut st.extents).into_values().collect();
@@ -229,9 +241,73 @@ impl Namespace {
         ops.push(Op::DelPath(st.meta.path.clone()));
         extents
     }
+
+    /// Drops the name `path` of a locked file, forgetting the file with its
+    /// last name; returns it as `path` named it, and the extents to reclaim.
+    fn unname(
+        &mut self,
+        st: &mut FileState,
+        path: &str,
+        ops: &mut Vec<Op>,
+    ) -> (FileMeta, Vec<Extent>) {
+        if st.links.is_empty() {
+            let extents = self.forget(st, ops);
+            return (st.meta_at(path), extents);
+        }
+        self.paths.remove(path);
+        if st.meta.path == path {
+            st.meta.path = st.links.remove(0);
+        } else {
+            st.links.retain(|l| l != path);
+        }
+        st.meta.nlink -= 1;
+        st.meta.ctime = now_nanos();
+        st.check_links();
+        ops.push(Op::DelPath(path.to_string()));
+        ops.push(Op::file(&st.meta));
+        (st.meta_at(path), Vec::new())
+    }
 }
 
 impl FileState {
+    fn new(meta: FileMeta) -> FileState {
+        FileState {
+            meta,
+            links: Vec::new(),
+            extents: BTreeMap::new(),
+            xattrs: BTreeMap::new(),
+            live: true,
+        }
+    }
+
+    /// Its metadata as its name `path` shows it.
+    fn meta_at(&self, path: &str) -> FileMeta {
+        let mut m = self.meta.clone();
+        m.path = path.to_string();
+        m
+    }
+
+    /// Its name `from` is now `to`.
+    fn rename(&mut self, from: &str, to: &str) {
+        if self.meta.path == from {
+            self.meta.path = to.to_string();
+        } else if let Some(l) = self.links.iter_mut().find(|l| *l == from) {
+            *l = to.to_string();
+            self.links.sort();
+        } else {
+            panic!("{from} is not a name of file {}", self.meta.id);
+        }
+    }
+
+    fn check_links(&self) {
+        assert_eq!(
+            self.meta.nlink as usize,
+            1 + self.links.len(),
+            "link count of file {}",
+            self.meta.id
+        );
+    }
+
     /// Refuses removed files and directories.
     fn check_data(&self) -> Result<()> {
         if !self.live {
@@ -375,10 +451,11 @@ fn load(db: &Database) -> Result<Loaded> {
                 ctime: now,
                 mtime: now,
                 atime: now,
+                nlink: 1,
             };
             paths.insert("/", id).map_err(storage)?;
             files
-                .insert(id, labios_label::encode(&root).as_slice())
+                .insert(id, labios_label::encode(&StoredFile::of(&root)).as_slice())
                 .map_err(storage)?;
         }
     }
@@ -393,13 +470,8 @@ fn load(db: &Database) -> Result<Loaded> {
         .map_err(storage)?
     {
         let (id, v) = e.map_err(storage)?;
-        let meta: FileMeta = decode(v.value())?;
-        let state = FileState {
-            meta,
-            extents: BTreeMap::new(),
-            xattrs: BTreeMap::new(),
-            live: true,
-        };
+        let stored: StoredFile = decode(v.value())?;
+        let state = FileState::new(stored.into_meta());
         ns.nodes.insert(id.value(), Arc::new(Mutex::new(state)));
     }
     for e in tx
@@ -409,8 +481,14 @@ fn load(db: &Database) -> Result<Loaded> {
         .map_err(storage)?
     {
         let (p, id) = e.map_err(storage)?;
-        if ns.nodes.contains_key(&id.value()) {
-            ns.paths.insert(p.value().to_string(), id.value());
+        if let Some(n) = ns.nodes.get(&id.value()) {
+            let p = p.value().to_string();
+            let mut st = n.lock();
+            if st.meta.path != p {
+                st.links.push(p.clone());
+                st.meta.nlink += 1;
+            }
+            ns.paths.insert(p, id.value());
         }
     }
     let mut current: Option<(FileId, &Arc<Node>)> = None;
@@ -595,17 +673,13 @@ impl RedbInventory {
             ctime: now,
             mtime: now,
             atime: now,
+            nlink: 1,
         };
         ns.paths.insert(meta.path.clone(), meta.id);
-        let state = FileState {
-            meta: meta.clone(),
-            extents: BTreeMap::new(),
-            xattrs: BTreeMap::new(),
-            live: true,
-        };
-        ns.nodes.insert(meta.id, Arc::new(Mutex::new(state)));
+        ns.nodes
+            .insert(meta.id, Arc::new(Mutex::new(FileState::new(meta.clone()))));
         ops.push(Op::PutPath(meta.path.clone(), meta.id));
-        ops.push(Op::PutFile(meta.clone()));
+        ops.push(Op::file(&meta));
         Ok(meta)
     }
 
@@ -751,7 +825,7 @@ impl Inventory for RedbInventory {
                 );
                 // One log append with the entry: never a link without target.
                 ops.push(Op::PutXattrs(meta.id, st.xattrs.clone()));
-                ops.push(Op::PutFile(st.meta.clone()));
+                ops.push(Op::file(&st.meta));
                 st.meta.clone()
             });
         self.log.append(&mut ops)?;
@@ -769,7 +843,7 @@ impl Inventory for RedbInventory {
             .paths
             .range::<str, _>(from_prefix(prefix))
             .take_while(|(p, _)| p.starts_with(prefix))
-            .filter_map(|(_, id)| ns.nodes.get(id).map(|n| n.lock().meta.clone()))
+            .filter_map(|(p, id)| ns.nodes.get(id).map(|n| n.lock().meta_at(p)))
             .collect())
     }
 
@@ -791,9 +865,48 @@ impl Inventory for RedbInventory {
             )));
         }
         let mut ops = Vec::new();
-        let extents = ns.forget(&mut st, &mut ops);
+        let removed = ns.unname(&mut st, path, &mut ops);
         self.log.append(&mut ops)?;
-        Ok((st.meta.clone(), extents))
+        Ok(removed)
+    }
+
+    async fn link(&self, from: &str, to: &str) -> Result<FileMeta> {
+        check_path(from)?;
+        check_path(to)?;
+        self.log.check()?;
+        let mut ns = self.ns.write();
+        let node = ns
+            .node(from)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(from.to_string()))?;
+        if let Some(m) = ns.meta(to) {
+            return Err(Error::AlreadyExists(format!(
+                "{to} exists as a {:?}",
+                m.kind
+            )));
+        }
+        let mut st = node.lock();
+        check_linkable(&st.meta, from)?;
+        ns.check_parents(to)?;
+        let mut ops = Vec::new();
+        let owner = st.meta.owner;
+        if let Err(e) = self.make_parents(&mut ns, to, owner, &mut ops) {
+            self.log.append(&mut ops)?;
+            return Err(e);
+        }
+        ns.paths.insert(to.to_string(), st.meta.id);
+        let at = st
+            .links
+            .binary_search_by(|l| l.as_str().cmp(to))
+            .unwrap_err();
+        st.links.insert(at, to.to_string());
+        st.meta.nlink += 1;
+        st.meta.ctime = now_nanos();
+        st.check_links();
+        ops.push(Op::PutPath(to.to_string(), st.meta.id));
+        ops.push(Op::file(&st.meta));
+        self.log.append(&mut ops)?;
+        Ok(st.meta_at(to))
     }
 
     async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
@@ -819,6 +932,10 @@ impl Inventory for RedbInventory {
         let kind = src.lock().meta.kind;
         let dest = ns.node(to).cloned();
         if let Some(d) = &dest {
+            if Arc::ptr_eq(d, &src) {
+                // Two names of one file: POSIX leaves both in place.
+                return Ok(None);
+            }
             let dest_kind = d.lock().meta.kind;
             if dest_kind == FileKind::Dir || kind == FileKind::Dir {
                 return Err(Error::AlreadyExists(format!(
@@ -837,42 +954,50 @@ impl Inventory for RedbInventory {
             self.log.append(&mut ops)?;
             return Err(e);
         }
-        let replaced = dest.map(|d| {
+        let replaced = dest.and_then(|d| {
             let mut st = d.lock();
-            // Once unlinked nobody logs for it any more, so its lock need
-            // not be held until the records are appended.
-            let extents = ns.forget(&mut st, &mut ops);
-            (st.meta.clone(), extents)
+            // A file that keeps other names is not logged for here, so
+            // its lock need not be held until the records are appended.
+            let (meta, extents) = ns.unname(&mut st, to, &mut ops);
+            (meta.nlink == 0).then_some((meta, extents))
         });
-        // Everything whose path changes stays locked until its records are
-        // in the log, so that no later commit_extent logs its metadata
-        // first.
-        let mut moved = vec![src];
+        // The names that move: `from` and, for a directory, every name
+        // under it. Each file whose names change stays locked (once, however
+        // many of its names move) until its records are in the log, so that
+        // no later commit_extent logs its metadata first.
+        let src_id = src.lock().meta.id;
+        let mut names = vec![(from.to_string(), src_id)];
         if kind == FileKind::Dir {
             let prefix = child_prefix(from);
-            moved.extend(
+            names.extend(
                 ns.paths
                     .range::<str, _>(from_prefix(&prefix))
                     .take_while(|(p, _)| p.starts_with(&prefix))
-                    .filter_map(|(_, id)| ns.nodes.get(id).cloned()),
+                    .map(|(p, id)| (p.clone(), *id)),
             );
         }
-        let mut guards: Vec<MutexGuard<'_, FileState>> = moved.iter().map(|n| n.lock()).collect();
-        let now = now_nanos();
-        for (i, st) in guards.iter_mut().enumerate() {
-            let id = st.meta.id;
-            let old = std::mem::take(&mut st.meta.path);
-            ns.paths.remove(&old);
-            st.meta.path = if i == 0 {
-                st.meta.ctime = now;
-                to.to_string()
-            } else {
-                format!("{to}{}", &old[from.len()..])
+        let nodes: BTreeMap<FileId, Arc<Node>> = names
+            .iter()
+            .filter_map(|(_, id)| ns.nodes.get(id).map(|n| (*id, n.clone())))
+            .collect();
+        let mut guards: BTreeMap<FileId, MutexGuard<'_, FileState>> =
+            nodes.iter().map(|(id, n)| (*id, n.lock())).collect();
+        for (old, id) in names {
+            let Some(st) = guards.get_mut(&id) else {
+                continue;
             };
-            ns.paths.insert(st.meta.path.clone(), id);
+            let new = format!("{to}{}", &old[from.len()..]);
+            ns.paths.remove(&old);
+            ns.paths.insert(new.clone(), id);
+            st.rename(&old, &new);
             ops.push(Op::DelPath(old));
-            ops.push(Op::PutPath(st.meta.path.clone(), id));
-            ops.push(Op::PutFile(st.meta.clone()));
+            ops.push(Op::PutPath(new, id));
+        }
+        if let Some(st) = guards.get_mut(&src_id) {
+            st.meta.ctime = now_nanos();
+        }
+        for st in guards.values() {
+            ops.push(Op::file(&st.meta));
         }
         self.log.append(&mut ops)?;
         drop(guards);
@@ -888,7 +1013,7 @@ impl Inventory for RedbInventory {
         st.truncate(size, &mut ops);
         st.meta.size = size;
         st.meta.mtime = now_nanos();
-        ops.push(Op::PutFile(st.meta.clone()));
+        ops.push(Op::file(&st.meta));
         self.log.append(&mut ops)?;
         Ok(())
     }
@@ -910,7 +1035,7 @@ impl Inventory for RedbInventory {
         }
         st.meta.size = st.meta.size.max(end);
         st.meta.mtime = now_nanos();
-        ops.push(Op::PutFile(st.meta.clone()));
+        ops.push(Op::file(&st.meta));
         self.log.append(&mut ops)?;
         Ok(())
     }
@@ -929,7 +1054,7 @@ impl Inventory for RedbInventory {
         })?;
         st.meta.size = end;
         st.meta.mtime = now_nanos();
-        let mut ops = vec![Op::PutFile(st.meta.clone())];
+        let mut ops = vec![Op::file(&st.meta)];
         self.log.append(&mut ops)?;
         Ok(offset)
     }
@@ -985,10 +1110,7 @@ impl Inventory for RedbInventory {
         };
         if changed {
             st.meta.ctime = now_nanos();
-            let mut ops = vec![
-                Op::PutXattrs(file, st.xattrs.clone()),
-                Op::PutFile(st.meta.clone()),
-            ];
+            let mut ops = vec![Op::PutXattrs(file, st.xattrs.clone()), Op::file(&st.meta)];
             self.log.append(&mut ops)?;
         }
         Ok(())
@@ -1153,6 +1275,22 @@ impl Inventory for RedbInventory {
         done.await
             .map_err(|_| Error::Storage("inventory: writer thread gone".into()))?
     }
+}
+
+/// Refuses a hard link to a directory, or one past [`LINK_MAX`].
+fn check_linkable(meta: &FileMeta, from: &str) -> Result<()> {
+    if meta.kind == FileKind::Dir {
+        return Err(Error::InvalidArgument(format!(
+            "{from} is a directory: no hard link to a directory"
+        )));
+    }
+    if meta.nlink >= LINK_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "{from} has {} names: too many links",
+            meta.nlink
+        )));
+    }
+    Ok(())
 }
 
 /// How error messages name a kind of entry that is not a directory.

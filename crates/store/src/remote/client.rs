@@ -333,6 +333,16 @@ impl Inventory for RemoteInventory {
             .await?;
         expect!(r, Reply::Meta(m) => m)
     }
+    async fn link(&self, from: &str, to: &str) -> Result<FileMeta> {
+        let r = self
+            .0
+            .call(Request::Link {
+                from: from.into(),
+                to: to.into(),
+            })
+            .await?;
+        expect!(r, Reply::Meta(m) => m)
+    }
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
         let r = self.0.call(Request::Lookup { path: path.into() }).await?;
         expect!(r, Reply::MaybeMeta(m) => m)

@@ -154,6 +154,10 @@ pub enum Request {
         target: String,
         owner: AppId,
     },
+    Link {
+        from: String,
+        to: String,
+    },
 }
 
 /// One variant per result shape of the trait methods.

@@ -305,6 +305,7 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
             target,
             owner,
         } => Reply::Meta(i.symlink(&path, &target, owner).await?),
+        Request::Link { from, to } => Reply::Meta(i.link(&from, &to).await?),
         Request::Lookup { path } => Reply::MaybeMeta(i.lookup(&path).await?),
         Request::List { prefix } => Reply::Metas(i.list(&prefix).await?),
         Request::Remove { path } => {
@@ -456,7 +457,11 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
             // not handed out that way.
             own_file(app, i.lookup(path).await?)?;
         }
-        Request::Remove { path } => own_file(app, i.lookup(path).await?)?,
+        // A new name for a file is given by its owner only (as Linux's
+        // protected_hardlinks).
+        Request::Remove { path } | Request::Link { from: path, .. } => {
+            own_file(app, i.lookup(path).await?)?
+        }
         Request::Rename { from, to } => {
             own_file(app, i.lookup(from).await?)?;
             own_file(app, i.lookup(to).await?)?;

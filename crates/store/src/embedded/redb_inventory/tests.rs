@@ -123,8 +123,11 @@ async fn churn(inv: &RedbInventory, rng: &mut fastrand::Rng, labels: &[LabelId],
                     }
                 }
             }
-            85..=89 => {
+            85..=87 => {
                 let _ = inv.rename(&path(rng), &path(rng)).await;
+            }
+            88..=89 => {
+                let _ = inv.link(&path(rng), &path(rng)).await;
             }
             90..=91 => {
                 let (a, b) = (rng.u8(0..3), rng.u8(0..3));

@@ -17,7 +17,7 @@
 //! `sync` (which commits `Immediate`).
 
 use super::{storage, APPS, EXTENTS, FILES, FUNCTIONS, PATHS, WORKERS, XATTRS};
-use crate::inventory::{AppRecord, Extent, FileMeta};
+use crate::inventory::{AppRecord, Extent, FileKind, FileMeta};
 use bytes::Bytes;
 use labios_label::{encode, AppId, Error, FileId, Result, WorkerId, WorkerStatus};
 use parking_lot::{Condvar, Mutex};
@@ -52,7 +52,7 @@ const BATCH_DURABILITY: Durability = Durability::Eventual;
 /// write-ahead file safe whatever redb already holds of it.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) enum Op {
-    PutFile(FileMeta),
+    PutFile(StoredFile),
     DelFile(FileId),
     PutPath(String, FileId),
     DelPath(String),
@@ -66,6 +66,61 @@ pub(super) enum Op {
     PutFunction(AppId, String, Option<Bytes>),
     /// All the file's extended attributes; none deletes its row.
     PutXattrs(FileId, BTreeMap<String, Bytes>),
+}
+
+/// A file's record as persisted (the files table, the write-ahead file):
+/// its metadata without the link count, which loading counts from the
+/// paths naming the file. Inventories written before hard links existed
+/// open unchanged.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct StoredFile {
+    id: FileId,
+    path: String,
+    kind: FileKind,
+    size: u64,
+    mode: u32,
+    owner: AppId,
+    ctime: u64,
+    mtime: u64,
+    atime: u64,
+}
+
+impl StoredFile {
+    pub(super) fn of(m: &FileMeta) -> StoredFile {
+        StoredFile {
+            id: m.id,
+            path: m.path.clone(),
+            kind: m.kind,
+            size: m.size,
+            mode: m.mode,
+            owner: m.owner,
+            ctime: m.ctime,
+            mtime: m.mtime,
+            atime: m.atime,
+        }
+    }
+
+    /// The metadata of a file with one name; loading adds the others.
+    pub(super) fn into_meta(self) -> FileMeta {
+        FileMeta {
+            id: self.id,
+            path: self.path,
+            kind: self.kind,
+            size: self.size,
+            mode: self.mode,
+            owner: self.owner,
+            ctime: self.ctime,
+            mtime: self.mtime,
+            atime: self.atime,
+            nlink: 1,
+        }
+    }
+}
+
+impl Op {
+    pub(super) fn file(m: &FileMeta) -> Op {
+        Op::PutFile(StoredFile::of(m))
+    }
 }
 
 type SyncReply = oneshot::Sender<Result<()>>;
@@ -404,7 +459,7 @@ pub(super) fn replay(db: &Database, ops: Vec<Op>) -> Result<()> {
 /// order.
 #[derive(Default)]
 struct Pending {
-    files: BTreeMap<FileId, Option<FileMeta>>,
+    files: BTreeMap<FileId, Option<StoredFile>>,
     paths: BTreeMap<String, Option<FileId>>,
     /// Applied before `extents`: `add` drops the pending extents a cut
     /// covers, so what is left in `extents` came after the cut.
