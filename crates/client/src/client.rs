@@ -1054,19 +1054,39 @@ impl Client {
         Ok(ids)
     }
 
+    /// Moves `from` to `to` in the inventory, in one atomic step that
+    /// replaces a file or link at `to`; the bytes of a file whose last name
+    /// that was are freed in the background, as by [`Client::remove_entry`].
+    ///
+    /// Done here rather than by a rename label a worker runs: a label whose
+    /// publication failed ambiguously (sent, but the answer lost) would
+    /// still move the file later, after this call reported failure and the
+    /// program went on (the model checker caught a truncate of the old
+    /// name landing in the moved file so). An inventory call is done or not
+    /// when it returns.
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
         let meta = self
             .inner
             .catalog
             .owned(self.inner.catalog.stat(from).await?)?;
         let to = normalize_path(to)?;
+        if let Some(dest) = self.inner.catalog.inventory().lookup(&to).await? {
+            self.inner.catalog.owned(dest)?;
+        }
         if meta.kind == FileKind::File {
             self.settle(meta.id).await?;
         }
-        let label = self.inner.labels.rename(&meta.path, meta.id, &to);
-        let id = label.id;
-        self.inner.labels.publish(vec![label]).await?;
-        first_failure(&self.inner.labels.wait(&[id]).await?)
+        let replaced = self
+            .inner
+            .catalog
+            .inventory()
+            .rename(&meta.path, &to)
+            .await?;
+        if let Some((gone, _)) = replaced.filter(|(m, _)| m.kind == FileKind::File) {
+            self.publish_to_every_worker(LabelKind::Delete, &gone)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Hands `data` to application `to` through the warehouse (no storage).

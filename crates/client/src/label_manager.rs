@@ -239,23 +239,6 @@ impl LabelManager {
         label
     }
 
-    pub fn rename(&self, from: &str, file: FileId, to: &str) -> Label {
-        let mut label = self.label(LabelKind::Rename);
-        label.source = Pointer::File {
-            path: from.to_string(),
-            file,
-            offset: 0,
-            len: 0,
-        };
-        label.destination = Pointer::File {
-            path: to.to_string(),
-            file: 0,
-            offset: 0,
-            len: 0,
-        };
-        label
-    }
-
     pub async fn publish(&self, mut labels: Vec<Label>) -> Result<()> {
         if labels.is_empty() {
             return Ok(());

@@ -1,12 +1,13 @@
-//! Data staged in the warehouse for a write that then fails before any
-//! label can read it is released: an entry left behind would hold its
-//! room for good, and a full warehouse stops every write (found by the
-//! model checker under injected faults: the warehouse filled, and every
-//! write hung).
+//! What a call leaves behind when the stores misbehave. Data staged in the
+//! warehouse for a write that then fails before any label can read it is
+//! released: an entry left behind would hold its room for good, and a full
+//! warehouse stops every write (found by the model checker under injected
+//! faults: the warehouse filled, and every write hung). A rename leaves no
+//! label that a queue's duplicate delivery could run again.
 
 use bytes::Bytes;
 use labios_client::{Client, ClientConfig};
-use labios_label::{Error, Label, Result};
+use labios_label::{Error, Label, LabelKind, Pointer, Result, WorkerSpec, WorkerStatus};
 use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
 use labios_store::faults::{wrap, FaultConfig};
 use labios_store::{Delivery, LabelQueue, Stores};
@@ -85,4 +86,64 @@ async fn a_put_whose_reply_is_lost_is_released() {
     let client = Client::new(s, 1, 1, ClientConfig::default()).unwrap();
     writes_fail(&client).await;
     assert_eq!(plain.warehouse.usage().await.unwrap(), 0);
+}
+
+/// A rename is done in the inventory by the time it returns, with no
+/// worker running, and leaves no label that could move a file later: a
+/// queue delivers a push twice now and then, and a rename label's second
+/// copy, run by another worker after a new file was made at the old name,
+/// moved that new file over the renamed one (found by the model checker
+/// under injected faults). Only the replaced file's deletes are queued,
+/// and run any number of times they free only bytes nobody can reach.
+#[tokio::test]
+async fn a_rename_is_done_when_it_returns_and_leaves_nothing_to_run_twice() {
+    let plain = stores();
+    let every_push_twice = FaultConfig {
+        seed: 1,
+        duplicate_ppm: 1_000_000,
+        ..Default::default()
+    };
+    let (faulty, _) = wrap(plain.clone(), &every_push_twice);
+    let s = Stores {
+        labels: faulty.labels,
+        ..plain.clone()
+    };
+    let worker = WorkerSpec {
+        id: 1,
+        tier: "ram".into(),
+        speed: 3,
+        energy: 2,
+        capacity: 1 << 30,
+        max_queue: 16,
+        functions: false,
+    };
+    plain
+        .inventory
+        .put_worker(WorkerStatus::new(worker))
+        .await
+        .unwrap();
+    let config = ClientConfig {
+        wait_timeout_ms: 500,
+        ..ClientConfig::default()
+    };
+    let client = Client::new(s, 1, 1, config).unwrap();
+    let a = client.create("/a").await.unwrap();
+    let b = client.create("/b").await.unwrap();
+    client.rename("/a", "/b").await.unwrap();
+    let inventory = &plain.inventory;
+    assert_eq!(inventory.lookup("/b").await.unwrap().unwrap().id, a.id);
+    assert!(inventory.lookup("/a").await.unwrap().is_none());
+    let new = client.create("/a").await.unwrap();
+    assert_ne!(new.id, a.id, "the old name now makes a new file");
+    let mut queued = Vec::new();
+    for q in plain.labels.queues("").await.unwrap() {
+        for d in plain.labels.pull(&q, 64, Duration::ZERO).await.unwrap() {
+            let file = match d.item.source {
+                Pointer::File { file, .. } => Some(file),
+                _ => None,
+            };
+            queued.push((d.item.kind, file));
+        }
+    }
+    assert_eq!(queued, vec![(LabelKind::Delete, Some(b.id)); 2]);
 }

@@ -584,14 +584,39 @@ impl Executor {
     /// Renames in the inventory; if that replaced a file, its bytes are
     /// reclaimed here and on every other worker that held some of them.
     async fn rename(&self, label: &Label) -> Result<Done, Failure> {
-        let (Pointer::File { path: from, .. }, Pointer::File { path: to, .. }) =
-            (&label.source, &label.destination)
+        let (
+            Pointer::File {
+                path: from,
+                file: source,
+                ..
+            },
+            Pointer::File { path: to, .. },
+        ) = (&label.source, &label.destination)
         else {
             return Err(format!(
                 "rename label {} needs file source and destination",
                 label.id
             ));
         };
+        // The label moves the file it names, not whatever `from` names
+        // now: a copy delivered twice (to another worker, which has not
+        // seen it) must not move a new file made at the old name since.
+        let current = self
+            .stores
+            .inventory
+            .lookup(from)
+            .await
+            .map_err(|e| e.to_string())?;
+        match current {
+            Some(m) if m.id == *source => {}
+            _ => {
+                return Err(format!(
+                    "{from} no longer names file {source}: rename label {} already ran or \
+                     came too late",
+                    label.id
+                ))
+            }
+        }
         let replaced = self
             .stores
             .inventory

@@ -3,6 +3,7 @@
 use crate::common::*;
 use labios_label::{LabelKind, LabelState, Segment, Task, Weights, WorkerState};
 use labios_server::{Worker, WorkerConfig, WorkerHandle};
+use labios_store::FileKind;
 use std::time::{Duration, Instant};
 
 const MB: u64 = 1 << 20;
@@ -202,10 +203,44 @@ async fn delete_flush_and_rename() {
     complete(&s);
 
     // Renaming /r/a over /r/b reclaims b's bytes on both workers.
-    complete(&rig.run(1, vec![rig.rename(&a, "/r/b")]).await);
+    let rename = rig.rename(&a, "/r/b");
+    complete(&rig.run(1, vec![rename.clone()]).await);
     let moved = rig.stores.inventory.lookup("/r/b").await.unwrap().unwrap();
     assert_eq!(moved.id, a.id);
     assert!(rig.stores.inventory.lookup("/r/a").await.unwrap().is_none());
+    // The same label delivered again, to a worker that has not seen it,
+    // after a new file was made at the old name: it moves nothing (the
+    // model checker saw such a copy replace the moved file with the new,
+    // empty one).
+    let again = rig
+        .stores
+        .inventory
+        .create("/r/a", FileKind::File, 0o644, 1)
+        .await
+        .unwrap();
+    let s = rig.run(2, vec![rename]).await;
+    assert_eq!(s[0].state, LabelState::Failed, "{s:?}");
+    assert_eq!(
+        rig.stores
+            .inventory
+            .lookup("/r/b")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        a.id
+    );
+    assert_eq!(
+        rig.stores
+            .inventory
+            .lookup("/r/a")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        again.id
+    );
+    rig.stores.inventory.remove("/r/a").await.unwrap();
     assert!(!local(&rig.worker_dir(1), b.id).exists());
     let deadline = Instant::now() + Duration::from_secs(5);
     while local(&rig.worker_dir(2), b.id).exists() {
