@@ -161,6 +161,11 @@ impl RecentIds {
         }
     }
 
+    /// Whether `id` is among the last `capacity` recorded.
+    pub fn contains(&self, id: LabelId) -> bool {
+        self.seen.contains(&id)
+    }
+
     /// Records `id`; false if it is among the last `capacity` recorded.
     pub fn insert(&mut self, id: LabelId) -> bool {
         if !self.seen.insert(id) {
@@ -188,8 +193,9 @@ mod recent_tests {
             origin: 1,
         };
         let mut r = RecentIds::new(3);
+        assert!(!r.contains(id(1)));
         assert!(r.insert(id(1)));
-        assert!(!r.insert(id(1)));
+        assert!(r.contains(id(1)) && !r.insert(id(1)));
         assert!(r.insert(id(2)) && r.insert(id(3)));
         assert!(!r.insert(id(1)), "still among the last 3");
         assert!(r.insert(id(4)), "a fourth forgets the first");

@@ -26,6 +26,7 @@ pub use shuffler::{shuffle, Routed};
 
 use futures::{future::join_all, stream, StreamExt};
 use labios_label::anatomy::{self, Phase};
+use labios_label::id::RecentIds;
 use labios_label::{
     Label, LabelId, LabelKind, LabelState, LabelStatus, Pointer, Result, Task, WorkerDirectory,
     WorkerId, WorkerState,
@@ -115,7 +116,18 @@ pub struct Dispatcher {
     /// Checks each label's signature against the application registry
     /// before it is scheduled (README "Tenants").
     verifier: LabelVerifier,
+    /// Labels this dispatcher handed on lately (to a worker queue, or
+    /// failed and recorded). A copy delivered again, by a push a queue
+    /// repeated or a redelivery after a lost acknowledgement, is dropped:
+    /// scheduled anew it could reach another worker than the first copy
+    /// (data moved meanwhile), which workers' own memory of labels cannot
+    /// catch. A read run twice so put a result nobody takes (the model
+    /// checker under injected faults saw a 1 MiB result held for good).
+    recent: RecentIds,
 }
+
+/// Label ids a dispatcher remembers (as a worker does).
+const RECENT_LABELS: usize = 1 << 16;
 
 impl Dispatcher {
     pub fn new(
@@ -133,6 +145,7 @@ impl Dispatcher {
             directory,
             scheduler,
             stats: Arc::default(),
+            recent: RecentIds::new(RECENT_LABELS),
         })
     }
 
@@ -231,12 +244,18 @@ impl Dispatcher {
     }
 
     async fn dispatch(&mut self, queue: &str, batch: Vec<Delivery<Label>>) {
-        let mut tokens = Vec::with_capacity(batch.len());
+        // Every delivery's token, with its label.
+        let mut tokens: Vec<(u64, LabelId)> = Vec::with_capacity(batch.len());
         let mut labels = Vec::with_capacity(batch.len());
         let mut ids: Vec<LabelId> = Vec::with_capacity(batch.len());
         let mut unrecorded = Vec::new();
+        let mut in_batch = HashSet::new();
         for d in batch {
-            tokens.push(d.token);
+            tokens.push((d.token, d.item.id));
+            if self.recent.contains(d.item.id) || !in_batch.insert(d.item.id) {
+                tracing::info!(label = %d.item.id, "label delivered twice, dispatched once");
+                continue;
+            }
             ids.push(d.item.id);
             // A forged or unsigned label is failed, never scheduled.
             match self.verifier.verify(&d.item).await {
@@ -281,16 +300,17 @@ impl Dispatcher {
         unrecorded.extend(self.publish(plan).await);
         anatomy::record(Phase::DispatchPublish, t);
         // A label whose failure could not be recorded stays unacknowledged, so
-        // a queue that redelivers gives it another chance.
-        if !unrecorded.is_empty() {
-            let skip: HashSet<LabelId> = unrecorded.into_iter().collect();
-            tokens = tokens
-                .into_iter()
-                .zip(&ids)
-                .filter(|(_, id)| !skip.contains(id))
-                .map(|(t, _)| t)
-                .collect();
+        // a queue that redelivers gives it another chance; the others are
+        // remembered, and their copies dropped.
+        let skip: HashSet<LabelId> = unrecorded.into_iter().collect();
+        for id in ids.iter().filter(|id| !skip.contains(id)) {
+            self.recent.insert(*id);
         }
+        let tokens: Vec<u64> = tokens
+            .into_iter()
+            .filter(|(_, id)| !skip.contains(id))
+            .map(|(t, _)| t)
+            .collect();
         if let Err(e) = self.stores.labels.ack(queue, &tokens).await {
             tracing::warn!("dispatcher: acknowledging on {queue} failed: {e}");
         }

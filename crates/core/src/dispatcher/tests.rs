@@ -124,6 +124,41 @@ async fn every_label_reaches_exactly_one_worker_queue() {
     assert!(counts.batches >= 5 && counts.tasks <= n, "{counts:?}");
 }
 
+/// A label the queue delivers twice, in one batch or long after the first
+/// copy was dispatched (a repeated push, a redelivery after a lost
+/// acknowledgement), reaches a worker queue once.
+#[tokio::test]
+async fn a_label_delivered_twice_is_dispatched_once() {
+    let stores = stores();
+    let ws = vec![worker(1, 3, 3), worker(2, 3, 3)];
+    let (stop, handle, stats) = start(&stores, ws, vec![client_queue(1)]);
+    let twice = vec![read(1, 1, 0, 10), read(1, 1, 0, 10), write(2, 1, 0, 10)];
+    stores.labels.push(&client_queue(1), twice).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats.snapshot().labels < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stores
+        .labels
+        .push(&client_queue(1), vec![read(1, 1, 0, 10), write(3, 1, 0, 10)])
+        .await
+        .unwrap();
+    while stats.snapshot().labels < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+    let mut seen: Vec<u64> = drain(&stores, &[1, 2])
+        .await
+        .into_iter()
+        .map(|x| x.1)
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, vec![1, 2, 3]);
+    assert_eq!(stats.snapshot().labels, 3);
+    assert_eq!(stores.labels.depth(&client_queue(1)).await.unwrap(), 0);
+}
+
 #[tokio::test]
 async fn reads_go_to_the_worker_holding_their_data() {
     let stores = stores();
