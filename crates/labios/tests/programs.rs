@@ -272,6 +272,7 @@ macro_rules! mounted {
 }
 
 everywhere!(
+    dot_names,
     own_changes_through_the_cache,
     symlinks,
     hard_links,
@@ -929,6 +930,17 @@ ls
         out.contains("through the link\nthrough the link\nthrough the link\n"),
         "{out}"
     );
+    b.stop().await;
+}
+
+/// `rmdir`, `unlink` and `rename` of a path ending in `.` or `..` get the
+/// kernel's errors (EINVAL, ENOTEMPTY, EISDIR, EBUSY) and change nothing:
+/// `rmdir("d/e/.")` used to remove `d/e` under `labios run` (issue 18).
+async fn dot_names(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "dots").await;
+    let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/dots.py" "$ROOT/t""#);
+    assert!(out.contains("rmdir /empty/sub/. EINVAL\n"), "{out}");
+    assert!(out.contains("/empty ['sub'] []\n"), "{out}");
     b.stop().await;
 }
 

@@ -1075,10 +1075,47 @@ pub unsafe extern "C" fn sendfile64(
 
 // ---- namespace -------------------------------------------------------------
 
+/// What a path's last component is to the kernel, trailing slashes aside.
+#[derive(PartialEq)]
+enum Last {
+    Name,
+    Dot,
+    DotDot,
+}
+
+/// The last component of a path that [`labios_path_at`] accepted (so not
+/// null). Normalizing `d/e/.` gives `d/e`, but removing or renaming it
+/// must not act on `d/e`: the kernel refuses a last component `.` or
+/// `..` for these calls, and so does LABIOS.
+unsafe fn last_component(path: *const c_char) -> Last {
+    let bytes = CStr::from_ptr(path).to_bytes();
+    let trimmed = match bytes.iter().rposition(|&b| b != b'/') {
+        Some(end) => &bytes[..=end],
+        None => return Last::Name,
+    };
+    match trimmed.rsplit(|&b| b == b'/').next() {
+        Some(b".") => Last::Dot,
+        Some(b"..") => Last::DotDot,
+        _ => Last::Name,
+    }
+}
+
+/// unlink (`dir` false) or rmdir (`dir` true) of a LABIOS path, with the
+/// kernel's answers for a last component `.` or `..`: rmdir EINVAL and
+/// ENOTEMPTY, unlink EISDIR.
+unsafe fn remove_at(v: &Vpath, path: *const c_char, dir: bool) -> c_int {
+    match (last_component(path), dir) {
+        (Last::Name, _) => ret0(io::remove(v, dir)),
+        (Last::Dot, true) => ret(Err(libc::EINVAL)),
+        (Last::DotDot, true) => ret(Err(libc::ENOTEMPTY)),
+        (_, false) => ret(Err(libc::EISDIR)),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     match labios_path(path) {
-        Ok(v) => ret0(io::remove(&v, false)),
+        Ok(v) => remove_at(&v, path, false),
         Err(p) => real!(unlink: fn(*const c_char) -> c_int)(real_path(&p, path)),
     }
 }
@@ -1086,7 +1123,7 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     match labios_path_at(dirfd, path) {
-        Ok(v) => ret0(io::remove(&v, flags & libc::AT_REMOVEDIR != 0)),
+        Ok(v) => remove_at(&v, path, flags & libc::AT_REMOVEDIR != 0),
         Err(p) => real!(unlinkat: fn(c_int, *const c_char, c_int) -> c_int)(
             dirfd,
             real_path(&p, path),
@@ -1098,7 +1135,7 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
 #[no_mangle]
 pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
     match labios_path(path) {
-        Ok(v) => ret0(io::remove(&v, true)),
+        Ok(v) => remove_at(&v, path, true),
         Err(p) => real!(rmdir: fn(*const c_char) -> c_int)(real_path(&p, path)),
     }
 }
@@ -1133,6 +1170,12 @@ unsafe fn rename_at(
     real: impl FnOnce(*const c_char, *const c_char) -> c_int,
 ) -> c_int {
     match (labios_path_at(olddir, old), labios_path_at(newdir, new)) {
+        // The kernel's answer when either last component is `.` or `..`.
+        (Ok(_), Ok(_))
+            if last_component(old) != Last::Name || last_component(new) != Last::Name =>
+        {
+            ret(Err(libc::EBUSY))
+        }
         (Ok(a), Ok(b)) => ret0(io::rename(&a, &b)),
         (Err(a), Err(b)) => real(real_path(&a, old), real_path(&b, new)),
         _ => ret(Err(libc::EXDEV)),

@@ -140,7 +140,10 @@ async fn a_label_delivered_twice_is_dispatched_once() {
     }
     stores
         .labels
-        .push(&client_queue(1), vec![read(1, 1, 0, 10), write(3, 1, 0, 10)])
+        .push(
+            &client_queue(1),
+            vec![read(1, 1, 0, 10), write(3, 1, 0, 10)],
+        )
         .await
         .unwrap();
     while stats.snapshot().labels < 3 && Instant::now() < deadline {
