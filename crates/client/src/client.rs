@@ -1070,18 +1070,26 @@ impl Client {
             .catalog
             .owned(self.inner.catalog.stat(from).await?)?;
         let to = normalize_path(to)?;
-        if let Some(dest) = self.inner.catalog.inventory().lookup(&to).await? {
-            self.inner.catalog.owned(dest)?;
+        let inventory = self.inner.catalog.inventory();
+        if to.starts_with(&format!("{}/", meta.path)) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot move {} into itself ({to})",
+                meta.path
+            )));
+        }
+        if let Some(dest) = inventory.lookup(&to).await? {
+            let dest = self.inner.catalog.owned(dest)?;
+            replaceable(&meta, &dest)?;
+            if dest.kind == FileKind::Dir && dest.id != meta.id {
+                // POSIX lets a directory replace an empty one; removing a
+                // non-empty one fails (ENOTEMPTY) and changes nothing.
+                inventory.remove(&to).await?;
+            }
         }
         if meta.kind == FileKind::File {
             self.settle(meta.id).await?;
         }
-        let replaced = self
-            .inner
-            .catalog
-            .inventory()
-            .rename(&meta.path, &to)
-            .await?;
+        let replaced = inventory.rename(&meta.path, &to).await?;
         if let Some((gone, _)) = replaced.filter(|(m, _)| m.kind == FileKind::File) {
             self.publish_to_every_worker(LabelKind::Delete, &gone)
                 .await?;
@@ -1110,6 +1118,22 @@ impl Client {
             return Err(Error::InvalidArgument(format!("{norm} is a directory")));
         }
         Ok(meta)
+    }
+}
+
+/// Whether `src` may replace `dest` in a rename, as POSIX says: a
+/// directory only an (empty) directory, anything else only a non-directory.
+fn replaceable(src: &FileMeta, dest: &FileMeta) -> Result<()> {
+    match (src.kind == FileKind::Dir, dest.kind == FileKind::Dir) {
+        (true, false) => Err(Error::InvalidArgument(format!(
+            "{} is not a directory",
+            dest.path
+        ))),
+        (false, true) => Err(Error::InvalidArgument(format!(
+            "{} is a directory",
+            dest.path
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -273,6 +273,7 @@ macro_rules! mounted {
 
 everywhere!(
     dot_names,
+    directory_rename,
     own_changes_through_the_cache,
     symlinks,
     hard_links,
@@ -930,6 +931,28 @@ ls
         out.contains("through the link\nthrough the link\nthrough the link\n"),
         "{out}"
     );
+    b.stop().await;
+}
+
+/// Directories rename in one step with everything in them, and replace
+/// only an empty directory, with POSIX's errors otherwise (ENOTEMPTY,
+/// ENOTDIR, EISDIR, EINVAL); `mv` of a directory works. Under `labios run`
+/// a directory rename used to be EXDEV (issue 18).
+async fn directory_rename(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "dirmv").await;
+    let out = b.same(
+        r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/dir_rename.py" "$ROOT/t"
+mkdir -p "$ROOT/m/src/in" && echo x > "$ROOT/m/src/in/f" && mv "$ROOT/m/src" "$ROOT/m/dst" && cat "$ROOT/m/dst/in/f" && ls "$ROOT/m""#,
+    );
+    assert!(
+        out.contains("rename moved empty ok\nrename empty full ENOTEMPTY\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("/renamed/b2/c [] ['deep']\n  deep deep\n"),
+        "{out}"
+    );
+    assert!(out.ends_with("x\ndst\n"), "{out}");
     b.stop().await;
 }
 

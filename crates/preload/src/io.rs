@@ -321,8 +321,6 @@ pub fn remove(path: &Vpath, dir: bool) -> Result<(), Errno> {
 pub fn rename(from: &Vpath, to: &Vpath) -> Result<(), Errno> {
     match lookup(from)? {
         None => Err(libc::ENOENT),
-        // Directories move by copy (mv does that on EXDEV).
-        Some(m) if m.kind == FileKind::Dir => Err(libc::EXDEV),
         Some(_) => {
             attrs::changed_tree(&from.ns);
             attrs::changed_tree(&to.ns);
