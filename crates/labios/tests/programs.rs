@@ -958,7 +958,9 @@ mkdir -p "$ROOT/m/src/in" && echo x > "$ROOT/m/src/in/f" && mv "$ROOT/m/src" "$R
 
 /// `rmdir`, `unlink` and `rename` of a path ending in `.` or `..` get the
 /// kernel's errors (EINVAL, ENOTEMPTY, EISDIR, EBUSY) and change nothing:
-/// `rmdir("d/e/.")` used to remove `d/e` under `labios run` (issue 18).
+/// `rmdir("d/e/.")` used to remove `d/e` under `labios run` (issue 18). A
+/// path through a file is ENOTDIR and a name over 255 bytes ENAMETOOLONG
+/// (they were ENOENT and EINVAL).
 async fn dot_names(kind: Kind, via: Via) {
     let b = Bench::start(kind, via, "dots").await;
     let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/dots.py" "$ROOT/t""#);

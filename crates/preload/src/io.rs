@@ -152,7 +152,7 @@ fn open_entry(path: Vpath, meta: Option<FileMeta>, flags: c_int) -> Result<c_int
             }
             false
         }
-        None if !create => return Err(libc::ENOENT),
+        None if !create => return Err(missing(&path.ns)),
         None => {
             attrs::changed(&path.ns);
             let made = conn::with(&format!("create {}", path.full), |s| {
@@ -378,7 +378,33 @@ pub fn readlink(path: &Vpath) -> Result<String, Errno> {
 }
 
 pub fn stat(path: &Vpath) -> Result<FileMeta, Errno> {
-    lookup(path)?.ok_or(libc::ENOENT)
+    match lookup(path)? {
+        Some(m) => Ok(m),
+        None => Err(missing(&path.ns)),
+    }
+}
+
+/// Why nothing is at `ns`: ENOTDIR when the nearest existing ancestor is
+/// not a directory (a path through a file), ENOENT otherwise, as the
+/// kernel answers. Costs a look-up per missing ancestor, only on a miss;
+/// a parent this process knows to be a directory costs none.
+pub fn missing(ns: &str) -> Errno {
+    let mut at = ns;
+    while let Some(p) = parent(at) {
+        if p == "/" || attrs::known_dir(p) {
+            return libc::ENOENT;
+        }
+        match conn::with(&format!("stat {p}"), |s| s.stat(p)) {
+            Ok(Some(m)) if m.kind == FileKind::Dir => {
+                attrs::dir_seen(p);
+                return libc::ENOENT;
+            }
+            Ok(Some(_)) => return libc::ENOTDIR,
+            Ok(None) => at = p,
+            Err(e) => return e,
+        }
+    }
+    libc::ENOENT
 }
 
 /// The entry at `path` (`None`: nothing there), from the attribute cache

@@ -121,7 +121,7 @@ unsafe fn meta_at(
             }
             match io::follow(v) {
                 Ok((Target::Labios(_), Some(m))) => Ok(Ok(m)),
-                Ok((Target::Labios(_), None)) => Ok(Err(libc::ENOENT)),
+                Ok((Target::Labios(v), None)) => Ok(Err(io::missing(&v.ns))),
                 Ok((Target::Real(p), _)) => Err(p),
                 Err(e) => Ok(Err(e)),
             }

@@ -31,3 +31,21 @@ for top, dirs, files in sorted(os.walk(root)):
     print(top[len(root):] or "/", sorted(dirs), sorted(files))
 with open(f"{root}/d/e/f") as f:
     print(f.read(), end="")
+# Errors programs branch on: a path through a file, a name too long.
+probes = [
+    ("open", f"{root}/d/e/f/x"),
+    ("mkdir", f"{root}/d/e/f/x"),
+    ("stat", f"{root}/d/e/f/x"),
+    ("mkdir", f"{root}/" + "n" * 256),
+    ("open", f"{root}/d/" + "n" * 256),
+]
+for name, path in probes:
+    try:
+        if name == "open":
+            open(path, "w").close()
+        else:
+            getattr(os, name)(path)
+        outcome = "ok"
+    except OSError as e:
+        outcome = errno.errorcode[e.errno]
+    print(name, path[len(root):][:20], outcome)
