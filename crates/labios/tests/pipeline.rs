@@ -450,16 +450,25 @@ async fn remove_rename_flush_and_rooms(kind: Kind) {
         client.read("/r/b").await,
         Err(labios_label::Error::NotFound(_))
     ));
-    let leftovers: Vec<_> = files_under(d.data_dir())
-        .into_iter()
-        .filter(|p| p.to_string_lossy().contains("/files/"))
-        .collect();
-    assert!(
-        leftovers
-            .iter()
-            .all(|p| std::fs::metadata(p).map(|m| m.len() == 0).unwrap_or(true)),
-        "data of removed file left on workers: {leftovers:?}"
-    );
+    // The workers free a removed file's bytes in the background (the
+    // removal returns once the inventory forgot the file): they must be
+    // gone soon.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let leftovers: Vec<_> = files_under(d.data_dir())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains("/files/"))
+            .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+            .collect();
+        if leftovers.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "data of removed file left on workers: {leftovers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // Ephemeral room: data handed over through the warehouse only.
     let other = d.client().await;
     client
