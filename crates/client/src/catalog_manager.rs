@@ -4,26 +4,38 @@
 
 use labios_label::{normalize_path, AppId, Error, FileId, Result};
 use labios_store::inventory::LINK_TARGET;
-use labios_store::{Extent, FileKind, FileMeta, Inventory};
+use labios_store::{Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
 use std::sync::Arc;
 
 #[derive(Clone)]
 pub struct CatalogManager {
     inventory: Arc<dyn Inventory>,
     app: AppId,
+    /// Who new entries belong to: this application and the process's
+    /// effective user and group. `labios serve` puts the user the kernel
+    /// names for a connection in their place (README "Permissions").
+    owner: Owner,
 }
 
 impl CatalogManager {
     pub fn new(inventory: Arc<dyn Inventory>, app: AppId) -> Self {
-        CatalogManager { inventory, app }
+        // SAFETY: geteuid and getegid cannot fail and touch no memory.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let owner = Owner { app, uid, gid };
+        CatalogManager {
+            inventory,
+            app,
+            owner,
+        }
     }
 
     pub fn inventory(&self) -> &Arc<dyn Inventory> {
         &self.inventory
     }
 
-    /// The file at `path`, created (with parents) if absent.
-    pub async fn open_or_create(&self, path: &str) -> Result<FileMeta> {
+    /// The file at `path`, created (with parents) if absent with the
+    /// permission bits `mode`.
+    pub async fn open_or_create(&self, path: &str, mode: u32) -> Result<FileMeta> {
         let path = normalize_path(path)?;
         if path == "/" {
             return Err(Error::InvalidPath {
@@ -33,7 +45,7 @@ impl CatalogManager {
         }
         let meta = self
             .inventory
-            .create(&path, FileKind::File, 0o644, self.app)
+            .create(&path, FileKind::File, mode, self.owner)
             .await?;
         self.owned(meta)
     }
@@ -50,18 +62,25 @@ impl CatalogManager {
         Ok(meta)
     }
 
-    pub async fn mkdir(&self, path: &str) -> Result<FileMeta> {
+    pub async fn mkdir(&self, path: &str, mode: u32) -> Result<FileMeta> {
         let path = normalize_path(path)?;
         self.inventory
-            .create(&path, FileKind::Dir, 0o755, self.app)
+            .create(&path, FileKind::Dir, mode, self.owner)
             .await
+    }
+
+    /// Changes the mode, owner or times of the entry at `path` (not
+    /// following a symbolic link there).
+    pub async fn set_attr(&self, path: &str, attr: SetAttr) -> Result<FileMeta> {
+        let meta = self.stat(path).await?;
+        self.inventory.set_attr(meta.id, attr).await
     }
 
     /// A symbolic link at `path` to `target` (anything: inside LABIOS or
     /// not, existing or not), owned by this application.
     pub async fn symlink(&self, target: &str, path: &str) -> Result<FileMeta> {
         let path = normalize_path(path)?;
-        self.inventory.symlink(&path, target, self.app).await
+        self.inventory.symlink(&path, target, self.owner).await
     }
 
     /// The target of the symbolic link at `path`.

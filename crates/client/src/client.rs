@@ -17,7 +17,7 @@ use labios_label::{
 };
 use labios_store::inventory::reserved_xattr;
 use labios_store::warehouse::release;
-use labios_store::{FileKind, FileMeta, Stores};
+use labios_store::{FileKind, FileMeta, SetAttr, Stores};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -264,7 +264,10 @@ impl Client {
                  write at an offset instead"
             )));
         }
-        let meta = self.inner.catalog.owned(self.file_for_write(path).await?)?;
+        let meta = self
+            .inner
+            .catalog
+            .owned(self.file_for_write(path, 0o644).await?)?;
         let positional = self.inner.positional.lock().remove(&meta.id);
         if positional {
             if let Err(e) = self.settle(meta.id).await {
@@ -289,7 +292,7 @@ impl Client {
         data: Bytes,
         may_cache: bool,
     ) -> Result<Handle> {
-        let meta = self.file_for_write(path).await?;
+        let meta = self.file_for_write(path, 0o644).await?;
         if data.is_empty() {
             return Ok(Handle::default());
         }
@@ -920,8 +923,24 @@ impl Client {
         self.inner.catalog.list(prefix).await
     }
 
+    /// A directory with the usual permission bits (0755).
     pub async fn mkdir(&self, path: &str) -> Result<FileMeta> {
-        self.inner.catalog.mkdir(path).await
+        self.mkdir_mode(path, 0o755).await
+    }
+
+    /// A directory with permission bits `mode` (the caller applies its
+    /// umask, as the kernel does for mkdir(2)); an existing directory is
+    /// returned as it is.
+    pub async fn mkdir_mode(&self, path: &str, mode: u32) -> Result<FileMeta> {
+        self.inner.catalog.mkdir(path, check_mode(mode)?).await
+    }
+
+    /// Changes mode, owner, group or times of the entry at `path` (a
+    /// symbolic link itself, not what it points to), as chmod, chown and
+    /// utimensat do; `labios serve` decides whether the caller may.
+    pub async fn set_attr(&self, path: &str, attr: SetAttr) -> Result<FileMeta> {
+        attr.check()?;
+        self.inner.catalog.set_attr(path, attr).await
     }
 
     /// Creates a symbolic link at `path` pointing to `target`, which may
@@ -941,13 +960,20 @@ impl Client {
     /// Creates an empty file (with parents) if absent; an existing file is
     /// returned as it is, so that `open(O_CREAT)` by many processes agrees.
     pub async fn create(&self, path: &str) -> Result<FileMeta> {
-        self.file_for_write(path).await
+        self.file_for_write(path, 0o644).await
+    }
+
+    /// [`Client::create`] giving a new file the permission bits `mode`
+    /// (after the caller's umask, as open(2) with O_CREAT); an existing
+    /// file keeps its own.
+    pub async fn create_mode(&self, path: &str, mode: u32) -> Result<FileMeta> {
+        self.file_for_write(path, check_mode(mode)?).await
     }
 
     /// Sets the size of a file: bytes past `size` are cut, a larger size
     /// reads as zeros. Writes still in flight land first.
     pub async fn truncate(&self, path: &str, size: u64) -> Result<()> {
-        let meta = self.file_for_write(path).await?;
+        let meta = self.file_for_write(path, 0o644).await?;
         if self.has_pending(meta.id).await {
             self.settle(meta.id).await?;
         }
@@ -1111,14 +1137,24 @@ impl Client {
     /// names another file (or none) from then on, and a cached answer
     /// would put this write into the file that moved away (found by the
     /// model checker).
-    async fn file_for_write(&self, path: &str) -> Result<FileMeta> {
+    async fn file_for_write(&self, path: &str, mode: u32) -> Result<FileMeta> {
         let norm = normalize_path(path)?;
-        let meta = self.inner.catalog.open_or_create(&norm).await?;
+        let meta = self.inner.catalog.open_or_create(&norm, mode).await?;
         if meta.kind == FileKind::Dir {
             return Err(Error::InvalidArgument(format!("{norm} is a directory")));
         }
         Ok(meta)
     }
+}
+
+/// `mode` if it holds only permission bits.
+fn check_mode(mode: u32) -> Result<u32> {
+    SetAttr {
+        mode: Some(mode),
+        ..SetAttr::default()
+    }
+    .check()
+    .map(|()| mode)
 }
 
 /// Whether `src` may replace `dest` in a rename, as POSIX says: a

@@ -168,7 +168,10 @@ async fn redis_concurrent_newest_wins_across_instances() {
     let cfg = config(vec![s.url()], "nw");
     let a = Arc::new(RedisInventory::connect(&cfg).await.unwrap());
     let b = Arc::new(RedisInventory::connect(&cfg).await.unwrap());
-    let f = a.create("/d/f", FileKind::File, 0o644, 1).await.unwrap();
+    let f = a
+        .create("/d/f", FileKind::File, 0o644, labios_store::Owner::root(1))
+        .await
+        .unwrap();
     const SIZE: u64 = 4096;
     let g = LabelIdGen::new(a.next_id("origin").await.unwrap());
     let mut rng = fastrand::Rng::with_seed(7);
@@ -226,7 +229,12 @@ async fn redis_restart_keeps_data_and_clients_reconnect() {
     let inv = RedisInventory::connect(&cfg).await.unwrap();
     let wh = RedisWarehouse::connect(&cfg).await.unwrap();
     let f = inv
-        .create("/keep/f", FileKind::File, 0o600, 3)
+        .create(
+            "/keep/f",
+            FileKind::File,
+            0o600,
+            labios_store::Owner::root(3),
+        )
         .await
         .unwrap();
     let g = LabelIdGen::new(1);
@@ -296,7 +304,12 @@ async fn redis_restart_keeps_data_and_clients_reconnect() {
     assert_eq!(wh.usage().await.unwrap(), 7);
     // Scripts are reloaded after the restart flushed the script cache.
     let h = inv
-        .create("/keep/h", FileKind::File, 0o600, 3)
+        .create(
+            "/keep/h",
+            FileKind::File,
+            0o600,
+            labios_store::Owner::root(3),
+        )
         .await
         .unwrap();
     assert!(h.id > f.id);
@@ -437,7 +450,9 @@ async fn redis_password_protected_server() {
     w.put("a", Bytes::from_static(b"x")).await.unwrap();
     assert_eq!(w.get("a").await.unwrap().as_deref(), Some(&b"x"[..]));
     let i = RedisInventory::connect(&good).await.unwrap();
-    i.create("/p", FileKind::Dir, 0o755, 1).await.unwrap();
+    i.create("/p", FileKind::Dir, 0o755, labios_store::Owner::root(1))
+        .await
+        .unwrap();
 
     for password in [None, Some("wrong".to_string())] {
         let bad = RedisConfig {
@@ -473,7 +488,10 @@ async fn redis_malformed_value_names_its_key() {
     let err = i.status(id).await.unwrap_err();
     assert!(matches!(err, Error::Malformed(_)), "{err}");
     assert!(err.to_string().contains(&key), "{err}");
-    let f = i.create("/m", FileKind::File, 0o644, 1).await.unwrap();
+    let f = i
+        .create("/m", FileKind::File, 0o644, labios_store::Owner::root(1))
+        .await
+        .unwrap();
     let fkey = format!("{{{}}}:file:{}", cfg.namespace, f.id);
     let _: () = redis::cmd("HSET")
         .arg(&fkey)
@@ -493,7 +511,12 @@ async fn redis_throughput() {
     let cfg = config(vec![s.url()], "tp");
     let inv = Arc::new(RedisInventory::connect(&cfg).await.unwrap());
     let f = inv
-        .create("/bench", FileKind::File, 0o644, 1)
+        .create(
+            "/bench",
+            FileKind::File,
+            0o644,
+            labios_store::Owner::root(1),
+        )
         .await
         .unwrap();
     let g = Arc::new(LabelIdGen::new(3));

@@ -185,6 +185,8 @@ mod tests {
             size: 0,
             mode: 0o644,
             owner: 0,
+            uid: 0,
+            gid: 0,
             ctime: 0,
             mtime: 0,
             atime: 0,

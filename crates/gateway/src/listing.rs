@@ -254,6 +254,8 @@ mod tests {
             size: 0,
             mode: 0o644,
             owner: 1,
+            uid: 0,
+            gid: 0,
             ctime: 0,
             mtime: 0,
             atime: 0,

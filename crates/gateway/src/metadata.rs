@@ -186,6 +186,8 @@ mod tests {
             size,
             mode: 0o644,
             owner: 1,
+            uid: 0,
+            gid: 0,
             ctime: mtime,
             mtime,
             atime: mtime,

@@ -260,6 +260,8 @@ impl ObjectBucket {
                 size,
                 mode: 0o644,
                 owner: 0,
+                uid: 0,
+                gid: 0,
                 ctime: mtime,
                 mtime,
                 atime: mtime,

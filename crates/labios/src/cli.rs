@@ -463,7 +463,7 @@ async fn put(client: &Client, local: &Path, path: &str) -> anyhow::Result<()> {
     if file.metadata()?.is_dir() {
         anyhow::bail!("{} is a directory", local.display());
     }
-    client.catalog().open_or_create(path).await?;
+    client.catalog().open_or_create(path, 0o644).await?;
     let mut offset = 0u64;
     let mut handles = Vec::new();
     loop {

@@ -221,7 +221,7 @@ async fn copy_file(
         }
         Place::Labios(p) => {
             make_parents(client, p).await?;
-            client.catalog().open_or_create(p).await?;
+            client.catalog().open_or_create(p, 0o644).await?;
             client.truncate(p, 0).await?;
             let mut handles = Vec::new();
             let mut at = 0;

@@ -423,7 +423,7 @@ async fn killed_worker_labels_finish_elsewhere_and_its_data_returns() {
     let mut written = Vec::new();
     for f in 0..4 {
         let path = format!("/k/{f}");
-        client.catalog().open_or_create(&path).await.unwrap();
+        client.catalog().open_or_create(&path, 0o644).await.unwrap();
     }
     let mut handles = Vec::new();
     for i in 0..96 {
@@ -494,7 +494,7 @@ async fn dispatcher_crash_and_restart_executes_queued_labels_once() {
     cluster.wait_all_active(&stores).await;
     let client = cluster.client().await;
     let path = "/d/stream";
-    client.catalog().open_or_create(path).await.unwrap();
+    client.catalog().open_or_create(path, 0o644).await.unwrap();
     let mut written = Vec::new();
     let mut handles = Vec::new();
     let total = 120;
@@ -631,7 +631,7 @@ async fn nats_and_redis_restart_lose_no_acknowledged_write() {
         let path = format!("/s/{i}");
         let data = payload(3000 + i, 64 * KIB);
         let attempt = async {
-            client.catalog().open_or_create(&path).await?;
+            client.catalog().open_or_create(&path, 0o644).await?;
             client.write_at_sync(&path, 0, data.clone()).await
         };
         match tokio::time::timeout(Duration::from_secs(20), attempt).await {
@@ -670,7 +670,7 @@ async fn failing_label_is_retried_then_reported_and_the_app_goes_on() {
     cluster.wait_all_active(&stores).await;
     let client = cluster.client().await;
     let bad = "/f/bad";
-    client.catalog().open_or_create(bad).await.unwrap();
+    client.catalog().open_or_create(bad, 0o644).await.unwrap();
     let file = client.catalog().stat(bad).await.unwrap().id;
     // A device that refuses every write (ENOSPC), on every worker, for this
     // one file: whichever worker gets the label fails it after retries. A

@@ -132,7 +132,12 @@ async fn applications_cannot_touch_each_others_files() {
     denied(sb.inventory.set_size(file.id, 0).await, "raw set_size");
     denied(
         sb.inventory
-            .create("/a/other", labios_store::FileKind::File, 0o644, a.id)
+            .create(
+                "/a/other",
+                labios_store::FileKind::File,
+                0o644,
+                labios_store::Owner::root(a.id),
+            )
             .await,
         "create a file for A",
     );

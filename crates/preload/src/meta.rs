@@ -96,6 +96,8 @@ fn meta_of_fd(fd: c_int) -> Option<Result<FileMeta, Errno>> {
             size: 0,
             mode: 0o644,
             owner: 0,
+            uid: 0,
+            gid: 0,
             ctime: 0,
             mtime: 0,
             atime: 0,

@@ -7,7 +7,9 @@ use crate::inventory::{
     LINK_TARGET, LINK_TARGET_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX, XATTR_VALUE_MAX,
 };
 use crate::warehouse::staged_bound;
-use crate::{AppRecord, Extent, FileKind, Inventory, LabelQueue, Warehouse};
+use crate::{
+    AppRecord, Extent, FileKind, Inventory, LabelQueue, Owner, SetAttr, SetTime, Warehouse,
+};
 use bytes::Bytes;
 use labios_label::id::now_nanos;
 use labios_label::{
@@ -242,7 +244,12 @@ fn ext(offset: u64, len: u64, worker: u32, label: LabelId) -> Extent {
 pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     let root = format!("/{}", unique("inv"));
     let f = i
-        .create(&format!("{root}/a/b/f"), FileKind::File, 0o644, 7)
+        .create(
+            &format!("{root}/a/b/f"),
+            FileKind::File,
+            0o644,
+            Owner::root(7),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -252,17 +259,32 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     let parent = i.lookup(&format!("{root}/a/b")).await.unwrap().unwrap();
     assert_eq!((parent.kind, parent.mode), (FileKind::Dir, 0o755));
     let again = i
-        .create(&format!("{root}/a/b/f"), FileKind::File, 0o600, 7)
+        .create(
+            &format!("{root}/a/b/f"),
+            FileKind::File,
+            0o600,
+            Owner::root(7),
+        )
         .await
         .unwrap();
     assert_eq!(again.id, f.id, "create returns the existing entry");
     let err = i
-        .create(&format!("{root}/a/b/f"), FileKind::Dir, 0o755, 7)
+        .create(
+            &format!("{root}/a/b/f"),
+            FileKind::Dir,
+            0o755,
+            Owner::root(7),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
     let err = i
-        .create(&format!("{root}/a/b/f/x"), FileKind::File, 0o644, 7)
+        .create(
+            &format!("{root}/a/b/f/x"),
+            FileKind::File,
+            0o644,
+            Owner::root(7),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidPath { .. }), "{err}");
@@ -361,7 +383,7 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
         FileKind::Dir
     );
     let h = i
-        .create(&format!("{root}/h"), FileKind::File, 0o644, 7)
+        .create(&format!("{root}/h"), FileKind::File, 0o644, Owner::root(7))
         .await
         .unwrap();
     i.commit_extent(h.id, ext(0, 10, 9, l[5])).await.unwrap();
@@ -376,9 +398,14 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     assert!(i.file(f.id).await.unwrap().is_none());
 
     // Renaming a directory moves its children.
-    i.create(&format!("{root}/a/b/k"), FileKind::File, 0o644, 7)
-        .await
-        .unwrap();
+    i.create(
+        &format!("{root}/a/b/k"),
+        FileKind::File,
+        0o644,
+        Owner::root(7),
+    )
+    .await
+    .unwrap();
     i.rename(&format!("{root}/a"), &format!("{root}/z"))
         .await
         .unwrap();
@@ -504,14 +531,168 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     append_cases(i.as_ref(), &root).await;
     symlink_cases(i.as_ref(), &root).await;
     hard_link_cases(i.as_ref(), &root).await;
+    attribute_cases(i.as_ref(), &root).await;
     i.sync().await.unwrap();
+}
+
+/// Owners, modes and times: kept as given, changed by `set_attr` with
+/// POSIX's side effects, and a directory's times follow its entries.
+async fn attribute_cases(i: &dyn Inventory, root: &str) {
+    let user = Owner {
+        app: 7,
+        uid: 1000,
+        gid: 100,
+    };
+    let dir = format!("{root}/attrs");
+    let d = i.create(&dir, FileKind::Dir, 0o2750, user).await.unwrap();
+    assert_eq!((d.uid, d.gid, d.mode), (1000, 100, 0o2750));
+    let path = format!("{dir}/f");
+    let before = now_nanos();
+    let f = i.create(&path, FileKind::File, 0o6755, user).await.unwrap();
+    assert_eq!((f.uid, f.gid, f.mode, f.owner), (1000, 100, 0o6755, 7));
+    let d = i.lookup(&dir).await.unwrap().unwrap();
+    assert!(
+        d.mtime >= before && d.ctime >= before,
+        "create sets the directory's times"
+    );
+    assert_eq!(i.lookup(&path).await.unwrap().unwrap().uid, 1000);
+    let nested = format!("{dir}/made/by/create");
+    let n = i
+        .create(&nested, FileKind::File, 0o600, user)
+        .await
+        .unwrap();
+    let parent = i.lookup(&format!("{dir}/made")).await.unwrap().unwrap();
+    assert_eq!((n.uid, parent.uid, parent.gid), (1000, 1000, 100));
+
+    // A change of owner drops set-user-ID, and set-group-ID as group
+    // execution is on; ctime moves, mtime stays.
+    let chown = SetAttr {
+        uid: Some(2000),
+        gid: Some(200),
+        ..SetAttr::default()
+    };
+    let m = i.set_attr(f.id, chown).await.unwrap();
+    assert_eq!((m.uid, m.gid, m.mode), (2000, 200, 0o755));
+    assert_eq!(m.mtime, f.mtime);
+    assert!(m.ctime >= f.ctime);
+    assert_eq!(i.file(f.id).await.unwrap().unwrap(), m);
+    // Set-group-ID without group execution (mandatory locking) stays.
+    let m = i
+        .set_attr(
+            f.id,
+            SetAttr {
+                mode: Some(0o2644),
+                ..SetAttr::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(m.mode, 0o2644);
+    let m = i.set_attr(f.id, chown).await.unwrap();
+    assert_eq!(m.mode, 0o2644);
+    // A mode given with the owner is taken as is.
+    let m = i
+        .set_attr(
+            f.id,
+            SetAttr {
+                mode: Some(0o4711),
+                uid: Some(3000),
+                ..SetAttr::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((m.mode, m.uid, m.gid), (0o4711, 3000, 200));
+    // A directory keeps its bits through a change of owner.
+    let m = i.set_attr(d.id, chown).await.unwrap();
+    assert_eq!(m.mode, 0o2750);
+
+    let times = SetAttr {
+        atime: Some(SetTime::At(1_000_000_007)),
+        mtime: Some(SetTime::At(2_000_000_009)),
+        ..SetAttr::default()
+    };
+    let m = i.set_attr(f.id, times).await.unwrap();
+    assert_eq!((m.atime, m.mtime), (1_000_000_007, 2_000_000_009));
+    let before = now_nanos();
+    let m = i
+        .set_attr(
+            f.id,
+            SetAttr {
+                mtime: Some(SetTime::Now),
+                ..SetAttr::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(m.atime, 1_000_000_007);
+    assert!(m.mtime >= before && m.ctime >= before);
+
+    let bad = SetAttr {
+        mode: Some(0o10644),
+        ..SetAttr::default()
+    };
+    let err = i.set_attr(f.id, bad).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert_eq!(i.file(f.id).await.unwrap().unwrap().mode, 0o4711);
+    let err = i.set_attr(u64::MAX - 3, times).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+
+    // Writes and truncation set mtime and ctime.
+    let m = i.set_attr(f.id, times).await.unwrap();
+    i.set_size(f.id, 5).await.unwrap();
+    let t = i.file(f.id).await.unwrap().unwrap();
+    assert!(t.mtime > m.mtime && t.ctime >= m.ctime);
+    let m = i.set_attr(f.id, times).await.unwrap();
+    i.commit_extent(f.id, ext(0, 3, 1, labels(1)[0].id))
+        .await
+        .unwrap();
+    let t = i.file(f.id).await.unwrap().unwrap();
+    assert!(t.mtime > m.mtime && t.ctime >= m.ctime);
+
+    // Remove, link and rename set the times of the directories involved.
+    let other = format!("{root}/attrs2");
+    i.create(&other, FileKind::Dir, 0o755, user).await.unwrap();
+    let old = SetAttr {
+        mtime: Some(SetTime::At(5)),
+        ..SetAttr::default()
+    };
+    let touched = |path: String| async move {
+        let m = i.lookup(&path).await.unwrap().unwrap();
+        m.mtime > 5 && m.ctime == m.mtime
+    };
+    for (what, step) in [("link", 0), ("rename", 1), ("remove", 2)] {
+        let d = i.lookup(&dir).await.unwrap().unwrap();
+        let o = i.lookup(&other).await.unwrap().unwrap();
+        i.set_attr(d.id, old).await.unwrap();
+        i.set_attr(o.id, old).await.unwrap();
+        match step {
+            0 => drop(i.link(&path, &format!("{other}/l")).await.unwrap()),
+            1 => drop(
+                i.rename(&format!("{other}/l"), &format!("{dir}/l"))
+                    .await
+                    .unwrap(),
+            ),
+            _ => drop(i.remove(&format!("{dir}/l")).await.unwrap()),
+        }
+        assert!(touched(dir.clone()).await == (step != 0), "{what}: {dir}");
+        assert!(
+            touched(other.clone()).await == (step != 2),
+            "{what}: {other}"
+        );
+    }
 }
 
 /// Appends of many tasks at once get disjoint ranges that tile the file;
 /// bad appends change nothing.
 async fn append_cases(i: &dyn Inventory, root: &str) {
     let f = i
-        .create(&format!("{root}/log"), FileKind::File, 0o644, 7)
+        .create(
+            &format!("{root}/log"),
+            FileKind::File,
+            0o644,
+            Owner::root(7),
+        )
         .await
         .unwrap();
     assert_eq!(i.reserve_append(f.id, 10).await.unwrap(), 0);
@@ -546,7 +727,10 @@ async fn append_cases(i: &dyn Inventory, root: &str) {
 
 async fn symlink_cases(i: &dyn Inventory, root: &str) {
     let path = format!("{root}/links/l");
-    let l = i.symlink(&path, "../target/x", 7).await.unwrap();
+    let l = i
+        .symlink(&path, "../target/x", Owner::root(7))
+        .await
+        .unwrap();
     assert_eq!(
         (l.kind, l.size, l.mode, l.owner),
         (FileKind::Symlink, 11, 0o777, 7)
@@ -557,19 +741,22 @@ async fn symlink_cases(i: &dyn Inventory, root: &str) {
     let target = vec![(LINK_TARGET.to_string(), Bytes::from_static(b"../target/x"))];
     assert_eq!(i.xattrs(l.id).await.unwrap(), target);
     // Whatever is at the path stays: another link, a file.
-    let err = i.symlink(&path, "other", 7).await.unwrap_err();
+    let err = i.symlink(&path, "other", Owner::root(7)).await.unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
-    let err = i.create(&path, FileKind::File, 0o644, 7).await.unwrap_err();
+    let err = i
+        .create(&path, FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
     // The inventory does not follow links: nothing is made under one.
     let err = i
-        .create(&format!("{path}/f"), FileKind::File, 0o644, 7)
+        .create(&format!("{path}/f"), FileKind::File, 0o644, Owner::root(7))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidPath { .. }), "{err}");
     let bad = format!("{root}/links/bad");
     for target in ["", "a\0b", &"t".repeat(LINK_TARGET_MAX + 1)] {
-        let err = i.symlink(&bad, target, 7).await.unwrap_err();
+        let err = i.symlink(&bad, target, Owner::root(7)).await.unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     }
     assert!(
@@ -583,7 +770,9 @@ async fn symlink_cases(i: &dyn Inventory, root: &str) {
     assert_eq!((m.id, m.kind), (l.id, FileKind::Symlink));
     assert_eq!(i.xattrs(m.id).await.unwrap(), target);
     let f = format!("{root}/links/f");
-    i.create(&f, FileKind::File, 0o644, 7).await.unwrap();
+    i.create(&f, FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap();
     let (replaced, extents) = i.rename(&f, &moved).await.unwrap().unwrap();
     assert_eq!((replaced.id, extents.len()), (l.id, 0));
     assert_eq!(
@@ -591,7 +780,7 @@ async fn symlink_cases(i: &dyn Inventory, root: &str) {
         FileKind::File
     );
     let n = i
-        .symlink(&format!("{root}/links/n"), "/anywhere", 7)
+        .symlink(&format!("{root}/links/n"), "/anywhere", Owner::root(7))
         .await
         .unwrap();
     let (removed, extents) = i.remove(&n.path).await.unwrap();
@@ -604,7 +793,10 @@ async fn symlink_cases(i: &dyn Inventory, root: &str) {
 async fn hard_link_cases(i: &dyn Inventory, root: &str) {
     let dir = format!("{root}/hard");
     let a = format!("{dir}/a");
-    let f = i.create(&a, FileKind::File, 0o644, 7).await.unwrap();
+    let f = i
+        .create(&a, FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap();
     let extent = ext(0, 10, 1, LabelIdGen::new(9).next());
     i.commit_extent(f.id, extent).await.unwrap();
     i.set_xattr(f.id, "user.k", Some(Bytes::from_static(b"v")))
@@ -671,7 +863,10 @@ async fn hard_link_cases(i: &dyn Inventory, root: &str) {
     assert_eq!(i.xattrs(f.id).await.unwrap().len(), 1);
     // A file renamed over one name replaces that name only.
     let g = format!("{dir}/g");
-    let other = i.create(&g, FileKind::File, 0o644, 7).await.unwrap();
+    let other = i
+        .create(&g, FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap();
     assert!(
         i.rename(&g, &b).await.unwrap().is_none(),
         "the file lives on"
@@ -684,7 +879,7 @@ async fn hard_link_cases(i: &dyn Inventory, root: &str) {
     assert!(i.file(f.id).await.unwrap().is_none());
     // A symbolic link can have names too.
     let l = format!("{dir}/l");
-    let link = i.symlink(&l, "/t", 7).await.unwrap();
+    let link = i.symlink(&l, "/t", Owner::root(7)).await.unwrap();
     let l2 = i.link(&l, &format!("{dir}/l2")).await.unwrap();
     assert_eq!((l2.id, l2.kind, l2.nlink), (link.id, FileKind::Symlink, 2));
 }
@@ -723,7 +918,12 @@ fn attrs(pairs: &[(&str, &[u8])]) -> Vec<(String, Bytes)> {
 /// the file is renamed, replaced or removed. Uses paths under `root`.
 async fn xattr_cases(i: &dyn Inventory, root: &str) {
     let f = i
-        .create(&format!("{root}/x/f"), FileKind::File, 0o644, 7)
+        .create(
+            &format!("{root}/x/f"),
+            FileKind::File,
+            0o644,
+            Owner::root(7),
+        )
         .await
         .unwrap();
     assert!(i.xattrs(f.id).await.unwrap().is_empty());
@@ -838,7 +1038,12 @@ async fn xattr_cases(i: &dyn Inventory, root: &str) {
     assert_eq!(i.xattrs(f.id).await.unwrap(), kept);
     let moved = format!("{root}/w/f");
     let g = i
-        .create(&format!("{root}/x/g"), FileKind::File, 0o644, 7)
+        .create(
+            &format!("{root}/x/g"),
+            FileKind::File,
+            0o644,
+            Owner::root(7),
+        )
         .await
         .unwrap();
     i.set_xattr(g.id, "user.g", Some(Bytes::from_static(b"g")))
@@ -865,7 +1070,12 @@ async fn xattr_cases(i: &dyn Inventory, root: &str) {
     assert!(matches!(err, Error::NotFound(_)), "{err}");
     // A new file at the same path starts without any.
     let h = i
-        .create(&format!("{root}/x/g"), FileKind::File, 0o644, 7)
+        .create(
+            &format!("{root}/x/g"),
+            FileKind::File,
+            0o644,
+            Owner::root(7),
+        )
         .await
         .unwrap();
     assert_ne!(h.id, f.id);

@@ -15,7 +15,7 @@
 //!
 //! Off unless configured (`[faults] seed` non-zero): never for production.
 
-use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory};
+use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
 use crate::label_queue::{Delivery, LabelQueue};
 use crate::warehouse::Warehouse;
 use crate::Stores;
@@ -275,7 +275,7 @@ impl Inventory for FaultyInventory {
         path: &str,
         kind: FileKind,
         mode: u32,
-        owner: AppId,
+        owner: Owner,
     ) -> Result<FileMeta> {
         self.faults
             .around(
@@ -285,13 +285,18 @@ impl Inventory for FaultyInventory {
             )
             .await
     }
-    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta> {
+    async fn symlink(&self, path: &str, target: &str, owner: Owner) -> Result<FileMeta> {
         self.faults
             .around(
                 "inventory symlink",
                 true,
                 self.inner.symlink(path, target, owner),
             )
+            .await
+    }
+    async fn set_attr(&self, file: FileId, attr: SetAttr) -> Result<FileMeta> {
+        self.faults
+            .around("inventory set_attr", true, self.inner.set_attr(file, attr))
             .await
     }
     async fn link(&self, from: &str, to: &str) -> Result<FileMeta> {

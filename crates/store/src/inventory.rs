@@ -53,8 +53,14 @@ pub struct FileMeta {
     pub path: String,
     pub kind: FileKind,
     pub size: u64,
+    /// Permission bits (`0o7777`: set-user-ID, set-group-ID, sticky and
+    /// rwx for owner, group and others); the kind is [`FileMeta::kind`].
     pub mode: u32,
+    /// The application that made the entry (tenancy, README "Tenants").
     pub owner: AppId,
+    /// The POSIX owner and group (permissions, README "Permissions").
+    pub uid: u32,
+    pub gid: u32,
     pub ctime: u64,
     pub mtime: u64,
     pub atime: u64,
@@ -63,6 +69,112 @@ pub struct FileMeta {
     /// Always 1 for a directory; 0 in what `remove` and `rename` return
     /// when they dropped the last name.
     pub nlink: u32,
+}
+
+impl FileMeta {
+    /// Its application, user and group, for entries made on its behalf
+    /// (the parents a rename or link creates).
+    pub fn as_owner(&self) -> Owner {
+        Owner {
+            app: self.owner,
+            uid: self.uid,
+            gid: self.gid,
+        }
+    }
+}
+
+/// Who a new entry belongs to: the application that made it and the POSIX
+/// user and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub app: AppId,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Owner {
+    /// Application `app` as root: what trusted callers (tests, the
+    /// runtime's own files) create with.
+    pub fn root(app: AppId) -> Owner {
+        Owner {
+            app,
+            uid: 0,
+            gid: 0,
+        }
+    }
+}
+
+/// A time [`SetAttr`] gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetTime {
+    /// The inventory's clock at the change (`UTIME_NOW`).
+    Now,
+    /// Nanoseconds since the epoch.
+    At(u64),
+}
+
+/// A change of attributes (chmod, chown, utimensat): what is `None` stays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// Permission bits a mode may carry.
+pub const MODE_BITS: u32 = 0o7777;
+const SET_UID: u32 = 0o4000;
+const SET_GID: u32 = 0o2000;
+const GROUP_EXEC: u32 = 0o010;
+
+impl SetAttr {
+    /// Refuses a mode with bits besides [`MODE_BITS`].
+    pub fn check(&self) -> Result<()> {
+        match self.mode {
+            Some(m) if m & !MODE_BITS != 0 => Err(Error::InvalidArgument(format!(
+                "mode {m:#o} has bits besides the permission bits {MODE_BITS:#o}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Applies the change to `meta` at time `now` (nanoseconds), with the
+    /// rules every inventory shares: ctime is set; a new owner or group of
+    /// a regular file drops its set-user-ID bit, and its set-group-ID bit
+    /// when group execution is on (as Linux's chown does, for root too,
+    /// so that a file cannot keep privileges meant for its old owner),
+    /// unless the change gives the mode itself.
+    pub fn apply(&self, meta: &mut FileMeta, now: u64) {
+        if let Some(m) = self.mode {
+            meta.mode = m;
+        }
+        let chown = self.uid.is_some() || self.gid.is_some();
+        if chown && self.mode.is_none() && meta.kind == FileKind::File {
+            meta.mode &= !SET_UID;
+            if meta.mode & GROUP_EXEC != 0 {
+                meta.mode &= !SET_GID;
+            }
+        }
+        if let Some(u) = self.uid {
+            meta.uid = u;
+        }
+        if let Some(g) = self.gid {
+            meta.gid = g;
+        }
+        let at = |t: SetTime| match t {
+            SetTime::Now => now,
+            SetTime::At(n) => n,
+        };
+        if let Some(t) = self.atime {
+            meta.atime = at(t);
+        }
+        if let Some(t) = self.mtime {
+            meta.mtime = at(t);
+        }
+        meta.ctime = now;
+    }
 }
 
 /// Most names one file may have, as ext4's limit.
@@ -164,11 +276,11 @@ pub trait Inventory: Send + Sync {
     /// Creates a file (or directory) at a normalized path, creating missing
     /// parent directories; returns the existing entry if it is already there
     /// with the same kind, `AlreadyExists` if with another kind.
-    async fn create(&self, path: &str, kind: FileKind, mode: u32, owner: AppId)
+    async fn create(&self, path: &str, kind: FileKind, mode: u32, owner: Owner)
         -> Result<FileMeta>;
     /// Creates a symbolic link at `path` to `target` in one atomic step
     /// (missing parents are created); `AlreadyExists` if anything is there.
-    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta>;
+    async fn symlink(&self, path: &str, target: &str, owner: Owner) -> Result<FileMeta>;
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>>;
     /// Entries whose path starts with `prefix`, sorted by path.
     async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>>;
@@ -188,6 +300,12 @@ pub trait Inventory: Send + Sync {
     async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>>;
     /// Sets the size (truncate/extend); extents past the new size are cut.
     async fn set_size(&self, file: FileId, size: u64) -> Result<()>;
+    /// Changes mode, owner, group or times in one atomic step, by the rules
+    /// of [`SetAttr::apply`], and returns the entry as it now is. A missing
+    /// file is `NotFound`; a bad mode is `InvalidArgument` and changes
+    /// nothing. Who may change what is decided above the inventory
+    /// (`crate::access`).
+    async fn set_attr(&self, file: FileId, attr: SetAttr) -> Result<FileMeta>;
 
     // ---- data placement --------------------------------------------------
     /// Records that `[offset, offset+len)` of `file` now lives on `worker`,

@@ -4,6 +4,7 @@
 //! implementations (`embedded`), through a `labios serve` process (`remote`)
 //! or on distributed engines.
 
+pub mod access;
 pub mod auth;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
@@ -15,7 +16,7 @@ pub mod remote;
 pub mod warehouse;
 
 pub use auth::LabelVerifier;
-pub use inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory};
+pub use inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr, SetTime};
 pub use label_queue::{Delivery, LabelQueue};
 pub use warehouse::Warehouse;
 

@@ -64,7 +64,10 @@ async fn inventory_recovers_synced_state() {
     let g = LabelIdGen::new(1);
     let id = {
         let inv = RedbInventory::open(&path, InventoryConfig::default()).unwrap();
-        let f = inv.create("/d/f", FileKind::File, 0o644, 1).await.unwrap();
+        let f = inv
+            .create("/d/f", FileKind::File, 0o644, labios_store::Owner::root(1))
+            .await
+            .unwrap();
         let e = Extent {
             offset: 3,
             len: 5,
@@ -79,7 +82,10 @@ async fn inventory_recovers_synced_state() {
     let f = inv.lookup("/d/f").await.unwrap().unwrap();
     assert_eq!((f.id, f.size), (id, 8));
     assert_eq!(inv.extents(id, 0, 100).await.unwrap().len(), 1);
-    let next = inv.create("/d/g", FileKind::File, 0o644, 1).await.unwrap();
+    let next = inv
+        .create("/d/g", FileKind::File, 0o644, labios_store::Owner::root(1))
+        .await
+        .unwrap();
     assert!(next.id > id, "counters survive");
     let err = inv.lookup("d//x").await.unwrap_err();
     assert!(err.to_string().contains("not normalized"), "{err}");
@@ -109,7 +115,12 @@ async fn measure_queue_and_inventory() {
     let dir = tempfile::tempdir().unwrap();
     let inv = RedbInventory::open(&dir.path().join("m.redb"), InventoryConfig::default()).unwrap();
     let f = inv
-        .create("/bench", FileKind::File, 0o644, 1)
+        .create(
+            "/bench",
+            FileKind::File,
+            0o644,
+            labios_store::Owner::root(1),
+        )
         .await
         .unwrap();
     let n = 20_000u64;

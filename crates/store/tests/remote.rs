@@ -176,7 +176,12 @@ async fn tenants_set_only_their_own_files_xattrs() {
     let (one, two) = (one.inventory, two.inventory);
 
     let f = one
-        .create("/t/one", FileKind::File, 0o644, 1)
+        .create(
+            "/t/one",
+            FileKind::File,
+            0o644,
+            labios_store::Owner::root(1),
+        )
         .await
         .unwrap();
     let etag = vec![("etag".to_string(), Bytes::from_static(b"\"1\""))];
@@ -191,7 +196,12 @@ async fn tenants_set_only_their_own_files_xattrs() {
     }
     assert_eq!(one.xattrs(f.id).await.unwrap(), etag, "unchanged");
     let g = two
-        .create("/t/two", FileKind::File, 0o644, 2)
+        .create(
+            "/t/two",
+            FileKind::File,
+            0o644,
+            labios_store::Owner::root(2),
+        )
         .await
         .unwrap();
     two.set_xattr(g.id, "user.mine", Some(Bytes::from_static(b"yes")))

@@ -174,6 +174,8 @@ fn meta(path: String, stat: &Stat) -> FileMeta {
         size: stat.size,
         mode: if stat.dir { 0o755 } else { 0o644 },
         owner: 0,
+        uid: 0,
+        gid: 0,
         ctime: nanos,
         mtime: nanos,
         atime: nanos,

@@ -33,7 +33,7 @@ impl Client {
         if ops.is_empty() {
             return self.write_at_async(path, offset, data).await;
         }
-        let meta = self.file_for_write(path).await?;
+        let meta = self.file_for_write(path, 0o644).await?;
         // Earlier small writes of the file land first.
         self.flush_small(meta.id).await?;
         let mut label = self.inner.labels.new_label(LabelKind::Write);

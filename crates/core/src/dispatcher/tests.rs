@@ -167,7 +167,7 @@ async fn reads_go_to_the_worker_holding_their_data() {
     let stores = stores();
     let file = stores
         .inventory
-        .create("/data", FileKind::File, 0o644, 1)
+        .create("/data", FileKind::File, 0o644, labios_store::Owner::root(1))
         .await
         .unwrap()
         .id;
@@ -357,7 +357,7 @@ async fn reads_reach_their_worker_even_when_the_directory_holds_it_back() {
     let stores = stores();
     let file = stores
         .inventory
-        .create("/held", FileKind::File, 0o644, 1)
+        .create("/held", FileKind::File, 0o644, labios_store::Owner::root(1))
         .await
         .unwrap()
         .id;

@@ -100,12 +100,26 @@ local function kind_name(k)
   if k == 'l' then return 'Symlink' end
   return 'Dir'
 end
-local function new_entry(path, kind, mode, owner, now)
+-- The directory holding `path` changed: its mtime and ctime are `now`.
+local function touch_parent(path, now)
+  local dir = string.match(path, '^(.*)/[^/]*$')
+  if dir == '' then dir = '/' end
+  local did = dir and id_of(dir)
+  if did then redis.call('HSET', P .. 'file:' .. did, 'mtime', now, 'ctime', now) end
+end
+-- Who a record belongs to: {application, uid, gid} (records written before
+-- files had a POSIX owner belong to root).
+local function owner_of(r)
+  return {fget(r, 'owner'), fget(r, 'uid') or '0', fget(r, 'gid') or '0'}
+end
+local function new_entry(path, kind, mode, o, now)
   local id = string.format('%d', redis.call('HINCRBY', P .. 'ctr', 'file', 1))
   redis.call('HSET', P .. 'file:' .. id, 'v', '1', 'id', id, 'path', path, 'kind', kind,
-    'size', Z16, 'mode', mode, 'owner', owner, 'ctime', now, 'mtime', now, 'atime', now)
+    'size', Z16, 'mode', mode, 'owner', o[1], 'uid', o[2], 'gid', o[3],
+    'ctime', now, 'mtime', now, 'atime', now)
   redis.call('SET', P .. 'path:' .. path, id)
   redis.call('ZADD', P .. 'paths', 0, path)
+  touch_parent(path, now)
   return id
 end
 local function check_parents(first, path)
@@ -120,9 +134,9 @@ local function check_parents(first, path)
   end
   return nil
 end
-local function make_parents(first, owner, now)
+local function make_parents(first, o, now)
   for i = first, #ARGV do
-    if not id_of(ARGV[i]) then new_entry(ARGV[i], 'd', '493', owner, now) end
+    if not id_of(ARGV[i]) then new_entry(ARGV[i], 'd', '493', o, now) end
   end
 end
 local function overlapping(xk, s, e)
@@ -138,9 +152,11 @@ local function now_ms()
 end
 "#;
 
-/// ARGV: path, kind (f|d), mode, owner, now, missing-ancestor candidates...
+/// ARGV: path, kind (f|d), mode, owner, now, uid, gid, missing-ancestor
+/// candidates...
 pub const CREATE: &str = r#"
-local path, kind, mode, owner, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local path, kind, mode, now = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
+local owner = {ARGV[4], ARGV[6], ARGV[7]}
 local id = id_of(path)
 if id then
   local r = rec(id)
@@ -148,25 +164,27 @@ if id then
   if fget(r, 'kind') == kind then return {'ok', at(r, path)} end
   return {'exists', path .. ' exists as a ' .. kind_name(fget(r, 'kind'))}
 end
-local err = check_parents(6, path)
+local err = check_parents(8, path)
 if err then return err end
-make_parents(6, owner, now)
+make_parents(8, owner, now)
 return {'ok', rec(new_entry(path, kind, mode, owner, now))}
 "#;
 
-/// ARGV: path, target, size (16 hex digits), owner, now, ancestors of path.
-/// The entry and its target are written together: never a link without one.
+/// ARGV: path, target, size (16 hex digits), owner, now, uid, gid,
+/// ancestors of path. The entry and its target are written together: never
+/// a link without one.
 pub const SYMLINK: &str = r#"
-local path, target, size, owner, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local path, target, size, now = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
+local owner = {ARGV[4], ARGV[6], ARGV[7]}
 local id = id_of(path)
 if id then
   local r = rec(id)
   if not r then return {'storage', 'key ' .. P .. 'path:' .. path .. ' names missing file ' .. id} end
   return {'exists', path .. ' exists as a ' .. kind_name(fget(r, 'kind'))}
 end
-local err = check_parents(6, path)
+local err = check_parents(8, path)
 if err then return err end
-make_parents(6, owner, now)
+make_parents(8, owner, now)
 id = new_entry(path, 'l', '511', owner, now)
 redis.call('HSET', P .. 'file:' .. id, 'size', size)
 redis.call('HSET', P .. 'xattr:' .. id, 'labios.symlink', target)
@@ -203,11 +221,12 @@ if n >= max then
 end
 local err = check_parents(5, to)
 if err then return err end
-make_parents(5, fget(r, 'owner'), now)
+make_parents(5, owner_of(r), now)
 redis.call('SET', P .. 'path:' .. to, id)
 redis.call('ZADD', P .. 'paths', 0, to)
 redis.call('ZADD', P .. 'links:' .. id, 0, to)
 redis.call('HSET', P .. 'file:' .. id, 'nlink', string.format('%d', n + 1), 'ctime', now)
+touch_parent(to, now)
 return {'ok', rec_at(id, to)}
 "#;
 
@@ -244,6 +263,7 @@ if fget(r, 'kind') == 'd' then
   if #c > 0 then return {'invalidarg', 'directory ' .. path .. ' is not empty'} end
 end
 local gone, ext = unname(id, r, path, now)
+touch_parent(path, now)
 return {'ok', gone, ext}
 "#;
 
@@ -278,7 +298,7 @@ elseif oid then
   redis.call('DEL', P .. 'path:' .. to)
   redis.call('ZREM', P .. 'paths', to)
 end
-make_parents(4, fget(r, 'owner'), now)
+make_parents(4, owner_of(r), now)
 if kind == 'd' then
   local pre = from .. '/'
   local kids = redis.call('ZRANGEBYLEX', P .. 'paths', '[' .. pre, '[' .. pre .. '\255')
@@ -294,6 +314,8 @@ if kind == 'd' then
 end
 move_name(id, from, to)
 redis.call('HSET', P .. 'file:' .. id, 'ctime', now)
+touch_parent(from, now)
+touch_parent(to, now)
 if old then return {'ok', old, oext} end
 return {'ok'}
 "#;
@@ -311,8 +333,36 @@ if #prev == 1 and string.sub(prev[1], 17, 32) > sz then
   redis.call('ZREM', xk, prev[1])
   redis.call('ZADD', xk, 0, string.sub(prev[1], 1, 16) .. sz .. string.sub(prev[1], 33))
 end
-redis.call('HSET', P .. 'file:' .. id, 'size', sz, 'mtime', now)
+redis.call('HSET', P .. 'file:' .. id, 'size', sz, 'mtime', now, 'ctime', now)
 return {'ok'}
+"#;
+
+/// A change of attributes, as `SetAttr::apply` does it. ARGV: id, now, then
+/// mode, uid, gid, atime, mtime, each empty when unchanged.
+pub const SET_ATTR: &str = r#"
+local id, now = ARGV[1], ARGV[2]
+local mode, uid, gid, at, mt = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local fk = P .. 'file:' .. id
+local r = redis.call('HMGET', fk, 'kind', 'mode')
+if not r[1] then return {'notfound', 'file id ' .. id} end
+local m = tonumber(r[2])
+if mode ~= '' then
+  m = tonumber(mode)
+elseif (uid ~= '' or gid ~= '') and r[1] == 'f' then
+  -- A new owner drops set-user-ID (0o4000), and set-group-ID (0o2000)
+  -- when group execution (0o010) is on.
+  if m % 4096 >= 2048 then m = m - 2048 end
+  if math.floor(m / 8) % 2 == 1 and m % 2048 >= 1024 then m = m - 1024 end
+end
+local set = {'mode', string.format('%d', m), 'ctime', now}
+for _, f in ipairs({{'uid', uid}, {'gid', gid}, {'atime', at}, {'mtime', mt}}) do
+  if f[2] ~= '' then
+    set[#set + 1] = f[1]
+    set[#set + 1] = f[2]
+  end
+end
+redis.call('HSET', fk, unpack(set))
+return {'ok', rec(id)}
 "#;
 
 /// Newest label wins. ARGV: id, start (hex16), end (hex16), label (hex32),
@@ -349,7 +399,7 @@ if s < e then
   for _, p in ipairs(pieces) do redis.call('ZADD', xk, 0, p .. lbl .. w) end
 end
 if (not r[2]) or e > r[2] then redis.call('HSET', fk, 'size', e) end
-redis.call('HSET', fk, 'mtime', now)
+redis.call('HSET', fk, 'mtime', now, 'ctime', now)
 return {'ok'}
 "#;
 
@@ -369,7 +419,7 @@ local hi = tonumber(string.sub(size, 1, 8), 16) + tonumber(string.sub(len, 1, 8)
 if hi >= 4294967296 then
   return {'invalidarg', 'appending to ' .. tostring(r[3]) .. ' runs past the largest offset'}
 end
-redis.call('HSET', fk, 'size', string.format('%08x%08x', hi, lo % 4294967296), 'mtime', now)
+redis.call('HSET', fk, 'size', string.format('%08x%08x', hi, lo % 4294967296), 'mtime', now, 'ctime', now)
 return {'ok', size}
 "#;
 

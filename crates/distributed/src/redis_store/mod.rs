@@ -78,7 +78,9 @@ use labios_label::{
 };
 use labios_store::inventory::{check_link_target, check_xattr, LINK_MAX, XATTR_TOTAL_MAX};
 use labios_store::warehouse::staged_bound;
-use labios_store::{AppRecord, Extent, FileKind, FileMeta, Inventory, Warehouse};
+use labios_store::{
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr, SetTime, Warehouse,
+};
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -801,6 +803,7 @@ struct Scripts {
     remove: Script,
     rename: Script,
     set_size: Script,
+    set_attr: Script,
     commit: Script,
     reserve_append: Script,
     extents: Script,
@@ -823,6 +826,7 @@ impl Scripts {
             remove: s(lua::REMOVE),
             rename: s(lua::RENAME),
             set_size: s(lua::SET_SIZE),
+            set_attr: s(lua::SET_ATTR),
             commit: s(lua::COMMIT),
             reserve_append: s(lua::RESERVE_APPEND),
             extents: s(lua::EXTENTS),
@@ -906,7 +910,8 @@ impl RedisInventory {
         // Until subscribed, wait falls back on polling; give it a moment so
         // that the first waits are prompt.
         let _ = tokio::time::timeout(inv.link.timeout, ready_rx).await;
-        inv.create("/", FileKind::Dir, 0o755, 0).await?;
+        inv.create("/", FileKind::Dir, 0o755, Owner::root(0))
+            .await?;
         Ok(inv)
     }
 
@@ -999,6 +1004,15 @@ impl RedisInventory {
             size,
             mode: u32::try_from(num("mode")?).map_err(|_| self.malformed(&key, "mode"))?,
             owner: u32::try_from(num("owner")?).map_err(|_| self.malformed(&key, "owner"))?,
+            // Records written before files had a POSIX owner belong to root.
+            uid: match f.get(&b"uid"[..]) {
+                None => 0,
+                Some(_) => u32::try_from(num("uid")?).map_err(|_| self.malformed(&key, "uid"))?,
+            },
+            gid: match f.get(&b"gid"[..]) {
+                None => 0,
+                Some(_) => u32::try_from(num("gid")?).map_err(|_| self.malformed(&key, "gid"))?,
+            },
             ctime: num("ctime")?,
             mtime: num("mtime")?,
             atime: num("atime")?,
@@ -1156,16 +1170,19 @@ impl Inventory for RedisInventory {
         path: &str,
         kind: FileKind,
         mode: u32,
-        owner: AppId,
+        owner: Owner,
     ) -> Result<FileMeta> {
         check_path(path)?;
-        let (mode, owner, now) = (mode.to_string(), owner.to_string(), now_nanos().to_string());
+        let (mode, now) = (mode.to_string(), now_nanos().to_string());
+        let [app, uid, gid] = [owner.app, owner.uid, owner.gid].map(|n| n.to_string());
         let mut args: Vec<&[u8]> = vec![
             path.as_bytes(),
             kind_code(kind),
             mode.as_bytes(),
-            owner.as_bytes(),
+            app.as_bytes(),
             now.as_bytes(),
+            uid.as_bytes(),
+            gid.as_bytes(),
         ];
         args.extend(ancestors(path).into_iter().map(str::as_bytes));
         let v = self.run(&self.scripts.create, &args).await?;
@@ -1175,17 +1192,20 @@ impl Inventory for RedisInventory {
         )
     }
 
-    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta> {
+    async fn symlink(&self, path: &str, target: &str, owner: Owner) -> Result<FileMeta> {
         check_path(path)?;
         check_link_target(target)?;
         let size = format!("{:016x}", target.len());
-        let (owner, now) = (owner.to_string(), now_nanos().to_string());
+        let now = now_nanos().to_string();
+        let [app, uid, gid] = [owner.app, owner.uid, owner.gid].map(|n| n.to_string());
         let mut args: Vec<&[u8]> = vec![
             path.as_bytes(),
             target.as_bytes(),
             size.as_bytes(),
-            owner.as_bytes(),
+            app.as_bytes(),
             now.as_bytes(),
+            uid.as_bytes(),
+            gid.as_bytes(),
         ];
         args.extend(ancestors(path).into_iter().map(str::as_bytes));
         let v = self.run(&self.scripts.symlink, &args).await?;
@@ -1281,6 +1301,32 @@ impl Inventory for RedisInventory {
         )
         .await?;
         Ok(())
+    }
+
+    async fn set_attr(&self, file: FileId, attr: SetAttr) -> Result<FileMeta> {
+        attr.check()?;
+        let now = now_nanos();
+        let at = |t: Option<SetTime>| match t {
+            None => String::new(),
+            Some(SetTime::Now) => now.to_string(),
+            Some(SetTime::At(n)) => n.to_string(),
+        };
+        let num = |n: Option<u32>| n.map(|n| n.to_string()).unwrap_or_default();
+        let args = [
+            file.to_string(),
+            now.to_string(),
+            num(attr.mode),
+            num(attr.uid),
+            num(attr.gid),
+            at(attr.atime),
+            at(attr.mtime),
+        ];
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let v = self.run(&self.scripts.set_attr, &args).await?;
+        self.meta(
+            v.first()
+                .ok_or_else(|| self.malformed("set_attr reply", "empty"))?,
+        )
     }
 
     async fn commit_extent(&self, file: FileId, extent: Extent) -> Result<()> {

@@ -69,7 +69,19 @@ fn seeds() -> Vec<Vec<u8>> {
             path: "/data/f".into(),
             kind: FileKind::File,
             mode: 0o644,
-            owner: 3,
+            owner: labios_store::Owner {
+                app: 3,
+                uid: 1000,
+                gid: 1000,
+            },
+        },
+        Request::SetAttr {
+            file: 9,
+            attr: labios_store::SetAttr {
+                mode: Some(0o600),
+                mtime: Some(labios_store::SetTime::At(5)),
+                ..Default::default()
+            },
         },
         Request::Rename {
             from: "/data/f".into(),

@@ -153,7 +153,7 @@ impl Rig {
     pub async fn file(&self, path: &str) -> FileMeta {
         self.stores
             .inventory
-            .create(path, FileKind::File, 0o644, 1)
+            .create(path, FileKind::File, 0o644, labios_store::Owner::root(1))
             .await
             .unwrap()
     }

@@ -215,7 +215,7 @@ async fn delete_flush_and_rename() {
     let again = rig
         .stores
         .inventory
-        .create("/r/a", FileKind::File, 0o644, 1)
+        .create("/r/a", FileKind::File, 0o644, labios_store::Owner::root(1))
         .await
         .unwrap();
     let s = rig.run(2, vec![rename]).await;

@@ -8,15 +8,15 @@ mod write_behind;
 mod tests;
 
 use crate::inventory::{
-    check_link_target, check_xattr, AppRecord, Extent, FileKind, FileMeta, Inventory, LINK_MAX,
-    LINK_TARGET,
+    check_link_target, check_xattr, AppRecord, Extent, FileKind, FileMeta, Inventory, Owner,
+    SetAttr, LINK_MAX, LINK_TARGET,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
 use labios_label::id::now_nanos;
 use labios_label::{
-    decode, normalize_path, AppId, Error, FileId, LabelId, LabelState, LabelStatus, Result,
-    WorkerId, WorkerStatus,
+    decode, normalize_path, path::parent, AppId, Error, FileId, LabelId, LabelState, LabelStatus,
+    Result, WorkerId, WorkerStatus,
 };
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use redb::{backends::InMemoryBackend, Database, Durability, ReadableTable, TableDefinition};
@@ -198,6 +198,16 @@ impl Namespace {
             .range::<str, _>(from_prefix(&prefix))
             .next()
             .is_some_and(|(p, _)| p.starts_with(&prefix))
+    }
+
+    /// The directory holding `path` changed: its mtime and ctime are `now`.
+    fn touch_parent(&self, path: &str, now: u64, ops: &mut Vec<Op>) {
+        if let Some(dir) = parent(path).and_then(|p| self.node(p)) {
+            let mut d = dir.lock();
+            d.meta.mtime = now;
+            d.meta.ctime = now;
+            ops.push(Op::file(&d.meta));
+        }
     }
 
     /// Fails if an existing ancestor of `path` is a file (the missing ones
@@ -448,6 +458,8 @@ fn load(db: &Database) -> Result<Loaded> {
                 size: 0,
                 mode: 0o755,
                 owner: 0,
+                uid: 0,
+                gid: 0,
                 ctime: now,
                 mtime: now,
                 atime: now,
@@ -470,7 +482,7 @@ fn load(db: &Database) -> Result<Loaded> {
         .map_err(storage)?
     {
         let (id, v) = e.map_err(storage)?;
-        let stored: StoredFile = decode(v.value())?;
+        let stored = StoredFile::decode(v.value())?;
         let state = FileState::new(stored.into_meta());
         ns.nodes.insert(id.value(), Arc::new(Mutex::new(state)));
     }
@@ -659,7 +671,7 @@ impl RedbInventory {
         path: &str,
         kind: FileKind,
         mode: u32,
-        owner: AppId,
+        owner: Owner,
         ops: &mut Vec<Op>,
     ) -> Result<FileMeta> {
         let now = now_nanos();
@@ -669,7 +681,9 @@ impl RedbInventory {
             kind,
             size: 0,
             mode,
-            owner,
+            owner: owner.app,
+            uid: owner.uid,
+            gid: owner.gid,
             ctime: now,
             mtime: now,
             atime: now,
@@ -680,6 +694,7 @@ impl RedbInventory {
             .insert(meta.id, Arc::new(Mutex::new(FileState::new(meta.clone()))));
         ops.push(Op::PutPath(meta.path.clone(), meta.id));
         ops.push(Op::file(&meta));
+        ns.touch_parent(path, now, ops);
         Ok(meta)
     }
 
@@ -689,7 +704,7 @@ impl RedbInventory {
         &self,
         ns: &mut Namespace,
         path: &str,
-        owner: AppId,
+        owner: Owner,
         ops: &mut Vec<Op>,
     ) -> Result<()> {
         for (i, _) in path.match_indices('/').skip(1) {
@@ -774,7 +789,7 @@ impl Inventory for RedbInventory {
         path: &str,
         kind: FileKind,
         mode: u32,
-        owner: AppId,
+        owner: Owner,
     ) -> Result<FileMeta> {
         check_path(path)?;
         self.log.check()?;
@@ -799,7 +814,7 @@ impl Inventory for RedbInventory {
         made
     }
 
-    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta> {
+    async fn symlink(&self, path: &str, target: &str, owner: Owner) -> Result<FileMeta> {
         check_path(path)?;
         check_link_target(target)?;
         self.log.check()?;
@@ -866,6 +881,7 @@ impl Inventory for RedbInventory {
         }
         let mut ops = Vec::new();
         let removed = ns.unname(&mut st, path, &mut ops);
+        ns.touch_parent(path, now_nanos(), &mut ops);
         self.log.append(&mut ops)?;
         Ok(removed)
     }
@@ -889,8 +905,7 @@ impl Inventory for RedbInventory {
         check_linkable(&st.meta, from)?;
         ns.check_parents(to)?;
         let mut ops = Vec::new();
-        let owner = st.meta.owner;
-        if let Err(e) = self.make_parents(&mut ns, to, owner, &mut ops) {
+        if let Err(e) = self.make_parents(&mut ns, to, st.meta.as_owner(), &mut ops) {
             self.log.append(&mut ops)?;
             return Err(e);
         }
@@ -901,10 +916,12 @@ impl Inventory for RedbInventory {
             .unwrap_err();
         st.links.insert(at, to.to_string());
         st.meta.nlink += 1;
-        st.meta.ctime = now_nanos();
+        let now = now_nanos();
+        st.meta.ctime = now;
         st.check_links();
         ops.push(Op::PutPath(to.to_string(), st.meta.id));
         ops.push(Op::file(&st.meta));
+        ns.touch_parent(to, now, &mut ops);
         self.log.append(&mut ops)?;
         Ok(st.meta_at(to))
     }
@@ -949,7 +966,7 @@ impl Inventory for RedbInventory {
         // file ids), and it goes first so that a failure changes nothing
         // else.
         let mut ops = Vec::new();
-        let owner = src.lock().meta.owner;
+        let owner = src.lock().meta.as_owner();
         if let Err(e) = self.make_parents(&mut ns, to, owner, &mut ops) {
             self.log.append(&mut ops)?;
             return Err(e);
@@ -993,14 +1010,19 @@ impl Inventory for RedbInventory {
             ops.push(Op::DelPath(old));
             ops.push(Op::PutPath(new, id));
         }
+        let now = now_nanos();
         if let Some(st) = guards.get_mut(&src_id) {
-            st.meta.ctime = now_nanos();
+            st.meta.ctime = now;
         }
         for st in guards.values() {
             ops.push(Op::file(&st.meta));
         }
-        self.log.append(&mut ops)?;
         drop(guards);
+        ns.touch_parent(from, now, &mut ops);
+        if parent(from) != parent(to) {
+            ns.touch_parent(to, now, &mut ops);
+        }
+        self.log.append(&mut ops)?;
         Ok(replaced)
     }
 
@@ -1013,9 +1035,24 @@ impl Inventory for RedbInventory {
         st.truncate(size, &mut ops);
         st.meta.size = size;
         st.meta.mtime = now_nanos();
+        st.meta.ctime = st.meta.mtime;
         ops.push(Op::file(&st.meta));
         self.log.append(&mut ops)?;
         Ok(())
+    }
+
+    async fn set_attr(&self, file: FileId, attr: SetAttr) -> Result<FileMeta> {
+        attr.check()?;
+        self.log.check()?;
+        let node = self.data_node(file)?;
+        let mut st = node.lock();
+        if !st.live {
+            return Err(Error::NotFound(format!("file id {file}")));
+        }
+        attr.apply(&mut st.meta, now_nanos());
+        let mut ops = vec![Op::file(&st.meta)];
+        self.log.append(&mut ops)?;
+        Ok(st.meta.clone())
     }
 
     async fn commit_extent(&self, file: FileId, extent: Extent) -> Result<()> {
@@ -1035,6 +1072,7 @@ impl Inventory for RedbInventory {
         }
         st.meta.size = st.meta.size.max(end);
         st.meta.mtime = now_nanos();
+        st.meta.ctime = st.meta.mtime;
         ops.push(Op::file(&st.meta));
         self.log.append(&mut ops)?;
         Ok(())
@@ -1054,6 +1092,7 @@ impl Inventory for RedbInventory {
         })?;
         st.meta.size = end;
         st.meta.mtime = now_nanos();
+        st.meta.ctime = st.meta.mtime;
         let mut ops = vec![Op::file(&st.meta)];
         self.log.append(&mut ops)?;
         Ok(offset)

@@ -5,7 +5,7 @@ use super::proto::{
     ResponseFrame, Session,
 };
 use super::Endpoint;
-use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory};
+use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
 use crate::label_queue::{Delivery, LabelQueue};
 use crate::warehouse::Warehouse;
 use crate::Stores;
@@ -309,7 +309,7 @@ impl Inventory for RemoteInventory {
         path: &str,
         kind: FileKind,
         mode: u32,
-        owner: AppId,
+        owner: Owner,
     ) -> Result<FileMeta> {
         let r = self
             .0
@@ -322,7 +322,7 @@ impl Inventory for RemoteInventory {
             .await?;
         expect!(r, Reply::Meta(m) => m)
     }
-    async fn symlink(&self, path: &str, target: &str, owner: AppId) -> Result<FileMeta> {
+    async fn symlink(&self, path: &str, target: &str, owner: Owner) -> Result<FileMeta> {
         let r = self
             .0
             .call(Request::Symlink {
@@ -332,6 +332,9 @@ impl Inventory for RemoteInventory {
             })
             .await?;
         expect!(r, Reply::Meta(m) => m)
+    }
+    async fn set_attr(&self, file: FileId, attr: SetAttr) -> Result<FileMeta> {
+        expect!(self.0.call(Request::SetAttr { file, attr }).await?, Reply::Meta(m) => m)
     }
     async fn link(&self, from: &str, to: &str) -> Result<FileMeta> {
         let r = self

@@ -1,7 +1,7 @@
 //! The wire protocol: frames of `u32 little-endian length | body`, the body
 //! being a `labios_label::codec` encoding of a [`Request`] or [`Response`].
 
-use crate::inventory::{AppRecord, Extent, FileKind, FileMeta};
+use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Owner, SetAttr};
 use bytes::Bytes;
 use labios_label::codec::{MAGIC, VERSION};
 use labios_label::{
@@ -81,7 +81,7 @@ pub enum Request {
         path: String,
         kind: FileKind,
         mode: u32,
-        owner: AppId,
+        owner: Owner,
     },
     Lookup {
         path: String,
@@ -152,11 +152,15 @@ pub enum Request {
     Symlink {
         path: String,
         target: String,
-        owner: AppId,
+        owner: Owner,
     },
     Link {
         from: String,
         to: String,
+    },
+    SetAttr {
+        file: FileId,
+        attr: SetAttr,
     },
 }
 

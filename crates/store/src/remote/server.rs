@@ -5,7 +5,9 @@ use super::proto::{
     ResponseFrame, Session,
 };
 use super::Endpoint;
+use crate::access::Cred;
 use crate::label_queue::LabelQueue;
+use crate::FileKind;
 use crate::Stores;
 use labios_label::{AppId, Error, Result};
 use std::path::PathBuf;
@@ -124,10 +126,11 @@ pub async fn serve(
         tokio::select! {
             changed = shutdown.changed() => if changed.is_err() { break },
             accepted = accept(&listener) => match accepted {
-                Ok((r, w)) => {
+                Ok((r, w, peer)) => {
                     conns.spawn(connection(
                         r,
                         w,
+                        peer,
                         stores.clone(),
                         auth.clone(),
                         origins.clone(),
@@ -146,25 +149,60 @@ pub async fn serve(
     Ok(())
 }
 
-type Halves = (
+/// A connection's two halves and, on a Unix socket, the user of the
+/// process at the other end (SO_PEERCRED: the kernel's word, not the
+/// client's).
+type Accepted = (
     Box<dyn AsyncRead + Unpin + Send>,
     Box<dyn AsyncWrite + Unpin + Send>,
+    Option<Cred>,
 );
 
-async fn accept(listener: &Listener) -> std::io::Result<Halves> {
+async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
     Ok(match listener {
         Listener::Unix(l, _) => {
             let (s, _) = l.accept().await?;
+            let c = s.peer_cred()?;
+            let peer = Cred::of_process(c.uid(), c.gid(), c.pid());
             let (r, w) = s.into_split();
-            (Box::new(r), Box::new(w))
+            (Box::new(r), Box::new(w), Some(peer))
         }
         Listener::Tcp(l) => {
             let (s, _) = l.accept().await?;
             s.set_nodelay(true)?;
             let (r, w) = s.into_split();
-            (Box::new(r), Box::new(w))
+            (Box::new(r), Box::new(w), None)
         }
     })
+}
+
+/// The POSIX user a connection's requests act as (README "Permissions").
+#[derive(Debug, Clone)]
+enum Acting {
+    /// Root on the Unix socket, or a service connection: its requests are
+    /// not checked, and the owners it names for new entries are taken (a
+    /// root `labios mount` creates for its callers).
+    Trusted,
+    User(Cred),
+}
+
+/// The user a TCP client that is not a service acts as: it has no local
+/// identity the kernel vouches for, so it gets the unprivileged `nobody`.
+pub const TCP_USER: u32 = 65_534;
+
+impl Acting {
+    fn of(peer: Option<Cred>, grant: &Grant) -> Acting {
+        match peer {
+            Some(c) if !c.is_root() => Acting::User(c),
+            Some(_) => Acting::Trusted,
+            None if !grant.confined => Acting::Trusted,
+            None => Acting::User(Cred {
+                uid: TCP_USER,
+                gid: TCP_USER,
+                groups: Vec::new(),
+            }),
+        }
+    }
 }
 
 fn respond(id: u64, result: Result<Reply>) -> Vec<u8> {
@@ -176,9 +214,11 @@ fn respond(id: u64, result: Result<Reply>) -> Vec<u8> {
         .unwrap_or_else(|e| frame(&ResponseFrame { id, result: Err(e) }, 0).unwrap_or_default())
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn connection(
     r: Box<dyn AsyncRead + Unpin + Send>,
     w: Box<dyn AsyncWrite + Unpin + Send>,
+    peer: Option<Cred>,
     stores: Stores,
     auth: AuthFn,
     origins: Origins,
@@ -191,6 +231,8 @@ async fn connection(
     let limit = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut hello = true;
     let mut grant: Option<Arc<Grant>> = None;
+    let mut acting = Arc::new(Acting::Trusted);
+    let mut peer = peer;
     let mut own_origin = None;
     loop {
         let body = tokio::select! {
@@ -221,6 +263,7 @@ async fn connection(
                                 origin,
                                 secret: g.secret.clone(),
                             };
+                            acting = Arc::new(Acting::of(peer.take(), &g));
                             grant = Some(Arc::new(g));
                             Ok(Reply::Session(session))
                         }
@@ -241,11 +284,14 @@ async fn connection(
             break;
         };
         let (stores, outbox) = (stores.clone(), outbox.clone());
-        let (grant, origins) = (grant.clone(), origins.clone());
+        let (grant, origins, acting) = (grant.clone(), origins.clone(), acting.clone());
         tasks.spawn(async move {
-            let result = match grant {
-                Some(g) if g.confined => confined(&stores, &g, &origins, frame.request).await,
-                _ => handle(&stores, frame.request).await,
+            let result = match posix(&stores, &acting, grant.as_deref(), frame.request).await {
+                Err(e) => Err(e),
+                Ok(request) => match grant {
+                    Some(g) if g.confined => confined(&stores, &g, &origins, request).await,
+                    _ => handle(&stores, request).await,
+                },
             };
             let _ = outbox.send(respond(frame.id, result)).await;
             drop(permit);
@@ -306,6 +352,7 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
             owner,
         } => Reply::Meta(i.symlink(&path, &target, owner).await?),
         Request::Link { from, to } => Reply::Meta(i.link(&from, &to).await?),
+        Request::SetAttr { file, attr } => Reply::Meta(i.set_attr(file, attr).await?),
         Request::Lookup { path } => Reply::MaybeMeta(i.lookup(&path).await?),
         Request::List { prefix } => Reply::Metas(i.list(&prefix).await?),
         Request::Remove { path } => {
@@ -344,6 +391,55 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
             i.set_xattr(file, &name, value).await.map(|_| Reply::Unit)?
         }
         Request::Xattrs { file } => Reply::Xattrs(i.xattrs(file).await?),
+    })
+}
+
+/// A request as the user it acts as may make it: the owner of a new entry
+/// is that user (with the group of a set-group-ID parent), and a change of
+/// attributes is checked by [`Cred::check_set_attr`].
+async fn posix(
+    s: &Stores,
+    acting: &Acting,
+    grant: Option<&Grant>,
+    request: Request,
+) -> Result<Request> {
+    let Acting::User(cred) = acting else {
+        return Ok(request);
+    };
+    let i = &s.inventory;
+    let app = grant.map_or(0, |g| g.app);
+    let parent_of = |path: &str| labios_label::path::parent(path).unwrap_or("/").to_string();
+    Ok(match request {
+        Request::Create {
+            path, kind, mode, ..
+        } => {
+            let dir = i.lookup(&parent_of(&path)).await?;
+            let (owner, mode) = cred.new_entry(app, dir.as_ref(), kind, mode);
+            Request::Create {
+                path,
+                kind,
+                mode,
+                owner,
+            }
+        }
+        Request::Symlink { path, target, .. } => {
+            let dir = i.lookup(&parent_of(&path)).await?;
+            let (owner, _) = cred.new_entry(app, dir.as_ref(), FileKind::Symlink, 0o777);
+            Request::Symlink {
+                path,
+                target,
+                owner,
+            }
+        }
+        Request::SetAttr { file, attr } => {
+            let meta = i
+                .file(file)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("file id {file}")))?;
+            let attr = cred.check_set_attr(&meta, attr)?;
+            Request::SetAttr { file, attr }
+        }
+        other => other,
     })
 }
 
@@ -446,10 +542,11 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
             )));
         }
         Request::Create { owner, path, .. } | Request::Symlink { owner, path, .. }
-            if *owner != app =>
+            if owner.app != app =>
         {
             return Err(denied(format!(
-                "application {app} cannot create {path} for application {owner}"
+                "application {app} cannot create {path} for application {}",
+                owner.app
             )));
         }
         Request::Create { path, .. } => {
@@ -471,7 +568,8 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
         Request::SetSize { file, .. }
         | Request::CommitExtent { file, .. }
         | Request::ReserveAppend { file, .. }
-        | Request::SetXattr { file, .. } => {
+        | Request::SetXattr { file, .. }
+        | Request::SetAttr { file, .. } => {
             own_file(app, i.file(*file).await?)?;
         }
         Request::SetStatus(_) | Request::PutWorker(_) | Request::RemoveWorker(_) => {

@@ -83,7 +83,12 @@ async fn churn(inv: &RedbInventory, rng: &mut fastrand::Rng, labels: &[LabelId],
         match rng.u8(0..100) {
             0..=9 => {
                 let _ = inv
-                    .create(&path(rng), FileKind::File, 0o644, rng.u32(0..4))
+                    .create(
+                        &path(rng),
+                        FileKind::File,
+                        0o644,
+                        Owner::root(rng.u32(0..4)),
+                    )
                     .await;
             }
             10..=79 => {
@@ -246,7 +251,10 @@ async fn a_process_crash_loses_nothing_a_machine_crash_only_unsynced_changes() {
     let g = LabelIdGen::new(1);
 
     let inv = open(&path);
-    let kept = inv.create("/kept", FileKind::File, 0o644, 1).await.unwrap();
+    let kept = inv
+        .create("/kept", FileKind::File, 0o644, Owner::root(1))
+        .await
+        .unwrap();
     inv.commit_extent(kept.id, ext(0, 100, 1, g.next()))
         .await
         .unwrap();
@@ -267,7 +275,12 @@ async fn a_process_crash_loses_nothing_a_machine_crash_only_unsynced_changes() {
             .unwrap();
         for k in 0..1100 {
             let m = inv
-                .create(&format!("/lost/f{k}"), FileKind::File, 0o644, 1)
+                .create(
+                    &format!("/lost/f{k}"),
+                    FileKind::File,
+                    0o644,
+                    Owner::root(1),
+                )
                 .await
                 .unwrap();
             file_ids.push(m.id);
@@ -298,7 +311,7 @@ async fn a_process_crash_loses_nothing_a_machine_crash_only_unsynced_changes() {
     let c = crashed.next_id("c").await.unwrap();
     assert!(c > *counted.iter().max().unwrap(), "counter {c} repeats");
     let f = crashed
-        .create("/new", FileKind::File, 0o644, 1)
+        .create("/new", FileKind::File, 0o644, Owner::root(1))
         .await
         .unwrap();
     assert!(
@@ -327,10 +340,19 @@ async fn xattrs_survive_reopen_and_crash() {
     let v = |s: &'static str| Some(Bytes::from_static(s.as_bytes()));
 
     let inv = open(&path);
-    let f = inv.create("/o/f", FileKind::File, 0o644, 1).await.unwrap();
+    let f = inv
+        .create("/o/f", FileKind::File, 0o644, Owner::root(1))
+        .await
+        .unwrap();
     let d = inv.lookup("/o").await.unwrap().unwrap();
-    let g = inv.create("/o/g", FileKind::File, 0o644, 1).await.unwrap();
-    let h = inv.create("/o/h", FileKind::File, 0o644, 1).await.unwrap();
+    let g = inv
+        .create("/o/g", FileKind::File, 0o644, Owner::root(1))
+        .await
+        .unwrap();
+    let h = inv
+        .create("/o/h", FileKind::File, 0o644, Owner::root(1))
+        .await
+        .unwrap();
     inv.set_xattr(f.id, "etag", v("\"e1\"")).await.unwrap();
     inv.set_xattr(f.id, "content-type", v("text/plain"))
         .await
@@ -385,7 +407,10 @@ async fn extents_follow_newest_label_per_byte() {
     let g = LabelIdGen::new(1);
     let labels: Vec<LabelId> = (0..400).map(|_| g.next()).collect();
     let mut rng = fastrand::Rng::with_seed(11);
-    let f = inv.create("/m", FileKind::File, 0o644, 1).await.unwrap();
+    let f = inv
+        .create("/m", FileKind::File, 0o644, Owner::root(1))
+        .await
+        .unwrap();
     const N: usize = 600;
     let mut model: Vec<Option<(LabelId, u32)>> = vec![None; N];
     let mut size = 0u64;
@@ -443,7 +468,7 @@ async fn measure_write_behind() {
     let inv = open(&path);
     let g = LabelIdGen::new(1);
     let f = inv
-        .create("/bench", FileKind::File, 0o644, 1)
+        .create("/bench", FileKind::File, 0o644, Owner::root(1))
         .await
         .unwrap();
     let n = 300_000u64;
@@ -493,7 +518,7 @@ async fn measure_write_behind() {
     );
 
     let h = inv
-        .create("/thousand", FileKind::File, 0o644, 1)
+        .create("/thousand", FileKind::File, 0o644, Owner::root(1))
         .await
         .unwrap();
     for k in 0..1000u64 {

@@ -52,7 +52,9 @@ const BATCH_DURABILITY: Durability = Durability::Eventual;
 /// write-ahead file safe whatever redb already holds of it.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) enum Op {
-    PutFile(StoredFile),
+    /// A record written before files had a POSIX owner: read from an older
+    /// write-ahead file, never written.
+    PutFileWithoutOwner(FileWithoutOwner),
     DelFile(FileId),
     PutPath(String, FileId),
     DelPath(String),
@@ -66,12 +68,14 @@ pub(super) enum Op {
     PutFunction(AppId, String, Option<Bytes>),
     /// All the file's extended attributes; none deletes its row.
     PutXattrs(FileId, BTreeMap<String, Bytes>),
+    PutFile(StoredFile),
 }
 
 /// A file's record as persisted (the files table, the write-ahead file):
 /// its metadata without the link count, which loading counts from the
 /// paths naming the file. Inventories written before hard links existed
-/// open unchanged.
+/// open unchanged, and so do those written before files had a POSIX owner
+/// ([`FileWithoutOwner`]).
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct StoredFile {
     id: FileId,
@@ -83,6 +87,40 @@ pub(super) struct StoredFile {
     ctime: u64,
     mtime: u64,
     atime: u64,
+    uid: u32,
+    gid: u32,
+}
+
+/// The record of earlier versions, whose files all belonged to root.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct FileWithoutOwner {
+    id: FileId,
+    path: String,
+    kind: FileKind,
+    size: u64,
+    mode: u32,
+    owner: AppId,
+    ctime: u64,
+    mtime: u64,
+    atime: u64,
+}
+
+impl From<FileWithoutOwner> for StoredFile {
+    fn from(f: FileWithoutOwner) -> StoredFile {
+        StoredFile {
+            id: f.id,
+            path: f.path,
+            kind: f.kind,
+            size: f.size,
+            mode: f.mode,
+            owner: f.owner,
+            ctime: f.ctime,
+            mtime: f.mtime,
+            atime: f.atime,
+            uid: 0,
+            gid: 0,
+        }
+    }
 }
 
 impl StoredFile {
@@ -97,7 +135,19 @@ impl StoredFile {
             ctime: m.ctime,
             mtime: m.mtime,
             atime: m.atime,
+            uid: m.uid,
+            gid: m.gid,
         }
+    }
+
+    /// A row of the files table, in this version's layout or the earlier
+    /// one (which is shorter, so that neither decodes as the other).
+    pub(super) fn decode(bytes: &[u8]) -> Result<StoredFile> {
+        labios_label::decode::<StoredFile>(bytes).or_else(|e| {
+            labios_label::decode::<FileWithoutOwner>(bytes)
+                .map(StoredFile::from)
+                .map_err(|_| e)
+        })
     }
 
     /// The metadata of a file with one name; loading adds the others.
@@ -109,6 +159,8 @@ impl StoredFile {
             size: self.size,
             mode: self.mode,
             owner: self.owner,
+            uid: self.uid,
+            gid: self.gid,
             ctime: self.ctime,
             mtime: self.mtime,
             atime: self.atime,
@@ -474,6 +526,7 @@ struct Pending {
 impl Pending {
     fn add(&mut self, op: Op) {
         match op {
+            Op::PutFileWithoutOwner(m) => self.add(Op::PutFile(m.into())),
             Op::PutFile(m) => {
                 self.files.insert(m.id, Some(m));
             }
@@ -616,5 +669,38 @@ impl Pending {
             .map_err(storage)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod owner_tests {
+    use super::*;
+
+    #[test]
+    fn a_record_from_before_owners_reads_as_roots_and_a_new_one_keeps_its_owner() {
+        let old = FileWithoutOwner {
+            id: 4,
+            path: "/old".into(),
+            kind: FileKind::File,
+            size: 9,
+            mode: 0o640,
+            owner: 2,
+            ctime: 1,
+            mtime: 2,
+            atime: 3,
+        };
+        let m = StoredFile::decode(&encode(&old)).unwrap().into_meta();
+        assert_eq!((m.id, m.size, m.mode, m.owner), (4, 9, 0o640, 2));
+        assert_eq!((m.uid, m.gid, m.ctime, m.mtime, m.atime), (0, 0, 1, 2, 3));
+        let mut new = m.clone();
+        (new.uid, new.gid) = (1000, 100);
+        let back = StoredFile::decode(&encode(&StoredFile::of(&new)))
+            .unwrap()
+            .into_meta();
+        assert_eq!(back, new);
+        // A write-ahead record of the earlier layout replays as a file.
+        let mut p = Pending::default();
+        p.add(Op::PutFileWithoutOwner(old));
+        assert_eq!(p.files[&4].as_ref().map(|f| f.uid), Some(0));
     }
 }
