@@ -246,6 +246,21 @@ impl Session {
         self.run(self.client.mkdir(path))
     }
 
+    /// A directory with permission bits `mode` (umask already applied).
+    pub fn mkdir_mode(&self, path: &str, mode: u32) -> Result<FileMeta> {
+        self.run(self.client.mkdir_mode(path, mode))
+    }
+
+    /// The file at `path`, made with permission bits `mode` if missing.
+    pub fn create_mode(&self, path: &str, mode: u32) -> Result<FileMeta> {
+        self.run(self.client.create_mode(path, mode))
+    }
+
+    /// Changes mode, owner or times of the entry at `path` itself.
+    pub fn set_attr(&self, path: &str, attr: labios_store::SetAttr) -> Result<FileMeta> {
+        self.run(self.client.set_attr(path, attr))
+    }
+
     pub fn remove(&self, path: &str) -> Result<()> {
         self.run(self.client.remove(path))
     }

@@ -16,7 +16,7 @@ use fuser::{
 };
 use labios_client::{errno_of, Client, IoMode};
 use labios_label::Error;
-use labios_store::{FileKind, FileMeta};
+use labios_store::{FileKind, FileMeta, SetAttr, SetTime};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -52,8 +52,6 @@ pub struct LabiosFs {
     nodes: Nodes,
     listings: Mutex<HashMap<u64, Listing>>,
     next_listing: AtomicU64,
-    uid: u32,
-    gid: u32,
 }
 
 impl LabiosFs {
@@ -66,10 +64,6 @@ impl LabiosFs {
             nodes: Nodes::default(),
             listings: Mutex::new(HashMap::new()),
             next_listing: AtomicU64::new(1),
-            // The mount's files belong to whoever mounted it (the kernel
-            // lets only them in unless --allow-other is given).
-            uid: unsafe { libc::getuid() },
-            gid: unsafe { libc::getgid() },
         }
     }
 
@@ -110,8 +104,8 @@ impl LabiosFs {
             kind: kind_of(m),
             perm: (m.mode & 0o7777) as u16,
             nlink: if m.kind == FileKind::Dir { 2 } else { m.nlink },
-            uid: self.uid,
-            gid: self.gid,
+            uid: m.uid,
+            gid: m.gid,
             rdev: 0,
             blksize: BLOCK,
             flags: 0,
@@ -270,18 +264,18 @@ impl Filesystem for LabiosFs {
             .attr(&self.settings.cache_timeout, &self.attr(&m)))
     }
 
-    /// Sizes change (truncate); mode, owner and times are accepted and not
-    /// kept yet, as under `labios run` (README "The FUSE mount").
+    /// Mode, owner, group and times go to the inventory in one change
+    /// (`labios serve` decides whether the caller may), then the size.
     fn setattr(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -290,7 +284,34 @@ impl Filesystem for LabiosFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let result = self.current(ino).and_then(|(path, meta)| match size {
+        let time = |t: Option<TimeOrNow>| match t {
+            None => Ok(None),
+            Some(TimeOrNow::Now) => Ok(Some(SetTime::Now)),
+            Some(TimeOrNow::SpecificTime(t)) => t
+                .duration_since(UNIX_EPOCH)
+                .ok()
+                .and_then(|d| u64::try_from(d.as_nanos()).ok())
+                .map(|n| Some(SetTime::At(n)))
+                .ok_or(Errno::EINVAL),
+        };
+        let attr = time(atime).and_then(|atime| {
+            Ok(SetAttr {
+                mode: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                atime,
+                mtime: time(mtime)?,
+            })
+        });
+        let result = attr.and_then(|attr| self.current(ino).map(|c| (c, attr)));
+        let result = result.and_then(|((path, meta), attr)| {
+            if attr == SetAttr::default() {
+                return Ok((path, meta));
+            }
+            let meta = self.call("setattr", &path, self.client.set_attr(&path, attr))?;
+            Ok((path, meta))
+        });
+        let result = result.and_then(|(path, meta)| match size {
             Some(_) if meta.kind == FileKind::Dir => Err(Errno::EISDIR),
             Some(size) => {
                 self.call("truncate", &path, self.client.truncate(&path, size))?;
@@ -309,16 +330,17 @@ impl Filesystem for LabiosFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _rdev: u32,
         reply: ReplyEntry,
     ) {
         if mode & libc::S_IFMT != libc::S_IFREG {
             return reply.error(Errno::EPERM);
         }
+        let mode = mode & 0o7777 & !umask;
         let result = self
             .child_of(parent, name)
-            .and_then(|p| self.call("create", &p, self.client.create(&p)));
+            .and_then(|p| self.call("create", &p, self.client.create_mode(&p, mode)));
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
@@ -350,13 +372,14 @@ impl Filesystem for LabiosFs {
         _req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
+        let mode = mode & 0o7777 & !umask;
         let result = self
             .child_of(parent, name)
-            .and_then(|p| self.call("mkdir", &p, self.client.mkdir(&p)));
+            .and_then(|p| self.call("mkdir", &p, self.client.mkdir_mode(&p, mode)));
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
@@ -653,14 +676,15 @@ impl Filesystem for LabiosFs {
         _req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let mode = mode & 0o7777 & !umask;
         let result = self
             .child_of(parent, name)
-            .and_then(|p| self.call("create", &p, self.client.create(&p)));
+            .and_then(|p| self.call("create", &p, self.client.create_mode(&p, mode)));
         reply_with!(reply, result, |meta| {
             self.nodes.remember(&meta);
             let (fh, open) = if flags & libc::O_APPEND != 0 {

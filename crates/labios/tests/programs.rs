@@ -272,6 +272,7 @@ macro_rules! mounted {
 }
 
 everywhere!(
+    owners_modes_times,
     dot_names,
     directory_rename,
     own_changes_through_the_cache,
@@ -966,6 +967,21 @@ async fn dot_names(kind: Kind, via: Via) {
     let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/dots.py" "$ROOT/t""#);
     assert!(out.contains("rmdir /empty/sub/. EINVAL\n"), "{out}");
     assert!(out.contains("/empty ['sub'] []\n"), "{out}");
+    b.stop().await;
+}
+
+/// Modes under the umask, chmod, chown (dropping set-user-ID), lchown,
+/// times given, omitted and set to now, and a directory's times following
+/// its entries, as a plain directory shows them (programs/attrs.py).
+async fn owners_modes_times(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "attrs").await;
+    let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/attrs.py" "$ROOT/t""#);
+    assert!(out.contains("chown 1000:1001: 0o755 1000 1001\n"), "{out}");
+    assert!(out.contains("utime ns: 1000000007 2000000009\n"), "{out}");
+    assert!(
+        out.contains("remove moved the directory's mtime: True True\n"),
+        "{out}"
+    );
     b.stop().await;
 }
 

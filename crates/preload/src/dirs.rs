@@ -83,7 +83,7 @@ fn fail(e: Errno) -> *mut libc::DIR {
 pub unsafe extern "C" fn opendir(name: *const c_char) -> *mut libc::DIR {
     match mount::resolve(name) {
         Target::Labios(v) if !conn::bypass() => {
-            match io::open(v, libc::O_RDONLY | libc::O_DIRECTORY) {
+            match io::open(v, libc::O_RDONLY | libc::O_DIRECTORY, 0) {
                 Ok(io::Opened::Labios(fd)) => stream(fd).unwrap_or_else(|e| {
                     let _ = io::close(fd);
                     fail(e)

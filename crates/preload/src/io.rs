@@ -7,7 +7,7 @@ use crate::fdtable::{self, OpenFile};
 use crate::mount::{self, Target, Vpath};
 use bytes::Bytes;
 use labios_client::IoMode;
-use labios_store::{FileKind, FileMeta};
+use labios_store::{FileKind, FileMeta, SetAttr};
 use std::os::raw::c_int;
 
 pub type Errno = c_int;
@@ -69,12 +69,12 @@ pub enum Opened {
 }
 
 /// Opens `path`, following symbolic links at its end unless O_NOFOLLOW.
-pub fn open(path: Vpath, flags: c_int) -> Result<Opened, Errno> {
+pub fn open(path: Vpath, flags: c_int, mode: u32) -> Result<Opened, Errno> {
     let plain_create = flags & libc::O_CREAT != 0
         && flags & (libc::O_EXCL | libc::O_NOFOLLOW | libc::O_DIRECTORY) == 0
         && flags & libc::O_TMPFILE != libc::O_TMPFILE;
     if plain_create {
-        if let Some(fd) = create_directly(&path, flags)? {
+        if let Some(fd) = create_directly(&path, flags, mode)? {
             return Ok(Opened::Labios(fd));
         }
     }
@@ -85,7 +85,7 @@ pub fn open(path: Vpath, flags: c_int) -> Result<Opened, Errno> {
         follow(path)?
     };
     match target {
-        Target::Labios(v) => open_entry(v, meta, flags).map(Opened::Labios),
+        Target::Labios(v) => open_entry(v, meta, flags, mode).map(Opened::Labios),
         Target::Real(Some(p)) => Ok(Opened::Host(p)),
         Target::Real(None) => Err(libc::ENOENT),
     }
@@ -95,12 +95,13 @@ pub fn open(path: Vpath, flags: c_int) -> Result<Opened, Errno> {
 /// or returns the file already there. Anything else at the path (a
 /// directory, a link to follow, another application's file) is left to
 /// the full path: `None`.
-fn create_directly(path: &Vpath, flags: c_int) -> Result<Option<c_int>, Errno> {
+fn create_directly(path: &Vpath, flags: c_int, mode: u32) -> Result<Option<c_int>, Errno> {
     use labios_label::Error;
     attrs::changed(&path.ns);
+    let mode = masked(mode);
     let made = conn::with(&format!("create {}", path.full), |s| {
         check_parent(s, &path.ns)?;
-        match s.create(&path.ns) {
+        match s.create_mode(&path.ns, mode) {
             Ok(m) => Ok(Some(m)),
             Err(Error::AlreadyExists(_) | Error::PermissionDenied(_)) => Ok(None),
             Err(e) => Err(e),
@@ -118,7 +119,12 @@ fn create_directly(path: &Vpath, flags: c_int) -> Result<Option<c_int>, Errno> {
 }
 
 /// Opens `path`, whose entry (after [`follow`]) is `meta`.
-fn open_entry(path: Vpath, meta: Option<FileMeta>, flags: c_int) -> Result<c_int, Errno> {
+fn open_entry(
+    path: Vpath,
+    meta: Option<FileMeta>,
+    flags: c_int,
+    mode: u32,
+) -> Result<c_int, Errno> {
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(libc::EOPNOTSUPP);
     }
@@ -155,9 +161,10 @@ fn open_entry(path: Vpath, meta: Option<FileMeta>, flags: c_int) -> Result<c_int
         None if !create => return Err(missing(&path.ns)),
         None => {
             attrs::changed(&path.ns);
+            let mode = masked(mode);
             let made = conn::with(&format!("create {}", path.full), |s| {
                 check_parent(s, &path.ns)?;
-                s.create(&path.ns)
+                s.create_mode(&path.ns, mode)
             })?;
             attrs::put([&made]);
             false
@@ -292,15 +299,53 @@ pub fn truncate(path: &Vpath, len: i64) -> Result<(), Errno> {
     }
 }
 
-pub fn mkdir(path: &Vpath) -> Result<(), Errno> {
+pub fn mkdir(path: &Vpath, mode: u32) -> Result<(), Errno> {
     attrs::changed(&path.ns);
+    let mode = masked(mode);
     conn::with(&format!("mkdir {}", path.full), |s| {
         if s.stat(&path.ns)?.is_some() {
             return Err(labios_label::Error::AlreadyExists(path.ns.clone()));
         }
         check_parent(s, &path.ns)?;
-        s.mkdir(&path.ns).map(|_| ())
+        s.mkdir_mode(&path.ns, mode).map(|_| ())
     })
+}
+
+/// `mode`'s permission bits less the process's umask, as the kernel
+/// applies it to open(O_CREAT) and mkdir. The umask is read from
+/// /proc/self/status: setting it to read it back would race with other
+/// threads' creates.
+fn masked(mode: u32) -> u32 {
+    let status = conn::inside(|| std::fs::read_to_string("/proc/self/status"));
+    let umask = status
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
+        })
+        .unwrap_or(0o022);
+    mode & 0o7777 & !umask
+}
+
+/// chmod, chown and utimensat of the entry at `path`, or of what the
+/// symbolic links at its end lead to when `follow`.
+pub fn set_attr(path: Vpath, follow_links: bool, attr: SetAttr) -> Result<(), Errno> {
+    let path = if follow_links {
+        match follow(path)? {
+            (Target::Labios(v), Some(_)) => v,
+            (Target::Labios(v), None) => return Err(missing(&v.ns)),
+            // A link out of LABIOS: the host's entry is not ours to change.
+            (Target::Real(_), _) => return Err(libc::EXDEV),
+        }
+    } else {
+        path
+    };
+    attrs::changed(&path.ns);
+    conn::with(&format!("set attributes of {}", path.full), |s| {
+        s.set_attr(&path.ns, attr)
+    })
+    .map(|m| attrs::put([&m]))
 }
 
 /// unlink (`dir` false) or rmdir (`dir` true).

@@ -38,8 +38,8 @@ unsafe fn fill_stat(m: &FileMeta, st: *mut libc::stat) {
     st.st_ino = m.id;
     st.st_nlink = links(m).into();
     st.st_mode = type_bits(m) | (m.mode & 0o7777);
-    st.st_uid = libc::getuid();
-    st.st_gid = libc::getgid();
+    st.st_uid = m.uid;
+    st.st_gid = m.gid;
     st.st_size = m.size as i64;
     st.st_blksize = BLOCK;
     st.st_blocks = m.size.div_ceil(512) as i64;
@@ -54,8 +54,8 @@ unsafe fn fill_statx(m: &FileMeta, stx: *mut libc::statx) {
     stx.stx_mask = libc::STATX_BASIC_STATS;
     stx.stx_blksize = BLOCK as u32;
     stx.stx_nlink = links(m);
-    stx.stx_uid = libc::getuid();
-    stx.stx_gid = libc::getgid();
+    stx.stx_uid = m.uid;
+    stx.stx_gid = m.gid;
     stx.stx_mode = (type_bits(m) | (m.mode & 0o7777)) as u16;
     stx.stx_ino = m.id;
     stx.stx_size = m.size;

@@ -8,6 +8,7 @@ use crate::io::{self, Errno};
 use crate::mount::{self, Target, Vpath};
 use crate::ownfds;
 use crate::real::real;
+use labios_store::{SetAttr, SetTime};
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t};
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_uint, c_ulong, c_void};
@@ -216,10 +217,11 @@ unsafe fn open_at(
     dirfd: c_int,
     path: *const c_char,
     flags: c_int,
+    mode: mode_t,
     real: impl FnOnce(*const c_char) -> c_int,
 ) -> c_int {
     match labios_path_at(dirfd, path) {
-        Ok(v) => match io::open(v, flags) {
+        Ok(v) => match io::open(v, flags, mode) {
             Ok(io::Opened::Labios(fd)) => fd,
             Ok(io::Opened::Host(p)) => real(p.as_ptr()),
             Err(e) => ret(Err(e)),
@@ -232,28 +234,28 @@ unsafe fn open_at(
 // third fixed argument would, and it is only read with O_CREAT.
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    open_at(libc::AT_FDCWD, path, flags, |p| {
+    open_at(libc::AT_FDCWD, path, flags, mode, |p| {
         real!(open: fn(*const c_char, c_int, mode_t) -> c_int)(p, flags, mode)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    open_at(libc::AT_FDCWD, path, flags, |p| {
+    open_at(libc::AT_FDCWD, path, flags, mode, |p| {
         real!(open64: fn(*const c_char, c_int, mode_t) -> c_int)(p, flags, mode)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    open_at(libc::AT_FDCWD, path, flags, |p| {
+    open_at(libc::AT_FDCWD, path, flags, 0, |p| {
         real!(__open_2: fn(*const c_char, c_int) -> c_int)(p, flags)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    open_at(libc::AT_FDCWD, path, flags, |p| {
+    open_at(libc::AT_FDCWD, path, flags, 0, |p| {
         real!(__open64_2: fn(*const c_char, c_int) -> c_int)(p, flags)
     })
 }
@@ -265,7 +267,7 @@ pub unsafe extern "C" fn openat(
     flags: c_int,
     mode: mode_t,
 ) -> c_int {
-    open_at(dirfd, path, flags, |p| {
+    open_at(dirfd, path, flags, mode, |p| {
         real!(openat: fn(c_int, *const c_char, c_int, mode_t) -> c_int)(dirfd, p, flags, mode)
     })
 }
@@ -277,21 +279,21 @@ pub unsafe extern "C" fn openat64(
     flags: c_int,
     mode: mode_t,
 ) -> c_int {
-    open_at(dirfd, path, flags, |p| {
+    open_at(dirfd, path, flags, mode, |p| {
         real!(openat64: fn(c_int, *const c_char, c_int, mode_t) -> c_int)(dirfd, p, flags, mode)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    open_at(dirfd, path, flags, |p| {
+    open_at(dirfd, path, flags, 0, |p| {
         real!(__openat_2: fn(c_int, *const c_char, c_int) -> c_int)(dirfd, p, flags)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    open_at(dirfd, path, flags, |p| {
+    open_at(dirfd, path, flags, 0, |p| {
         real!(__openat64_2: fn(c_int, *const c_char, c_int) -> c_int)(dirfd, p, flags)
     })
 }
@@ -300,14 +302,14 @@ const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
 
 #[no_mangle]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
-    open_at(libc::AT_FDCWD, path, CREAT, |p| {
+    open_at(libc::AT_FDCWD, path, CREAT, mode, |p| {
         real!(creat: fn(*const c_char, mode_t) -> c_int)(p, mode)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
-    open_at(libc::AT_FDCWD, path, CREAT, |p| {
+    open_at(libc::AT_FDCWD, path, CREAT, mode, |p| {
         real!(creat64: fn(*const c_char, mode_t) -> c_int)(p, mode)
     })
 }
@@ -372,7 +374,7 @@ unsafe fn make_temp(template: *mut c_char, flags: c_int, real: impl FnOnce() -> 
             break;
         };
         let flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
-        match io::open(v, flags) {
+        match io::open(v, flags, 0o600) {
             Err(libc::EEXIST) => continue,
             Ok(io::Opened::Labios(fd)) => return fd,
             Ok(io::Opened::Host(_)) => return ret(Err(libc::EEXIST)),
@@ -1143,7 +1145,7 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
     match labios_path(path) {
-        Ok(v) => ret0(io::mkdir(&v)),
+        Ok(v) => ret0(io::mkdir(&v, mode)),
         Err(p) => real!(mkdir: fn(*const c_char, mode_t) -> c_int)(real_path(&p, path), mode),
     }
 }
@@ -1151,7 +1153,7 @@ pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
     match labios_path_at(dirfd, path) {
-        Ok(v) => ret0(io::mkdir(&v)),
+        Ok(v) => ret0(io::mkdir(&v, mode)),
         Err(p) => real!(mkdirat: fn(c_int, *const c_char, mode_t) -> c_int)(
             dirfd,
             real_path(&p, path),
@@ -1266,15 +1268,110 @@ pub unsafe extern "C" fn faccessat(
     }
 }
 
-// Modes, owners and times are LABIOS's own (README "Interception"): these
-// succeed on any existing entry without changing it.
+// Modes, owners and times: kept by the inventory, changed as the server
+// allows (README "Permissions").
+
+/// A chown's user and group; -1 leaves one unchanged.
+fn owner_attr(uid: libc::uid_t, gid: libc::gid_t) -> SetAttr {
+    SetAttr {
+        uid: (uid != libc::uid_t::MAX).then_some(uid),
+        gid: (gid != libc::gid_t::MAX).then_some(gid),
+        ..SetAttr::default()
+    }
+}
+
+fn mode_attr(mode: mode_t) -> SetAttr {
+    SetAttr {
+        mode: Some(mode & 0o7777),
+        ..SetAttr::default()
+    }
+}
+
+/// A time of seconds and nanoseconds; before the epoch is EINVAL (LABIOS
+/// keeps times as nanoseconds since it).
+fn time_at(sec: i64, nsec: i64) -> Result<SetTime, Errno> {
+    let (Ok(sec), Ok(nsec)) = (u64::try_from(sec), u64::try_from(nsec)) else {
+        return Err(libc::EINVAL);
+    };
+    if nsec >= 1_000_000_000 {
+        return Err(libc::EINVAL);
+    }
+    sec.checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(nsec))
+        .map(SetTime::At)
+        .ok_or(libc::EINVAL)
+}
+
+/// Both times now: what a NULL `times` means to every call below.
+fn now_attr() -> SetAttr {
+    SetAttr {
+        atime: Some(SetTime::Now),
+        mtime: Some(SetTime::Now),
+        ..SetAttr::default()
+    }
+}
+
+/// utimensat's two timespecs, with UTIME_NOW and UTIME_OMIT.
+unsafe fn timespec_attr(times: *const libc::timespec) -> Result<SetAttr, Errno> {
+    if times.is_null() {
+        return Ok(now_attr());
+    }
+    let one = |t: &libc::timespec| match t.tv_nsec {
+        libc::UTIME_OMIT => Ok(None),
+        libc::UTIME_NOW => Ok(Some(SetTime::Now)),
+        n => time_at(t.tv_sec, n).map(Some),
+    };
+    let t = std::slice::from_raw_parts(times, 2);
+    Ok(SetAttr {
+        atime: one(&t[0])?,
+        mtime: one(&t[1])?,
+        ..SetAttr::default()
+    })
+}
+
+/// utimes' two timevals.
+unsafe fn timeval_attr(times: *const libc::timeval) -> Result<SetAttr, Errno> {
+    if times.is_null() {
+        return Ok(now_attr());
+    }
+    let t = std::slice::from_raw_parts(times, 2);
+    let one = |t: &libc::timeval| {
+        if t.tv_usec >= 1_000_000 {
+            return Err(libc::EINVAL);
+        }
+        time_at(t.tv_sec, t.tv_usec.saturating_mul(1000)).map(Some)
+    };
+    Ok(SetAttr {
+        atime: one(&t[0])?,
+        mtime: one(&t[1])?,
+        ..SetAttr::default()
+    })
+}
+
+unsafe fn utimbuf_attr(times: *const libc::utimbuf) -> Result<SetAttr, Errno> {
+    if times.is_null() {
+        return Ok(now_attr());
+    }
+    let t = &*times;
+    Ok(SetAttr {
+        atime: Some(time_at(t.actime, 0)?),
+        mtime: Some(time_at(t.modtime, 0)?),
+        ..SetAttr::default()
+    })
+}
+
+/// The entry a LABIOS descriptor names.
+fn set_attr_fd(fd: c_int, attr: Result<SetAttr, Errno>) -> Result<(), Errno> {
+    let f = fdtable::get(fd).ok_or(libc::EBADF)?;
+    io::set_attr(f.path.clone(), false, attr?)
+}
 
 macro_rules! attr_path {
-    ($name:ident ( $($a:ident : $t:ty),* )) => {
+    ($name:ident ( $($a:ident : $t:ty),* ), $follow:expr, $attr:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> c_int {
             match labios_path(path) {
-                Ok(v) => ret0(io::exists(&v)),
+                Ok(v) => ret0($attr.and_then(|attr| io::set_attr(v, $follow, attr))),
                 Err(p) => real!($name: fn(*const c_char $(, $t)*) -> c_int)(real_path(&p, path) $(, $a)*),
             }
         }
@@ -1282,15 +1379,20 @@ macro_rules! attr_path {
 }
 
 macro_rules! attr_at {
-    ($name:ident ( $($a:ident : $t:ty),* )) => {
+    ($name:ident ( $($a:ident : $t:ty),* ), $attr:expr, $flags:ident) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char $(, $a: $t)*) -> c_int {
-            // A NULL or empty path means the descriptor itself.
-            if (path.is_null() || *path == 0) && fdtable::is_labios(dirfd) {
-                return 0;
+            // A NULL path (utimensat), or an empty one with AT_EMPTY_PATH,
+            // names the descriptor itself.
+            let itself = path.is_null() || (*path == 0 && $flags & libc::AT_EMPTY_PATH != 0);
+            if itself && fdtable::is_labios(dirfd) {
+                return ret0(set_attr_fd(dirfd, $attr));
             }
             match labios_path_at(dirfd, path) {
-                Ok(v) => ret0(io::exists(&v)),
+                Ok(v) => {
+                    let follow = $flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+                    ret0($attr.and_then(|attr| io::set_attr(v, follow, attr)))
+                }
                 Err(p) => real!($name: fn(c_int, *const c_char $(, $t)*) -> c_int)(
                     dirfd, real_path(&p, path) $(, $a)*
                 ),
@@ -1300,30 +1402,38 @@ macro_rules! attr_at {
 }
 
 macro_rules! attr_fd {
-    ($name:ident ( $($a:ident : $t:ty),* )) => {
+    ($name:ident ( $($a:ident : $t:ty),* ), $attr:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> c_int {
             if fdtable::is_labios(fd) {
-                return 0;
+                return ret0(set_attr_fd(fd, $attr));
             }
             real!($name: fn(c_int $(, $t)*) -> c_int)(fd $(, $a)*)
         }
     };
 }
 
-attr_path!(chmod(mode: mode_t));
-attr_path!(chown(uid: libc::uid_t, gid: libc::gid_t));
-attr_path!(lchown(uid: libc::uid_t, gid: libc::gid_t));
-attr_path!(utime(times: *const libc::utimbuf));
-attr_path!(utimes(times: *const libc::timeval));
-attr_path!(lutimes(times: *const libc::timeval));
-attr_at!(fchmodat(mode: mode_t, flags: c_int));
-attr_at!(fchownat(uid: libc::uid_t, gid: libc::gid_t, flags: c_int));
-attr_at!(utimensat(times: *const libc::timespec, flags: c_int));
-attr_fd!(fchmod(mode: mode_t));
-attr_fd!(fchown(uid: libc::uid_t, gid: libc::gid_t));
-attr_fd!(futimens(times: *const libc::timespec));
-attr_fd!(futimes(times: *const libc::timeval));
+attr_path!(chmod(mode: mode_t), true, Ok(mode_attr(mode)));
+attr_path!(chown(uid: libc::uid_t, gid: libc::gid_t), true, Ok(owner_attr(uid, gid)));
+attr_path!(lchown(uid: libc::uid_t, gid: libc::gid_t), false, Ok(owner_attr(uid, gid)));
+attr_path!(utime(times: *const libc::utimbuf), true, utimbuf_attr(times));
+attr_path!(utimes(times: *const libc::timeval), true, timeval_attr(times));
+attr_path!(lutimes(times: *const libc::timeval), false, timeval_attr(times));
+attr_at!(fchmodat(mode: mode_t, flags: c_int), Ok(mode_attr(mode)), flags);
+attr_at!(
+    fchownat(uid: libc::uid_t, gid: libc::gid_t, flags: c_int),
+    Ok(owner_attr(uid, gid)),
+    flags
+);
+attr_at!(
+    utimensat(times: *const libc::timespec, flags: c_int),
+    timespec_attr(times),
+    flags
+);
+attr_fd!(fchmod(mode: mode_t), Ok(mode_attr(mode)));
+attr_fd!(fchown(uid: libc::uid_t, gid: libc::gid_t), Ok(owner_attr(uid, gid)));
+attr_fd!(futimens(times: *const libc::timespec), timespec_attr(times));
+attr_fd!(futimes(times: *const libc::timeval), timeval_attr(times));
 
 /// A C string in `buf` (of `cap` bytes), or in fresh malloc'd memory when
 /// `buf` is NULL, as realpath and getcwd return theirs.

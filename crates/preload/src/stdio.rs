@@ -152,7 +152,7 @@ unsafe fn open_stream(
                 set_errno(libc::EINVAL);
                 return std::ptr::null_mut();
             };
-            match io::open(v, flags) {
+            match io::open(v, flags, 0o666) {
                 Ok(io::Opened::Labios(fd)) => {
                     let f = stream(fd, mode);
                     if f.is_null() {
