@@ -18,6 +18,9 @@ pub fn errno_of(e: &Error) -> i32 {
         Error::InvalidArgument(m) if m.ends_with("no hard link to a directory") => libc::EPERM,
         Error::InvalidArgument(m) if m.ends_with("too many links") => libc::EMLINK,
         Error::InvalidArgument(_) | Error::Malformed(_) => libc::EINVAL,
+        Error::PermissionDenied(m) if m.ends_with(labios_store::access::NOT_PERMITTED) => {
+            libc::EPERM
+        }
         Error::PermissionDenied(_) => libc::EACCES,
         Error::Full(_) => libc::ENOSPC,
         Error::Timeout(_) => libc::ETIMEDOUT,

@@ -28,6 +28,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Unix socket path or HOST:PORT clients use; default `DATA_DIR/labios.sock`.
     pub endpoint: Option<String>,
+    /// Lets every local user connect to the Unix socket (mode 0666), not
+    /// only its owner and root; what each may do is then decided by the
+    /// permission rules (README "Permissions").
+    pub all_local_users: bool,
     pub client: ClientConfig,
     pub dispatcher: DispatcherConfig,
     /// Number of dispatcher tasks serving the client queues.
@@ -138,6 +142,7 @@ impl Default for Config {
             client: ClientConfig::default(),
             dispatcher: DispatcherConfig::default(),
             dispatchers: 1,
+            all_local_users: false,
             manager: ManagerConfig::default(),
             worker: WorkerConfig::default(),
             workers: vec![

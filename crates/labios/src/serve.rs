@@ -65,6 +65,11 @@ impl Served {
         let endpoint = Endpoint::parse(&config.endpoint())?;
         let runtime = Runtime::start(config).await?;
         let listener = Listener::bind(&endpoint).await?;
+        if let (true, Endpoint::Unix(path)) = (runtime.config.all_local_users, &endpoint) {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+                .with_context(|| format!("opening {} to every local user", path.display()))?;
+        }
         let service = write_service_secret(&runtime.config.data_dir)?;
         let (stop, stopped) = watch::channel(false);
         let auth = session_auth(runtime.admin.clone(), Some(service));

@@ -1168,3 +1168,69 @@ async fn mount_xattrs_embedded() {
 async fn mount_xattrs_cluster() {
     mount_xattrs(Kind::Cluster).await
 }
+
+const PERMS: &str = r#"
+set -e
+python3 "$PROGRAMS/perms.py" setup "$ROOT/t"
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 "$PROGRAMS/perms.py" try "$ROOT/t"
+python3 "$PROGRAMS/perms.py" show "$ROOT/t"
+"#;
+
+/// Another local user under `labios run`, on a `labios serve` opened to
+/// every local user (`all_local_users`): what `nobody` may and may not do
+/// to root's files and directories (modes, owners, times, sticky and
+/// protected hard links) and to its own, decided by the server from the
+/// kernel's word on who connected; compared with the same steps on a
+/// plain directory (programs/perms.py).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_under_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    // `nobody` must reach the socket and the plain directory.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = tmp.path().join("labios.toml");
+    std::fs::write(&config, "all_local_users = true\n").unwrap();
+    let server = Server::start_configured(&tmp.path().join("data"), Some(&config));
+    let native_root = tmp.path().join("native");
+    std::fs::create_dir(&native_root).unwrap();
+    let native = Command::new("sh")
+        .args(["-c", PERMS])
+        .env("ROOT", &native_root)
+        .env("PROGRAMS", PROGRAMS)
+        .output()
+        .unwrap();
+    let native = check(&native, "native run");
+    let labios = Command::new(BIN)
+        .args(["run", "--", "sh", "-c", PERMS])
+        .env("LABIOS_ENDPOINT", &server.endpoint)
+        .env_remove("LABIOS_KEY")
+        .env_remove("LABIOS_SECRET")
+        .env("ROOT", format!("{PREFIX}/perms"))
+        .env("PROGRAMS", PROGRAMS)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&labios.stderr).into_owned();
+    let labios = check(&labios, "run on LABIOS");
+    assert_eq!(
+        labios, native,
+        "differs from the plain directory; stderr:\n{stderr}"
+    );
+    assert!(labios.contains("chmod root's file: EPERM\n"), "{labios}");
+    assert!(
+        labios.contains("unlink root's file in a sticky directory: EPERM\n"),
+        "{labios}"
+    );
+    assert!(
+        labios.contains("  owner is me: True True 0o644\n"),
+        "{labios}"
+    );
+    let mode = std::fs::metadata(&server.endpoint)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o666,
+        "the socket is open to every local user"
+    );
+}

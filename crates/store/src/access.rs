@@ -116,6 +116,24 @@ impl Cred {
         Ok(())
     }
 
+    /// May this caller give `meta` a further name (a hard link)? As Linux
+    /// with `protected_hardlinks`: its owner, root, or anyone who may read
+    /// and write a regular file that carries no set-user-ID or
+    /// set-group-ID-with-execute, so that nobody pins another user's
+    /// privileged or private file.
+    pub fn check_link_source(&self, meta: &FileMeta) -> Result<()> {
+        let privileged =
+            meta.mode & 0o4000 != 0 || meta.mode & (SET_GID | 0o010) == SET_GID | 0o010;
+        let safe = meta.kind == FileKind::File && !privileged && self.permits(meta, READ | WRITE);
+        if self.is_root() || self.uid == meta.uid || safe {
+            return Ok(());
+        }
+        Err(Error::PermissionDenied(format!(
+            "user {} may not link to {} of user {}: {NOT_PERMITTED}",
+            self.uid, meta.path, meta.uid
+        )))
+    }
+
     /// Who a new entry made by this caller in directory `dir` belongs to,
     /// and its mode: the caller's user and group, except in a set-group-ID
     /// directory, whose group the entry takes (and whose set-group-ID bit a
@@ -321,6 +339,29 @@ mod tests {
         assert!(user(11, 20, &[]).check_set_attr(&f, now).is_err());
         assert!(user(12, 30, &[]).check_set_attr(&f, given).is_err());
         assert!(user(10, 20, &[]).check_set_attr(&f, given).is_ok());
+    }
+
+    #[test]
+    fn only_owners_link_files_they_may_not_read_and_write() {
+        let me = user(10, 10, &[]);
+        assert!(me
+            .check_link_source(&meta(0o600, 10, 10, FileKind::File))
+            .is_ok());
+        assert!(me
+            .check_link_source(&meta(0o644, 0, 0, FileKind::File))
+            .is_err());
+        assert!(me
+            .check_link_source(&meta(0o666, 0, 0, FileKind::File))
+            .is_ok());
+        assert!(me
+            .check_link_source(&meta(0o4777, 0, 0, FileKind::File))
+            .is_err());
+        assert!(me
+            .check_link_source(&meta(0o777, 0, 0, FileKind::Symlink))
+            .is_err());
+        assert!(Cred::root()
+            .check_link_source(&meta(0o600, 10, 10, FileKind::File))
+            .is_ok());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use super::proto::{
     ResponseFrame, Session,
 };
 use super::Endpoint;
-use crate::access::Cred;
+use crate::access::{Cred, EXEC, WRITE};
 use crate::label_queue::LabelQueue;
 use crate::FileKind;
 use crate::Stores;
@@ -394,9 +394,61 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
     })
 }
 
-/// A request as the user it acts as may make it: the owner of a new entry
-/// is that user (with the group of a set-group-ID parent), and a change of
-/// attributes is checked by [`Cred::check_set_attr`].
+/// The parent directory of a normalized path.
+fn parent_of(path: &str) -> &str {
+    labios_label::path::parent(path).unwrap_or("/")
+}
+
+/// The directory a new name `path` is made in: its parent, or the nearest
+/// ancestor that exists when the parents are missing (they are made with
+/// the entry, as the caller's).
+async fn making_in(i: &dyn crate::Inventory, path: &str) -> Result<Option<crate::FileMeta>> {
+    let mut at = parent_of(path);
+    loop {
+        if let Some(m) = i.lookup(at).await? {
+            return Ok(Some(m));
+        }
+        if at == "/" {
+            return Ok(None);
+        }
+        at = parent_of(at);
+    }
+}
+
+/// Checks that `cred` may make a name in the directory `dir`.
+fn may_make(cred: &Cred, dir: Option<&crate::FileMeta>) -> Result<()> {
+    dir.map_or(Ok(()), |d| cred.check(d, WRITE | EXEC))
+}
+
+/// Checks that `cred` may take the name `path` away (remove, rename from
+/// or over it), when there is an entry there.
+async fn may_unname(i: &dyn crate::Inventory, cred: &Cred, path: &str) -> Result<()> {
+    let Some(victim) = i.lookup(path).await? else {
+        return Ok(());
+    };
+    match i.lookup(parent_of(path)).await? {
+        Some(dir) => cred.check_unlink(&dir, &victim),
+        None => Ok(()),
+    }
+}
+
+/// Checks that `cred` may change the data or attributes of file `file`.
+async fn may_write(
+    i: &dyn crate::Inventory,
+    cred: &Cred,
+    file: labios_label::FileId,
+) -> Result<()> {
+    match i.file(file).await? {
+        Some(m) => cred.check(&m, WRITE),
+        None => Ok(()),
+    }
+}
+
+/// A request as the user it acts as may make it (README "Permissions"):
+/// checked against the permission bits of the entries and directories it
+/// touches by [`Cred`]'s rules, with the owner of a new entry set to that
+/// user (and the group of a set-group-ID parent). Trusted connections'
+/// requests pass unchanged.
 async fn posix(
     s: &Stores,
     acting: &Acting,
@@ -406,14 +458,20 @@ async fn posix(
     let Acting::User(cred) = acting else {
         return Ok(request);
     };
-    let i = &s.inventory;
+    let i = s.inventory.as_ref();
     let app = grant.map_or(0, |g| g.app);
-    let parent_of = |path: &str| labios_label::path::parent(path).unwrap_or("/").to_string();
     Ok(match request {
         Request::Create {
             path, kind, mode, ..
         } => {
-            let dir = i.lookup(&parent_of(&path)).await?;
+            // An existing file is returned to be written.
+            if let Some(m) = i.lookup(&path).await? {
+                if m.kind == FileKind::File && kind == FileKind::File {
+                    cred.check(&m, WRITE)?;
+                }
+            }
+            let dir = making_in(i, &path).await?;
+            may_make(cred, dir.as_ref())?;
             let (owner, mode) = cred.new_entry(app, dir.as_ref(), kind, mode);
             Request::Create {
                 path,
@@ -423,13 +481,50 @@ async fn posix(
             }
         }
         Request::Symlink { path, target, .. } => {
-            let dir = i.lookup(&parent_of(&path)).await?;
+            let dir = making_in(i, &path).await?;
+            may_make(cred, dir.as_ref())?;
             let (owner, _) = cred.new_entry(app, dir.as_ref(), FileKind::Symlink, 0o777);
             Request::Symlink {
                 path,
                 target,
                 owner,
             }
+        }
+        Request::Link { from, to } => {
+            if let Some(m) = i.lookup(&from).await? {
+                cred.check_link_source(&m)?;
+            }
+            may_make(cred, making_in(i, &to).await?.as_ref())?;
+            Request::Link { from, to }
+        }
+        Request::Remove { path } => {
+            may_unname(i, cred, &path).await?;
+            Request::Remove { path }
+        }
+        Request::Rename { from, to } => {
+            may_unname(i, cred, &from).await?;
+            may_make(cred, making_in(i, &to).await?.as_ref())?;
+            may_unname(i, cred, &to).await?;
+            // A directory moving elsewhere changes its `..`: it must be
+            // writable too, as on Linux.
+            if parent_of(&from) != parent_of(&to) {
+                if let Some(m) = i.lookup(&from).await?.filter(|m| m.kind == FileKind::Dir) {
+                    cred.check(&m, WRITE)?;
+                }
+            }
+            Request::Rename { from, to }
+        }
+        Request::SetSize { file, size } => {
+            may_write(i, cred, file).await?;
+            Request::SetSize { file, size }
+        }
+        Request::ReserveAppend { file, len } => {
+            may_write(i, cred, file).await?;
+            Request::ReserveAppend { file, len }
+        }
+        Request::SetXattr { file, name, value } => {
+            may_write(i, cred, file).await?;
+            Request::SetXattr { file, name, value }
         }
         Request::SetAttr { file, attr } => {
             let meta = i
