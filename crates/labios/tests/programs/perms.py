@@ -34,9 +34,22 @@ if mode == "setup":
     os.umask(0)
     os.makedirs(root, 0o755)
     os.chmod(root, 0o755)
-    for d, m in [("open", 0o777), ("sticky", 0o1777), ("closed", 0o755)]:
+    for d, m in [
+        ("open", 0o777),
+        ("sticky", 0o1777),
+        ("closed", 0o755),
+        ("locked", 0o700),
+        ("blind", 0o711),
+    ]:
         os.mkdir(f"{root}/{d}", m)
-    for f, m in [("closed/f", 0o644), ("sticky/roots", 0o666), ("open/roots", 0o644)]:
+    for f, m in [
+        ("closed/f", 0o644),
+        ("closed/private", 0o600),
+        ("sticky/roots", 0o666),
+        ("open/roots", 0o644),
+        ("locked/f", 0o644),
+        ("blind/f", 0o644),
+    ]:
         write(f"{root}/{f}", "root data\n")
         os.chmod(f"{root}/{f}", m)
 elif mode == "try":
@@ -56,6 +69,12 @@ elif mode == "try":
     outcome("symlink in root's directory:", os.symlink, "f", f"{c}/link")
     outcome("hard link in root's directory:", os.link, f"{root}/open/roots", f"{c}/l")
     outcome("read root's readable file:", read, f"{c}/f")
+    outcome("read root's private file:", read, f"{c}/private")
+    outcome("stat in a directory I may not search:", os.stat, f"{root}/locked/f")
+    outcome("read in a directory I may not search:", read, f"{root}/locked/f")
+    outcome("list a directory I may not read:", os.listdir, f"{root}/locked")
+    outcome("read in a directory I may search:", read, f"{root}/blind/f")
+    outcome("list a directory I may only search:", os.listdir, f"{root}/blind")
     outcome("create in an open directory:", write, f"{root}/open/mine", "mine\n")
     st = os.stat(f"{root}/open/mine")
     print("  owner is me:", st.st_uid == os.getuid(), st.st_gid == os.getgid(), oct(st.st_mode & 0o7777))

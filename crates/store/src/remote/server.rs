@@ -5,11 +5,11 @@ use super::proto::{
     ResponseFrame, Session,
 };
 use super::Endpoint;
-use crate::access::{Cred, EXEC, WRITE};
+use crate::access::{Cred, EXEC, READ, WRITE};
 use crate::label_queue::LabelQueue;
 use crate::FileKind;
 use crate::Stores;
-use labios_label::{AppId, Error, Result};
+use labios_label::{AppId, Error, Label, LabelKind, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
@@ -415,6 +415,51 @@ async fn making_in(i: &dyn crate::Inventory, path: &str) -> Result<Option<crate:
     }
 }
 
+/// Checks that `cred` may search every existing directory above `path`
+/// (the execute bit of each), as the kernel does walking a path.
+async fn may_search(i: &dyn crate::Inventory, cred: &Cred, path: &str) -> Result<()> {
+    let mut dirs = Vec::new();
+    let mut at = path;
+    while let Some(p) = labios_label::path::parent(at) {
+        dirs.push(p);
+        at = p;
+    }
+    for d in dirs.into_iter().rev() {
+        match i.lookup(d).await? {
+            Some(m) if m.kind == FileKind::Dir => cred.check(&m, EXEC)?,
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `cred` may move the data of labels it publishes: read the
+/// files read labels (and pipelines) read, write those write labels
+/// write. Each label is checked when published, not once at open as the
+/// kernel does: a descriptor opened before a chmod follows the new mode.
+async fn may_move_data(i: &dyn crate::Inventory, cred: &Cred, labels: &[Label]) -> Result<()> {
+    let mut seen = std::collections::HashMap::new();
+    for l in labels {
+        let wants = match l.kind {
+            LabelKind::Read => [(l.source.file(), READ), (None, 0)],
+            LabelKind::Write => [(l.destination.file(), WRITE), (None, 0)],
+            LabelKind::Composite => [(l.source.file(), READ), (l.destination.file(), WRITE)],
+            _ => continue,
+        };
+        for (file, want) in wants {
+            let Some((id, _, _)) = file else { continue };
+            let meta = match seen.get(&id) {
+                Some(m) => m,
+                None => seen.entry(id).or_insert(i.file(id).await?),
+            };
+            if let Some(m) = meta {
+                cred.check(m, want)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks that `cred` may make a name in the directory `dir`.
 fn may_make(cred: &Cred, dir: Option<&crate::FileMeta>) -> Result<()> {
     dir.map_or(Ok(()), |d| cred.check(d, WRITE | EXEC))
@@ -444,6 +489,19 @@ async fn may_write(
     }
 }
 
+/// The paths whose directories a request walks.
+fn searched(request: &Request) -> Vec<&str> {
+    match request {
+        Request::Lookup { path }
+        | Request::Create { path, .. }
+        | Request::Symlink { path, .. }
+        | Request::Remove { path } => vec![path],
+        Request::Link { from, to } | Request::Rename { from, to } => vec![from, to],
+        Request::List { prefix } => vec![prefix],
+        _ => Vec::new(),
+    }
+}
+
 /// A request as the user it acts as may make it (README "Permissions"):
 /// checked against the permission bits of the entries and directories it
 /// touches by [`Cred`]'s rules, with the owner of a new entry set to that
@@ -460,7 +518,22 @@ async fn posix(
     };
     let i = s.inventory.as_ref();
     let app = grant.map_or(0, |g| g.app);
+    for path in searched(&request) {
+        may_search(i, cred, path).await?;
+    }
     Ok(match request {
+        Request::Labels(QueueOp::Push { queue, items }) => {
+            may_move_data(i, cred, &items).await?;
+            Request::Labels(QueueOp::Push { queue, items })
+        }
+        Request::List { prefix } => {
+            if let Some(dir) = prefix.strip_suffix('/').filter(|d| !d.is_empty()) {
+                if let Some(m) = i.lookup(dir).await?.filter(|m| m.kind == FileKind::Dir) {
+                    cred.check(&m, READ)?;
+                }
+            }
+            Request::List { prefix }
+        }
         Request::Create {
             path, kind, mode, ..
         } => {
