@@ -16,6 +16,8 @@ use fuser::{
 };
 use labios_client::{errno_of, Client, IoMode};
 use labios_label::Error;
+use labios_store::access::Cred;
+use labios_store::remote::acting_as;
 use labios_store::{FileKind, FileMeta, SetAttr, SetTime};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -32,6 +34,12 @@ const BLOCK: u32 = 1 << 20;
 const STATFS_BLOCK: u32 = 4096;
 /// A file handle whose writes are appends (opened with `O_APPEND`).
 const APPEND: FileHandle = FileHandle(1);
+
+thread_local! {
+    /// The caller of the request this FUSE thread serves (see
+    /// [`LabiosFs::caller`]).
+    static CALLER: std::cell::RefCell<Option<Cred>> = const { std::cell::RefCell::new(None) };
+}
 
 /// How the mount behaves.
 #[derive(Debug, Clone, Copy)]
@@ -67,15 +75,31 @@ impl LabiosFs {
         }
     }
 
-    /// Runs one client call; a failure becomes its errno, and the ones the
-    /// errno alone does not explain are logged with the operation and path.
+    /// Notes who made the request this thread now serves: a caller other
+    /// than root has its requests checked by `labios serve` as its own
+    /// ([`labios_store::remote::acting_as`]); root's go as the mount's.
+    fn caller(&self, req: &Request) {
+        let cred = (req.uid() != 0).then(|| {
+            let pid = i32::try_from(req.pid()).ok();
+            Cred::of_process(req.uid(), req.gid(), pid)
+        });
+        CALLER.with(|c| *c.borrow_mut() = cred);
+    }
+
+    /// Runs one client call, on behalf of the request's caller; a failure
+    /// becomes its errno, and the ones the errno alone does not explain are
+    /// logged with the operation and path.
     fn call<T>(
         &self,
         what: &str,
         path: &str,
         work: impl Future<Output = Result<T, Error>>,
     ) -> Result<T, Errno> {
-        self.runtime.block_on(work).map_err(|e| {
+        let result = match CALLER.with(|c| c.borrow().clone()) {
+            Some(cred) => self.runtime.block_on(acting_as(cred, work)),
+            None => self.runtime.block_on(work),
+        };
+        result.map_err(|e| {
             let errno = errno_of(&e);
             if !matches!(
                 errno,
@@ -249,16 +273,19 @@ impl Filesystem for LabiosFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.caller(req);
         let result = self.child_of(parent, name).and_then(|p| self.stat(&p));
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        self.caller(req);
         self.nodes.forget(ino, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.caller(req);
         let result = self.nodes.path(ino).and_then(|p| self.stat(&p));
         reply_with!(reply, result, |m| reply
             .attr(&self.settings.cache_timeout, &self.attr(&m)))
@@ -268,7 +295,7 @@ impl Filesystem for LabiosFs {
     /// (`labios serve` decides whether the caller may), then the size.
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -284,6 +311,7 @@ impl Filesystem for LabiosFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.caller(req);
         let time = |t: Option<TimeOrNow>| match t {
             None => Ok(None),
             Some(TimeOrNow::Now) => Ok(Some(SetTime::Now)),
@@ -326,7 +354,7 @@ impl Filesystem for LabiosFs {
     /// Regular files only: LABIOS keeps no device nodes, FIFOs or sockets.
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -334,6 +362,7 @@ impl Filesystem for LabiosFs {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.caller(req);
         if mode & libc::S_IFMT != libc::S_IFREG {
             return reply.error(Errno::EPERM);
         }
@@ -346,12 +375,13 @@ impl Filesystem for LabiosFs {
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.caller(req);
         let result = self.child_of(parent, link_name).and_then(|p| {
             let target = target.to_str().ok_or(Errno::EINVAL)?;
             self.call("symlink", &p, self.client.symlink(target, &p))
@@ -359,7 +389,8 @@ impl Filesystem for LabiosFs {
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.caller(req);
         let result = self
             .nodes
             .path(ino)
@@ -369,13 +400,14 @@ impl Filesystem for LabiosFs {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.caller(req);
         let mode = mode & 0o7777 & !umask;
         let result = self
             .child_of(parent, name)
@@ -383,7 +415,8 @@ impl Filesystem for LabiosFs {
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.caller(req);
         let result = self.child_of(parent, name).and_then(|p| {
             self.call("unlink", &p, self.client.remove(&p))?;
             self.name_left(self.nodes.removed(&p));
@@ -395,12 +428,13 @@ impl Filesystem for LabiosFs {
     /// A hard link: the kernel's node of `ino` gets the further name.
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.caller(req);
         let result = self.nodes.path(ino).and_then(|from| {
             let to = self.child_of(newparent, newname)?;
             self.call("link", &to, self.client.link(&from, &to))
@@ -409,12 +443,13 @@ impl Filesystem for LabiosFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.caller(req);
         self.unlink(req, parent, name, reply)
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -422,6 +457,7 @@ impl Filesystem for LabiosFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.caller(req);
         let result = (|| {
             let from = self.child_of(parent, name)?;
             let to = self.child_of(newparent, newname)?;
@@ -445,7 +481,8 @@ impl Filesystem for LabiosFs {
     /// A file opened for appending bypasses the page cache: its writes go
     /// where the inventory decides (atomically, across every client), not
     /// where the kernel believes the end is.
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.caller(req);
         let result = self.current(ino).and_then(|(_, meta)| {
             if meta.kind == FileKind::Dir {
                 return Err(Errno::EISDIR);
@@ -461,7 +498,7 @@ impl Filesystem for LabiosFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -470,6 +507,7 @@ impl Filesystem for LabiosFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.caller(req);
         let result = self.nodes.path(ino).and_then(|path| {
             self.call(
                 "read",
@@ -482,7 +520,7 @@ impl Filesystem for LabiosFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -492,6 +530,7 @@ impl Filesystem for LabiosFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.caller(req);
         let len = data.len() as u32;
         let data = Bytes::copy_from_slice(data);
         // Page write-back (a shared mapping) may come through any handle
@@ -513,12 +552,13 @@ impl Filesystem for LabiosFs {
     /// that close reports a write that failed (as the NFS client does).
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.caller(req);
         if self.client.config().mode == IoMode::Sync {
             return reply.ok();
         }
@@ -532,12 +572,13 @@ impl Filesystem for LabiosFs {
     /// Waits for the file's writes and makes them durable on the workers.
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.caller(req);
         let result = self
             .nodes
             .path(ino)
@@ -545,7 +586,8 @@ impl Filesystem for LabiosFs {
         reply_with!(reply, result, |()| reply.ok())
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.caller(req);
         let result = self.nodes.path(ino).and_then(|p| self.listing(&p));
         reply_with!(reply, result, |listing| {
             let fh = self.next_listing.fetch_add(1, Ordering::Relaxed);
@@ -556,12 +598,13 @@ impl Filesystem for LabiosFs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.caller(req);
         let listings = self.listings.lock();
         let Some(listing) = listings.get(&fh.0) else {
             return reply.error(Errno::EBADF);
@@ -576,30 +619,33 @@ impl Filesystem for LabiosFs {
 
     fn releasedir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.caller(req);
         self.listings.lock().remove(&fh.0);
         reply.ok()
     }
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.caller(req);
         // The inventory commits each namespace change before answering.
         reply.ok()
     }
 
     /// The worker pool's capacity and use: `df` shows the deployment.
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.caller(req);
         let workers = self.call("statfs", "/", self.client.catalog().inventory().workers());
         reply_with!(reply, workers, |workers| {
             let (cap, used) = workers.iter().fold((0u64, 0u64), |(c, u), w| {
@@ -622,7 +668,7 @@ impl Filesystem for LabiosFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -630,11 +676,13 @@ impl Filesystem for LabiosFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.caller(req);
         let result = self.set_xattr(ino, name, Some(value), flags);
         reply_with!(reply, result, |()| reply.ok())
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.caller(req);
         let result = self.nodes.path(ino).and_then(|path| {
             let name = name.to_str().ok_or(Errno::NO_XATTR)?;
             if kernel_namespace(name) {
@@ -645,7 +693,8 @@ impl Filesystem for LabiosFs {
         reply_with!(reply, result, |value| reply_xattr(&value, size, reply))
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.caller(req);
         let result = self
             .nodes
             .path(ino)
@@ -660,20 +709,22 @@ impl Filesystem for LabiosFs {
         })
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.caller(req);
         let result = self.set_xattr(ino, name, None, 0);
         reply_with!(reply, result, |()| reply.ok())
     }
 
     /// Permission bits are not enforced yet (README "The FUSE mount"): the
     /// kernel lets only the mounting user in unless `--allow-other`.
-    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        self.caller(req);
         reply_with!(reply, self.nodes.path(ino), |_| reply.ok())
     }
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -681,6 +732,7 @@ impl Filesystem for LabiosFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.caller(req);
         let mode = mode & 0o7777 & !umask;
         let result = self
             .child_of(parent, name)
@@ -705,7 +757,7 @@ impl Filesystem for LabiosFs {
     /// No device controls: a terminal probe (`isatty`) is told no.
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
@@ -714,6 +766,7 @@ impl Filesystem for LabiosFs {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
+        self.caller(req);
         reply.error(Errno::ENOTTY)
     }
 
@@ -721,7 +774,7 @@ impl Filesystem for LabiosFs {
     /// blocks ahead of their bytes, so reserving is setting the size.
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -729,6 +782,7 @@ impl Filesystem for LabiosFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.caller(req);
         if mode != 0 {
             return reply.error(Errno::EOPNOTSUPP);
         }

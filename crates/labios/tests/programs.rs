@@ -1176,17 +1176,17 @@ setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 "$PROGRAMS/p
 python3 "$PROGRAMS/perms.py" show "$ROOT/t"
 "#;
 
-/// Another local user under `labios run`, on a `labios serve` opened to
-/// every local user (`all_local_users`): what `nobody` may and may not do
-/// to root's files and directories (modes, owners, times, sticky and
-/// protected hard links) and to its own, decided by the server from the
-/// kernel's word on who connected; compared with the same steps on a
-/// plain directory (programs/perms.py).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn another_user_under_run() {
+/// Another local user, on a `labios serve` opened to every local user
+/// (`all_local_users`): what `nobody` may and may not do to root's files
+/// and directories (modes, owners, times, search and read permission, the
+/// sticky bit, protected hard links) and to its own, decided by the server
+/// from the kernel's word on who connected (or, through a root mount, on
+/// whose request it serves); compared with the same steps on a plain
+/// directory (programs/perms.py).
+async fn another_user(mount: bool) {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
-    // `nobody` must reach the socket and the plain directory.
+    // `nobody` must reach the socket, the mount and the plain directory.
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let config = tmp.path().join("labios.toml");
     std::fs::write(&config, "all_local_users = true\n").unwrap();
@@ -1200,15 +1200,28 @@ async fn another_user_under_run() {
         .output()
         .unwrap();
     let native = check(&native, "native run");
-    let labios = Command::new(BIN)
-        .args(["run", "--", "sh", "-c", PERMS])
-        .env("LABIOS_ENDPOINT", &server.endpoint)
-        .env_remove("LABIOS_KEY")
-        .env_remove("LABIOS_SECRET")
-        .env("ROOT", format!("{PREFIX}/perms"))
-        .env("PROGRAMS", PROGRAMS)
-        .output()
-        .unwrap();
+    let labios_cmd = |args: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("LABIOS_ENDPOINT", &server.endpoint)
+            .env_remove("LABIOS_KEY")
+            .env_remove("LABIOS_SECRET");
+        cmd
+    };
+    let mnt = tmp.path().join("mnt");
+    let (mut cmd, mounted) = if mount {
+        let mut m = labios_cmd(&["mount", "--allow-other"]);
+        m.arg(&mnt);
+        let mounted = Mounted::start(m, &mnt);
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", PERMS]).env("ROOT", mnt.join("perms"));
+        (cmd, Some(mounted))
+    } else {
+        let mut cmd = labios_cmd(&["run", "--", "sh", "-c", PERMS]);
+        cmd.env("ROOT", format!("{PREFIX}/perms"));
+        (cmd, None)
+    };
+    let labios = cmd.env("PROGRAMS", PROGRAMS).output().unwrap();
     let stderr = String::from_utf8_lossy(&labios.stderr).into_owned();
     let labios = check(&labios, "run on LABIOS");
     assert_eq!(
@@ -1217,7 +1230,7 @@ async fn another_user_under_run() {
     );
     assert!(labios.contains("chmod root's file: EPERM\n"), "{labios}");
     assert!(
-        labios.contains("unlink root's file in a sticky directory: EPERM\n"),
+        labios.contains("read root's private file: EACCES\n"),
         "{labios}"
     );
     assert!(
@@ -1233,4 +1246,15 @@ async fn another_user_under_run() {
         0o666,
         "the socket is open to every local user"
     );
+    drop(mounted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_under_run() {
+    another_user(false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_on_mount() {
+    another_user(true).await
 }

@@ -242,3 +242,69 @@ async fn measure_remote() {
         n as f64 / t.elapsed().as_secs_f64()
     );
 }
+
+/// A root connection's requests on behalf of another user (as a root
+/// `labios mount` sends its callers') are checked as that user's: new
+/// entries are theirs, and what the permission bits refuse them is
+/// refused; root's own requests are not.
+#[tokio::test]
+async fn requests_on_behalf_of_a_user_are_checked_as_theirs() {
+    use labios_store::access::{Cred, NOT_PERMITTED};
+    use labios_store::remote::acting_as;
+    use labios_store::{Owner, SetAttr};
+    let dir = tempfile::tempdir().unwrap();
+    let (endpoint, _stop) = start(Endpoint::Unix(dir.path().join("s.sock"))).await;
+    let (s, _) = connect(&endpoint, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+    let i = s.inventory.clone();
+    let nobody = Cred {
+        uid: 65534,
+        gid: 65534,
+        groups: Vec::new(),
+    };
+    let root_dir = i
+        .create("/closed", FileKind::Dir, 0o755, Owner::root(7))
+        .await
+        .unwrap();
+    let roots = i
+        .create("/closed/f", FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap();
+    let open = i
+        .create("/open", FileKind::Dir, 0o777, Owner::root(7))
+        .await
+        .unwrap();
+    assert_eq!((root_dir.uid, open.mode), (0, 0o777));
+
+    let chmod = SetAttr {
+        mode: Some(0o777),
+        ..SetAttr::default()
+    };
+    let err = acting_as(nobody.clone(), i.set_attr(roots.id, chmod))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().ends_with(NOT_PERMITTED), "{err}");
+    let err = acting_as(nobody.clone(), i.remove("/closed/f"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+    let err = acting_as(nobody.clone(), i.set_size(roots.id, 0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+    // Claimed as root's by the client, made as nobody's by the server.
+    let mine = acting_as(
+        nobody.clone(),
+        i.create("/open/mine", FileKind::File, 0o600, Owner::root(7)),
+    )
+    .await
+    .unwrap();
+    assert_eq!((mine.uid, mine.gid, mine.mode), (65534, 65534, 0o600));
+    // Root as a caller is the connection itself.
+    let root = acting_as(Cred::root(), i.set_attr(roots.id, chmod))
+        .await
+        .unwrap();
+    assert_eq!(root.mode, 0o777);
+    assert!(i.file(roots.id).await.unwrap().is_some());
+}

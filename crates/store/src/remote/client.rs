@@ -5,6 +5,7 @@ use super::proto::{
     ResponseFrame, Session,
 };
 use super::Endpoint;
+use crate::access::Cred;
 use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
 use crate::label_queue::{Delivery, LabelQueue};
 use crate::warehouse::Warehouse;
@@ -45,6 +46,13 @@ impl Conn {
     }
 
     async fn call(&self, request: Request) -> Result<Reply> {
+        let request = match CALLER.try_with(Cred::clone) {
+            Ok(cred) => Request::As {
+                cred,
+                request: Box::new(request),
+            },
+            Err(_) => request,
+        };
         let hint = match &request {
             Request::Put { data, .. } => data.len(),
             Request::SetXattr { value: Some(v), .. } => v.len(),
@@ -298,6 +306,19 @@ impl Warehouse for RemoteWarehouse {
     async fn usage(&self) -> Result<u64> {
         expect!(self.0.call(Request::Usage).await?, Reply::Count(n) => n)
     }
+}
+
+tokio::task_local! {
+    /// The user the requests of the current task act for (see [`acting_as`]).
+    static CALLER: Cred;
+}
+
+/// Runs `work` with every request it sends to `labios serve` made on
+/// behalf of `cred` ([`Request::As`]): how a root `labios mount` has each
+/// caller's requests checked as that caller's. Requests that `work` hands
+/// to other tasks go as the connection's own user.
+pub async fn acting_as<T>(cred: Cred, work: impl std::future::Future<Output = T>) -> T {
+    CALLER.scope(cred, work).await
 }
 
 struct RemoteInventory(Arc<Conn>);

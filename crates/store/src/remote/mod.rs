@@ -10,7 +10,7 @@ mod client;
 pub mod proto;
 mod server;
 
-pub use client::connect;
+pub use client::{acting_as, connect};
 pub use proto::{Session, MAX_FRAME};
 pub use server::{serve, AuthFn, Grant, Listener};
 

@@ -1,6 +1,7 @@
 //! The wire protocol: frames of `u32 little-endian length | body`, the body
 //! being a `labios_label::codec` encoding of a [`Request`] or [`Response`].
 
+use crate::access::Cred;
 use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Owner, SetAttr};
 use bytes::Bytes;
 use labios_label::codec::{MAGIC, VERSION};
@@ -161,6 +162,13 @@ pub enum Request {
     SetAttr {
         file: FileId,
         attr: SetAttr,
+    },
+    /// `request` on behalf of the user `cred`: sent by a trusted client
+    /// (root, such as a root `labios mount`) serving other users, whose
+    /// requests are then checked as theirs. Refused from anyone else.
+    As {
+        cred: Cred,
+        request: Box<Request>,
     },
 }
 

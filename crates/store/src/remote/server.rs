@@ -284,9 +284,24 @@ async fn connection(
             break;
         };
         let (stores, outbox) = (stores.clone(), outbox.clone());
-        let (grant, origins, acting) = (grant.clone(), origins.clone(), acting.clone());
+        let (grant, origins) = (grant.clone(), origins.clone());
+        let (acting, request) = match frame.request {
+            Request::As { cred, request } => match acting.as_ref() {
+                Acting::Trusted if cred.is_root() => (acting.clone(), *request),
+                Acting::Trusted => (Arc::new(Acting::User(cred)), *request),
+                Acting::User(c) => {
+                    let e = denied(format!(
+                        "user {} may not act for user {}: only root may",
+                        c.uid, cred.uid
+                    ));
+                    let _ = outbox.send(respond(frame.id, Err(e))).await;
+                    continue;
+                }
+            },
+            request => (acting.clone(), request),
+        };
         tasks.spawn(async move {
-            let result = match posix(&stores, &acting, grant.as_deref(), frame.request).await {
+            let result = match posix(&stores, &acting, grant.as_deref(), request).await {
                 Err(e) => Err(e),
                 Ok(request) => match grant {
                     Some(g) if g.confined => confined(&stores, &g, &origins, request).await,
@@ -332,6 +347,11 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
     let (w, i) = (&s.warehouse, &s.inventory);
     Ok(match request {
         Request::Hello { .. } => return Err(Error::Protocol("Hello sent twice".into())),
+        Request::As { .. } => {
+            return Err(Error::Protocol(
+                "a request on behalf of a user inside another".into(),
+            ))
+        }
         Request::Labels(op) => return queue_op(s.labels.as_ref(), op, Reply::Labels).await,
         Request::Tasks(op) => return queue_op(s.tasks.as_ref(), op, Reply::Tasks).await,
         Request::Put { key, data } => w.put(&key, data).await.map(|_| Reply::Unit)?,
