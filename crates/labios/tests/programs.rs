@@ -273,6 +273,7 @@ macro_rules! mounted {
 
 everywhere!(
     owners_modes_times,
+    bad_pointers,
     dot_names,
     directory_rename,
     own_changes_through_the_cache,
@@ -967,6 +968,17 @@ async fn dot_names(kind: Kind, via: Via) {
     let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/dots.py" "$ROOT/t""#);
     assert!(out.contains("rmdir /empty/sub/. EINVAL\n"), "{out}");
     assert!(out.contains("/empty ['sub'] []\n"), "{out}");
+    b.stop().await;
+}
+
+/// Bad pointers get EFAULT from every intercepted call that takes a path
+/// (and symlink's target), as from the kernel, instead of crashing the
+/// program in the interception library (programs/bad_pointers.py).
+async fn bad_pointers(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "badptr").await;
+    let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/bad_pointers.py" "$ROOT/t""#);
+    assert!(out.contains("rmdir -1 EFAULT\n"), "{out}");
+    assert!(out.contains("symlink -1 EFAULT\n"), "{out}");
     b.stop().await;
 }
 

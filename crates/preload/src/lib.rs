@@ -15,6 +15,7 @@ mod conn;
 mod dirs;
 mod exec;
 mod fdtable;
+mod guard;
 mod io;
 mod meta;
 mod mount;

@@ -7,7 +7,7 @@
 
 use crate::fdtable;
 use parking_lot::RwLock;
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -125,12 +125,13 @@ pub fn link_target(link: &Vpath, target: &str) -> Target {
 /// Resolves `path` as the `*at` calls do, relative to `dirfd`.
 ///
 /// # Safety
-/// `path` is NULL or NUL-terminated.
+/// `path` is any pointer: one the kernel would refuse is not read.
 pub unsafe fn resolve_at(dirfd: c_int, path: *const c_char) -> Target {
-    if path.is_null() {
+    // A bad pointer (or a string past PATH_MAX) goes to libc as it is,
+    // whose call answers EFAULT (or ENAMETOOLONG) as the kernel does.
+    let Ok(bytes) = crate::guard::c_str(path) else {
         return Target::Real(None);
-    }
-    let bytes = CStr::from_ptr(path).to_bytes();
+    };
     if bytes.first() == Some(&b'/') {
         if !may_match(bytes) {
             return Target::Real(None);

@@ -10,7 +10,7 @@ use crate::ownfds;
 use crate::real::real;
 use labios_store::{SetAttr, SetTime};
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t};
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_uint, c_ulong, c_void};
 
 pub fn set_errno(e: Errno) {
@@ -69,10 +69,11 @@ pub unsafe extern "C" fn symlinkat(
 ) -> c_int {
     match labios_path_at(dirfd, linkpath) {
         Ok(v) => {
-            if target.is_null() {
-                return ret(Err(libc::EFAULT));
-            }
-            match CStr::from_ptr(target).to_str() {
+            let target = match crate::guard::c_str(target) {
+                Ok(t) => t,
+                Err(e) => return ret(Err(e)),
+            };
+            match std::str::from_utf8(target) {
                 Ok(t) => ret0(io::symlink(t, &v)),
                 Err(_) => ret(Err(libc::EINVAL)),
             }
@@ -161,8 +162,18 @@ pub unsafe extern "C" fn linkat(
                 flags,
             )
         }
-        _ => ret(Err(libc::EXDEV)),
+        _ => ret(Err(across(old, new))),
     }
+}
+
+/// Why a call naming one path in LABIOS and `old` or `new` elsewhere
+/// fails: a path the kernel could not read (a bad pointer, one too long)
+/// as the kernel says, else EXDEV, as between two file systems.
+unsafe fn across(old: *const c_char, new: *const c_char) -> c_int {
+    crate::guard::c_str(old)
+        .and_then(|_| crate::guard::c_str(new))
+        .err()
+        .unwrap_or(libc::EXDEV)
 }
 
 // ---- entries LABIOS does not keep -----------------------------------------
@@ -1090,7 +1101,7 @@ enum Last {
 /// must not act on `d/e`: the kernel refuses a last component `.` or
 /// `..` for these calls, and so does LABIOS.
 unsafe fn last_component(path: *const c_char) -> Last {
-    let bytes = CStr::from_ptr(path).to_bytes();
+    let bytes = crate::guard::c_str(path).unwrap_or_default();
     let trimmed = match bytes.iter().rposition(|&b| b != b'/') {
         Some(end) => &bytes[..=end],
         None => return Last::Name,
@@ -1180,7 +1191,7 @@ unsafe fn rename_at(
         }
         (Ok(a), Ok(b)) => ret0(io::rename(&a, &b)),
         (Err(a), Err(b)) => real(real_path(&a, old), real_path(&b, new)),
-        _ => ret(Err(libc::EXDEV)),
+        _ => ret(Err(across(old, new))),
     }
 }
 

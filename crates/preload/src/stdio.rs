@@ -11,7 +11,6 @@ use crate::posix::set_errno;
 use crate::real::real;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -148,7 +147,14 @@ unsafe fn open_stream(
     match mount::resolve(path) {
         Target::Labios(_) if conn::bypass() => real(path),
         Target::Labios(v) => {
-            let Some(flags) = flags_of(CStr::from_ptr(mode).to_bytes()) else {
+            let mode_bytes = match crate::guard::c_str(mode) {
+                Ok(m) => m,
+                Err(e) => {
+                    set_errno(e);
+                    return std::ptr::null_mut();
+                }
+            };
+            let Some(flags) = flags_of(mode_bytes) else {
                 set_errno(libc::EINVAL);
                 return std::ptr::null_mut();
             };

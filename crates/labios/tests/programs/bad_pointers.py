@@ -1,0 +1,29 @@
+"""Calls given a bad pointer get EFAULT, as the kernel answers, and the
+program goes on: the interception library must not crash it (it once did
+with SIGSEGV). Paths and a link target are tried (glibc's own fopen crashes on a bad
+mode, so that is not), each
+inside the tree, and the tree is left as it was. Prints each outcome."""
+import ctypes
+import errno
+import os
+import sys
+
+root = sys.argv[1]
+os.makedirs(f"{root}/d", exist_ok=True)
+libc = ctypes.CDLL(None, use_errno=True)
+BAD = ctypes.c_void_p(0xDEADC0DE)
+path = f"{root}/d/f".encode()
+for name, args in [
+    ("rmdir", [BAD]),
+    ("unlink", [BAD]),
+    ("mkdir", [BAD, ctypes.c_int(0o755)]),
+    ("open", [BAD, ctypes.c_int(os.O_RDONLY)]),
+    ("chmod", [BAD, ctypes.c_int(0o644)]),
+    ("access", [BAD, ctypes.c_int(os.F_OK)]),
+    ("rename", [BAD, ctypes.c_char_p(path)]),
+    ("symlink", [BAD, ctypes.c_char_p(path)]),
+]:
+    ctypes.set_errno(0)
+    r = getattr(libc, name)(*args)
+    print(name, r, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()))
+print(sorted(os.listdir(root)), sorted(os.listdir(f"{root}/d")))
