@@ -9,6 +9,7 @@ use bytes::Bytes;
 use labios_client::IoMode;
 use labios_store::{FileKind, FileMeta, SetAttr};
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 pub type Errno = c_int;
 
@@ -311,20 +312,34 @@ pub fn mkdir(path: &Vpath, mode: u32) -> Result<(), Errno> {
     })
 }
 
+/// The process's umask as last set through the intercepted `umask`, or
+/// [`UMASK_UNKNOWN`] until it is first needed and read from
+/// /proc/self/status (setting it to read it back would race with other
+/// threads' creates). A child after `fork` inherits it with the kernel's.
+static UMASK: AtomicU32 = AtomicU32::new(UMASK_UNKNOWN);
+const UMASK_UNKNOWN: u32 = u32::MAX;
+
+/// The program set its umask to `mask`.
+pub fn umask_set(mask: u32) {
+    UMASK.store(mask & 0o777, Ordering::Relaxed);
+}
+
 /// `mode`'s permission bits less the process's umask, as the kernel
-/// applies it to open(O_CREAT) and mkdir. The umask is read from
-/// /proc/self/status: setting it to read it back would race with other
-/// threads' creates.
+/// applies it to open(O_CREAT) and mkdir.
 fn masked(mode: u32) -> u32 {
-    let status = conn::inside(|| std::fs::read_to_string("/proc/self/status"));
-    let umask = status
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
-        })
-        .unwrap_or(0o022);
+    let mut umask = UMASK.load(Ordering::Relaxed);
+    if umask == UMASK_UNKNOWN {
+        let status = conn::inside(|| std::fs::read_to_string("/proc/self/status"));
+        umask = status
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Umask:"))
+                    .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
+            })
+            .unwrap_or(0o022);
+        let _ = UMASK.compare_exchange(UMASK_UNKNOWN, umask, Ordering::Relaxed, Ordering::Relaxed);
+    }
     mode & 0o7777 & !umask
 }
 

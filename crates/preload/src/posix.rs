@@ -222,6 +222,14 @@ pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
     mknodat(libc::AT_FDCWD, path, mode | libc::S_IFIFO, 0)
 }
 
+/// Kept so that LABIOS creates apply the umask the kernel would.
+#[no_mangle]
+pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
+    let old = real!(umask: fn(mode_t) -> mode_t)(mask);
+    io::umask_set(mask);
+    old
+}
+
 // ---- open and close ------------------------------------------------------
 
 unsafe fn open_at(
