@@ -246,6 +246,16 @@ impl Session {
         self.run(self.client.mkdir(path))
     }
 
+    /// A FIFO, device or socket at `path` (mknod).
+    pub fn mknod(&self, path: &str, kind: FileKind, mode: u32, rdev: u64) -> Result<FileMeta> {
+        self.run(self.client.mknod(path, kind, mode, rdev))
+    }
+
+    /// The number of the device at `path`.
+    pub fn device_number(&self, path: &str) -> Result<u64> {
+        self.run(self.client.device_number(path))
+    }
+
     /// A directory with permission bits `mode` (umask already applied).
     pub fn mkdir_mode(&self, path: &str, mode: u32) -> Result<FileMeta> {
         self.run(self.client.mkdir_mode(path, mode))

@@ -2,8 +2,9 @@
 //! map and label status, all kept in the inventory. Paths are normalized
 //! here, so nothing past this point sees a path that escapes the namespace.
 
+use bytes::Bytes;
 use labios_label::{normalize_path, AppId, Error, FileId, Result};
-use labios_store::inventory::LINK_TARGET;
+use labios_store::inventory::{DEVICE_NUMBER, LINK_TARGET};
 use labios_store::{Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
 use std::sync::Arc;
 
@@ -81,6 +82,54 @@ impl CatalogManager {
     pub async fn symlink(&self, target: &str, path: &str) -> Result<FileMeta> {
         let path = normalize_path(path)?;
         self.inventory.symlink(&path, target, self.owner).await
+    }
+
+    /// A FIFO, device or socket at `path`, with permission bits `mode` and,
+    /// for a device, its number `rdev`; `AlreadyExists` if anything is
+    /// there (mknod(2)).
+    pub async fn mknod(
+        &self,
+        path: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<FileMeta> {
+        if !kind.is_special() {
+            return Err(Error::InvalidArgument(format!(
+                "mknod makes FIFOs, devices and sockets, not a {}",
+                kind.word()
+            )));
+        }
+        let path = normalize_path(path)?;
+        if let Some(m) = self.inventory.lookup(&path).await? {
+            return Err(Error::AlreadyExists(format!(
+                "{path} exists as a {:?}",
+                m.kind
+            )));
+        }
+        let meta = self.inventory.create(&path, kind, mode, self.owner).await?;
+        if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
+            let number = Bytes::from(rdev.to_string());
+            self.inventory
+                .set_xattr(meta.id, DEVICE_NUMBER, Some(number))
+                .await?;
+        }
+        Ok(meta)
+    }
+
+    /// The number of the device `meta` (0 for anything else).
+    pub async fn device_number(&self, meta: &FileMeta) -> Result<u64> {
+        if !matches!(meta.kind, FileKind::CharDevice | FileKind::BlockDevice) {
+            return Ok(0);
+        }
+        Ok(self
+            .inventory
+            .xattrs(meta.id)
+            .await?
+            .into_iter()
+            .find(|(n, _)| n == DEVICE_NUMBER)
+            .and_then(|(_, v)| std::str::from_utf8(&v).ok()?.parse().ok())
+            .unwrap_or(0))
     }
 
     /// The target of the symbolic link at `path`.

@@ -732,6 +732,13 @@ impl Client {
                     meta.path
                 )))
             }
+            special => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is a {}, it holds no data",
+                    meta.path,
+                    special.word()
+                )))
+            }
         }
         let meta = if self.has_pending(meta.id).await {
             self.settle(meta.id).await?;
@@ -941,6 +948,28 @@ impl Client {
     pub async fn set_attr(&self, path: &str, attr: SetAttr) -> Result<FileMeta> {
         attr.check()?;
         self.inner.catalog.set_attr(path, attr).await
+    }
+
+    /// A FIFO, device or socket at `path` (mknod(2)): a name that holds no
+    /// data; what opening it does is the kernel's, on `labios mount`.
+    /// `rdev` is a device's number. `AlreadyExists` if anything is there.
+    pub async fn mknod(
+        &self,
+        path: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<FileMeta> {
+        self.inner
+            .catalog
+            .mknod(path, kind, check_mode(mode)?, rdev)
+            .await
+    }
+
+    /// The number of the device at `path` (`st_rdev`; 0 if not a device).
+    pub async fn device_number(&self, path: &str) -> Result<u64> {
+        let meta = self.inner.catalog.stat(path).await?;
+        self.inner.catalog.device_number(&meta).await
     }
 
     /// Creates a symbolic link at `path` pointing to `target`, which may

@@ -130,10 +130,22 @@ impl LabiosFs {
             nlink: if m.kind == FileKind::Dir { 2 } else { m.nlink },
             uid: m.uid,
             gid: m.gid,
-            rdev: 0,
+            rdev: self.device_number(m),
             blksize: BLOCK,
             flags: 0,
         }
+    }
+
+    /// A device's number (`st_rdev`), 0 for anything else; only devices
+    /// cost a look-up.
+    fn device_number(&self, m: &FileMeta) -> u32 {
+        if !matches!(m.kind, FileKind::CharDevice | FileKind::BlockDevice) {
+            return 0;
+        }
+        self.call("stat", &m.path, self.client.device_number(&m.path))
+            .ok()
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0)
     }
 
     /// The path of entry `name` in directory node `parent`.
@@ -241,6 +253,10 @@ fn kind_of(m: &FileMeta) -> FileType {
         FileKind::Dir => FileType::Directory,
         FileKind::File => FileType::RegularFile,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+        FileKind::Socket => FileType::Socket,
     }
 }
 
@@ -351,7 +367,8 @@ impl Filesystem for LabiosFs {
             .attr(&self.settings.cache_timeout, &self.attr(&m)))
     }
 
-    /// Regular files only: LABIOS keeps no device nodes, FIFOs or sockets.
+    /// Regular files, FIFOs, devices and sockets: the special ones are
+    /// names in the inventory, served by the kernel when opened.
     fn mknod(
         &self,
         req: &Request,
@@ -359,17 +376,27 @@ impl Filesystem for LabiosFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         self.caller(req);
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(Errno::EPERM);
-        }
-        let mode = mode & 0o7777 & !umask;
-        let result = self
-            .child_of(parent, name)
-            .and_then(|p| self.call("create", &p, self.client.create_mode(&p, mode)));
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG => None,
+            libc::S_IFIFO => Some(FileKind::Fifo),
+            libc::S_IFCHR => Some(FileKind::CharDevice),
+            libc::S_IFBLK => Some(FileKind::BlockDevice),
+            libc::S_IFSOCK => Some(FileKind::Socket),
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let perm = mode & 0o7777 & !umask;
+        let result = self.child_of(parent, name).and_then(|p| match kind {
+            None => self.call("create", &p, self.client.create_mode(&p, perm)),
+            Some(kind) => self.call(
+                "mknod",
+                &p,
+                self.client.mknod(&p, kind, perm, u64::from(rdev)),
+            ),
+        });
         reply_with!(reply, result, |meta| self.entry(&meta, reply))
     }
 
@@ -715,11 +742,21 @@ impl Filesystem for LabiosFs {
         reply_with!(reply, result, |()| reply.ok())
     }
 
-    /// Permission bits are not enforced yet (README "The FUSE mount"): the
-    /// kernel lets only the mounting user in unless `--allow-other`.
-    fn access(&self, req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+    /// access(2) by the permission bits, with the rules `labios serve`
+    /// applies (the kernel asks only without `default_permissions`).
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         self.caller(req);
-        reply_with!(reply, self.nodes.path(ino), |_| reply.ok())
+        let result = self.current(ino).and_then(|(_, meta)| {
+            let pid = i32::try_from(req.pid()).ok();
+            let cred = Cred::of_process(req.uid(), req.gid(), pid);
+            let want = (mask.bits() as u32) & 0o7;
+            if cred.permits(&meta, want) {
+                Ok(())
+            } else {
+                Err(Errno::EACCES)
+            }
+        });
+        reply_with!(reply, result, |()| reply.ok())
     }
 
     fn create(

@@ -211,8 +211,8 @@ fn keys(bucket: &str, under: Vec<FileMeta>) -> Vec<(String, FileMeta)> {
             FileKind::File => key.to_string(),
             FileKind::Dir if has_children(&m.path) => continue,
             FileKind::Dir => format!("{key}/"),
-            // S3 has no symbolic links: they are not listed.
-            FileKind::Symlink => continue,
+            // S3 has no symbolic links or special files: not listed.
+            _ => continue,
         };
         out.push((key, m.clone()));
     }

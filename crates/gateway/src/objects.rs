@@ -30,7 +30,7 @@ impl Found {
     pub fn size(&self) -> u64 {
         match self.file.kind {
             FileKind::File => self.file.size,
-            FileKind::Dir | FileKind::Symlink => 0,
+            _ => 0,
         }
     }
 }

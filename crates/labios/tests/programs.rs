@@ -272,6 +272,7 @@ macro_rules! mounted {
 }
 
 everywhere!(
+    special_files,
     owners_modes_times,
     bad_pointers,
     dot_names,
@@ -632,7 +633,14 @@ fn run_starts_the_embedded_runtime_when_nothing_serves() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid prefix \"relative\""));
 }
 
-mounted!(git, sqlite_wal, static_busybox, memory_mapped, df);
+mounted!(
+    git,
+    sqlite_wal,
+    static_busybox,
+    memory_mapped,
+    df,
+    pipes_and_sockets
+);
 
 /// git init, add, commit, log, fsck and clone of a repository in LABIOS
 /// (mmap of pack files and index; fixed dates make the hashes the same).
@@ -968,6 +976,53 @@ async fn dot_names(kind: Kind, via: Via) {
     let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/dots.py" "$ROOT/t""#);
     assert!(out.contains("rmdir /empty/sub/. EINVAL\n"), "{out}");
     assert!(out.contains("/empty ['sub'] []\n"), "{out}");
+    b.stop().await;
+}
+
+/// FIFOs, devices, sockets and mknod'ed files are names in the namespace
+/// with their type, mode and device number, as a plain directory shows
+/// them (programs/specials.py).
+async fn special_files(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "specials").await;
+    let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/specials.py" "$ROOT/t""#);
+    assert!(out.contains("null crw-r--r-- 1 1,3\n"), "{out}");
+    assert!(out.contains("fifo prw-r--r-- 1 0\n"), "{out}");
+    b.stop().await;
+}
+
+/// On the mount, the kernel serves what a FIFO or socket in LABIOS does:
+/// bytes pass through a FIFO between two processes and over a Unix socket
+/// bound to a LABIOS path, as in a plain directory.
+async fn pipes_and_sockets(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "pipes").await;
+    let out = b.same(
+        r#"set -e
+mkdir -p "$ROOT"
+mkfifo "$ROOT/p"
+(echo "through the FIFO" > "$ROOT/p") &
+cat "$ROOT/p"
+wait
+python3 - "$ROOT/s" <<'PY'
+import socket, sys, threading
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(sys.argv[1])
+srv.listen(1)
+def serve():
+    c, _ = srv.accept()
+    c.sendall(c.recv(100).upper())
+    c.close()
+t = threading.Thread(target=serve)
+t.start()
+cli = socket.socket(socket.AF_UNIX)
+cli.connect(sys.argv[1])
+cli.sendall(b"over the socket")
+print(cli.recv(100).decode())
+t.join()
+PY
+ls -l "$ROOT" | awk '{print $1, $NF}'
+"#,
+    );
+    assert!(out.contains("through the FIFO\nOVER THE SOCKET\n"), "{out}");
     b.stop().await;
 }
 

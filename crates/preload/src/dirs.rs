@@ -57,6 +57,10 @@ fn stream(fd: c_int) -> Result<*mut libc::DIR, Errno> {
             FileKind::Dir => libc::DT_DIR,
             FileKind::File => libc::DT_REG,
             FileKind::Symlink => libc::DT_LNK,
+            FileKind::Fifo => libc::DT_FIFO,
+            FileKind::CharDevice => libc::DT_CHR,
+            FileKind::BlockDevice => libc::DT_BLK,
+            FileKind::Socket => libc::DT_SOCK,
         };
         if let Ok(name) = CString::new(name) {
             entries.push((name, kind, m.id));

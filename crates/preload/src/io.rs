@@ -135,6 +135,10 @@ fn open_entry(
     let dir = match meta {
         // Not followed (O_NOFOLLOW), as the kernel says of one.
         Some(m) if m.kind == FileKind::Symlink => return Err(libc::ELOOP),
+        Some(_) if excl => return Err(libc::EEXIST),
+        // A pipe, device or socket needs the kernel behind it: only
+        // `labios mount` opens one (Linux says ENXIO of a socket too).
+        Some(m) if m.kind.is_special() => return Err(libc::ENXIO),
         Some(m) if m.kind == FileKind::Dir => {
             if excl {
                 return Err(libc::EEXIST);
@@ -291,6 +295,7 @@ pub fn truncate(path: &Vpath, len: i64) -> Result<(), Errno> {
     match lookup(path)? {
         None => Err(libc::ENOENT),
         Some(m) if m.kind == FileKind::Dir => Err(libc::EISDIR),
+        Some(m) if m.kind.is_special() => Err(libc::EINVAL),
         Some(_) => {
             attrs::changed(&path.ns);
             conn::with(&format!("truncate {}", path.full), |s| {
@@ -322,6 +327,31 @@ const UMASK_UNKNOWN: u32 = u32::MAX;
 /// The program set its umask to `mask`.
 pub fn umask_set(mask: u32) {
     UMASK.store(mask & 0o777, Ordering::Relaxed);
+}
+
+/// mknod(2) of a LABIOS path: a FIFO, device or socket entry, or an empty
+/// regular file; EEXIST if anything is there.
+pub fn mknod(path: &Vpath, mode: u32, dev: u64) -> Result<(), Errno> {
+    let kind = match mode & libc::S_IFMT {
+        0 | libc::S_IFREG => None,
+        libc::S_IFIFO => Some(FileKind::Fifo),
+        libc::S_IFCHR => Some(FileKind::CharDevice),
+        libc::S_IFBLK => Some(FileKind::BlockDevice),
+        libc::S_IFSOCK => Some(FileKind::Socket),
+        _ => return Err(libc::EINVAL),
+    };
+    attrs::changed(&path.ns);
+    let perm = masked(mode);
+    conn::with(&format!("mknod {}", path.full), |s| {
+        check_parent(s, &path.ns)?;
+        match kind {
+            Some(kind) => s.mknod(&path.ns, kind, perm, dev).map(drop),
+            None => match s.stat(&path.ns)? {
+                Some(_) => Err(labios_label::Error::AlreadyExists(path.ns.clone())),
+                None => s.create_mode(&path.ns, perm).map(drop),
+            },
+        }
+    })
 }
 
 /// `mode`'s permission bits less the process's umask, as the kernel

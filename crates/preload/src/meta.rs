@@ -28,7 +28,19 @@ fn type_bits(m: &FileMeta) -> u32 {
         FileKind::Dir => libc::S_IFDIR,
         FileKind::File => libc::S_IFREG,
         FileKind::Symlink => libc::S_IFLNK,
+        FileKind::Fifo => libc::S_IFIFO,
+        FileKind::CharDevice => libc::S_IFCHR,
+        FileKind::BlockDevice => libc::S_IFBLK,
+        FileKind::Socket => libc::S_IFSOCK,
     }
+}
+
+/// A device's number, asked of LABIOS for devices only.
+fn device_number(m: &FileMeta) -> u64 {
+    if !matches!(m.kind, FileKind::CharDevice | FileKind::BlockDevice) {
+        return 0;
+    }
+    conn::with(&format!("stat {}", m.path), |s| s.device_number(&m.path)).unwrap_or(0)
 }
 
 unsafe fn fill_stat(m: &FileMeta, st: *mut libc::stat) {
@@ -38,6 +50,7 @@ unsafe fn fill_stat(m: &FileMeta, st: *mut libc::stat) {
     st.st_ino = m.id;
     st.st_nlink = links(m).into();
     st.st_mode = type_bits(m) | (m.mode & 0o7777);
+    st.st_rdev = device_number(m);
     st.st_uid = m.uid;
     st.st_gid = m.gid;
     st.st_size = m.size as i64;
@@ -57,6 +70,9 @@ unsafe fn fill_statx(m: &FileMeta, stx: *mut libc::statx) {
     stx.stx_uid = m.uid;
     stx.stx_gid = m.gid;
     stx.stx_mode = (type_bits(m) | (m.mode & 0o7777)) as u16;
+    let rdev = device_number(m);
+    stx.stx_rdev_major = libc::major(rdev);
+    stx.stx_rdev_minor = libc::minor(rdev);
     stx.stx_ino = m.id;
     stx.stx_size = m.size;
     stx.stx_blocks = m.size.div_ceil(512);

@@ -71,6 +71,8 @@ fn file_info<'py>(py: Python<'py>, meta: &FileMeta) -> PyResult<Bound<'py, PyDic
         FileKind::File => "file",
         FileKind::Dir => "directory",
         FileKind::Symlink => "link",
+        // fsspec's `type` is free-form; these name what they are.
+        special => special.word(),
     };
     info.set_item("type", kind)?;
     info.set_item("mode", meta.mode)?;

@@ -532,7 +532,43 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     symlink_cases(i.as_ref(), &root).await;
     hard_link_cases(i.as_ref(), &root).await;
     attribute_cases(i.as_ref(), &root).await;
+    special_cases(i.as_ref(), &root).await;
     i.sync().await.unwrap();
+}
+
+/// FIFOs, devices and sockets are entries of their kind that hold no data
+/// and no children.
+async fn special_cases(i: &dyn Inventory, root: &str) {
+    for kind in [
+        FileKind::Fifo,
+        FileKind::CharDevice,
+        FileKind::BlockDevice,
+        FileKind::Socket,
+    ] {
+        let path = format!("{root}/special-{}", kind.word().replace(' ', "-"));
+        let m = i.create(&path, kind, 0o640, Owner::root(7)).await.unwrap();
+        assert_eq!((m.kind, m.mode, m.size), (kind, 0o640, 0));
+        assert_eq!(i.lookup(&path).await.unwrap().unwrap().kind, kind);
+        let again = i.create(&path, FileKind::File, 0o644, Owner::root(7)).await;
+        assert!(matches!(again, Err(Error::AlreadyExists(_))), "{again:?}");
+        for err in [
+            i.set_size(m.id, 5).await.unwrap_err(),
+            i.commit_extent(m.id, ext(0, 3, 1, labels(1)[0].id))
+                .await
+                .unwrap_err(),
+            i.reserve_append(m.id, 3).await.unwrap_err(),
+        ] {
+            assert!(err.to_string().contains("holds no data"), "{kind:?}: {err}");
+        }
+        let err = i
+            .create(&format!("{path}/x"), FileKind::File, 0o644, Owner::root(7))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(kind.word()), "{kind:?}: {err}");
+        i.rename(&path, &format!("{path}.moved")).await.unwrap();
+        let (gone, extents) = i.remove(&format!("{path}.moved")).await.unwrap();
+        assert_eq!((gone.kind, gone.nlink, extents.len()), (kind, 0, 0));
+    }
 }
 
 /// Owners, modes and times: kept as given, changed by `set_attr` with

@@ -19,7 +19,41 @@ pub enum FileKind {
     /// A symbolic link: its target is the extended attribute
     /// [`LINK_TARGET`], its size the target's length, and it holds no data.
     Symlink,
+    /// Special files: names in the namespace that hold no data. The kernel
+    /// serves what opening one does (a pipe, a device, a socket) on
+    /// `labios mount`; a device's number is the extended attribute
+    /// [`DEVICE_NUMBER`].
+    Fifo,
+    CharDevice,
+    BlockDevice,
+    Socket,
 }
+
+impl FileKind {
+    /// A FIFO, device or socket.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket
+        )
+    }
+
+    /// The kind in words, for messages.
+    pub fn word(self) -> &'static str {
+        match self {
+            FileKind::File => "file",
+            FileKind::Dir => "directory",
+            FileKind::Symlink => "symbolic link",
+            FileKind::Fifo => "FIFO",
+            FileKind::CharDevice => "character device",
+            FileKind::BlockDevice => "block device",
+            FileKind::Socket => "socket",
+        }
+    }
+}
+
+/// The extended attribute holding a device's number (`st_rdev`, decimal).
+pub const DEVICE_NUMBER: &str = "labios.rdev";
 
 /// The extended attribute holding a symbolic link's target. Names starting
 /// `labios.` are LABIOS's own: clients neither list nor set them.

@@ -95,10 +95,21 @@ local function id_of(path)
   if v then return v end
   return nil
 end
+-- Kind codes: as FileKind's Debug names them, and in words.
+local KIND_NAMES = {f = 'File', d = 'Dir', l = 'Symlink', p = 'Fifo', c = 'CharDevice',
+  b = 'BlockDevice', s = 'Socket'}
+local KIND_WORDS = {f = 'file', d = 'directory', l = 'symbolic link', p = 'FIFO',
+  c = 'character device', b = 'block device', s = 'socket'}
 local function kind_name(k)
-  if k == 'f' then return 'File' end
-  if k == 'l' then return 'Symlink' end
-  return 'Dir'
+  return KIND_NAMES[k] or 'Dir'
+end
+-- Why an entry of kind `k` holds no data (nil: it does).
+local function no_data(k, path)
+  if k == 'd' then return {'invalidarg', tostring(path) .. ' is a directory, it has no data'} end
+  if k ~= 'f' and k ~= 'l' then
+    return {'invalidarg', tostring(path) .. ' is a ' .. KIND_WORDS[k] .. ', it holds no data'}
+  end
+  return nil
 end
 -- The directory holding `path` changed: its mtime and ctime are `now`.
 local function touch_parent(path, now)
@@ -126,10 +137,8 @@ local function check_parents(first, path)
   for i = first, #ARGV do
     local did = id_of(ARGV[i])
     local k = did and redis.call('HGET', P .. 'file:' .. did, 'kind')
-    if k == 'f' then
-      return {'invalidpath', path, 'parent ' .. ARGV[i] .. ' is a file'}
-    elseif k == 'l' then
-      return {'invalidpath', path, 'parent ' .. ARGV[i] .. ' is a symbolic link'}
+    if k and k ~= 'd' then
+      return {'invalidpath', path, 'parent ' .. ARGV[i] .. ' is a ' .. KIND_WORDS[k]}
     end
   end
   return nil
@@ -325,7 +334,8 @@ pub const SET_SIZE: &str = r#"
 local id, sz, now = ARGV[1], ARGV[2], ARGV[3]
 local r = rec(id)
 if not r then return {'notfound', 'file id ' .. id} end
-if fget(r, 'kind') == 'd' then return {'invalidarg', fget(r, 'path') .. ' is a directory, it has no data'} end
+local bad = no_data(fget(r, 'kind'), fget(r, 'path'))
+if bad then return bad end
 local xk = P .. 'x:' .. id
 for _, m in ipairs(redis.call('ZRANGEBYLEX', xk, '[' .. sz, '+')) do redis.call('ZREM', xk, m) end
 local prev = redis.call('ZREVRANGEBYLEX', xk, '(' .. sz, '-', 'LIMIT', 0, 1)
@@ -372,7 +382,8 @@ local id, s, e, lbl, w, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[
 local fk = P .. 'file:' .. id
 local r = redis.call('HMGET', fk, 'kind', 'size', 'path')
 if not r[1] then return {'notfound', 'file id ' .. id} end
-if r[1] == 'd' then return {'invalidarg', tostring(r[3]) .. ' is a directory, it has no data'} end
+local bad = no_data(r[1], r[3])
+if bad then return bad end
 if s < e then
   local xk = P .. 'x:' .. id
   local ex = overlapping(xk, s, e)
@@ -411,7 +422,8 @@ local id, len, now = ARGV[1], ARGV[2], ARGV[3]
 local fk = P .. 'file:' .. id
 local r = redis.call('HMGET', fk, 'kind', 'size', 'path')
 if not r[1] then return {'notfound', 'file id ' .. id} end
-if r[1] == 'd' then return {'invalidarg', tostring(r[3]) .. ' is a directory, it has no data'} end
+local bad = no_data(r[1], r[3])
+if bad then return bad end
 local size = r[2] or Z16
 local lo = tonumber(string.sub(size, 9, 16), 16) + tonumber(string.sub(len, 9, 16), 16)
 local carry = math.floor(lo / 4294967296)

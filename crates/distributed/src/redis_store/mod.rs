@@ -999,6 +999,10 @@ impl RedisInventory {
                 "f" => FileKind::File,
                 "d" => FileKind::Dir,
                 "l" => FileKind::Symlink,
+                "p" => FileKind::Fifo,
+                "c" => FileKind::CharDevice,
+                "b" => FileKind::BlockDevice,
+                "s" => FileKind::Socket,
                 k => return Err(self.malformed(&key, &format!("kind {k:?}"))),
             },
             size,
@@ -1160,6 +1164,10 @@ fn kind_code(kind: FileKind) -> &'static [u8] {
         FileKind::File => b"f",
         FileKind::Dir => b"d",
         FileKind::Symlink => b"l",
+        FileKind::Fifo => b"p",
+        FileKind::CharDevice => b"c",
+        FileKind::BlockDevice => b"b",
+        FileKind::Socket => b"s",
     }
 }
 

@@ -220,7 +220,7 @@ impl Namespace {
                 if kind != FileKind::Dir {
                     return Err(Error::InvalidPath {
                         path: path.to_string(),
-                        reason: format!("parent {dir} is a {}", kind_word(kind)),
+                        reason: format!("parent {dir} is a {}", kind.word()),
                     });
                 }
             }
@@ -327,6 +327,13 @@ impl FileState {
             return Err(Error::InvalidArgument(format!(
                 "{} is a directory, it has no data",
                 self.meta.path
+            )));
+        }
+        if self.meta.kind.is_special() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a {}, it holds no data",
+                self.meta.path,
+                self.meta.kind.word()
             )));
         }
         Ok(())
@@ -1330,13 +1337,4 @@ fn check_linkable(meta: &FileMeta, from: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// How error messages name a kind of entry that is not a directory.
-fn kind_word(kind: FileKind) -> &'static str {
-    match kind {
-        FileKind::File => "file",
-        FileKind::Dir => "directory",
-        FileKind::Symlink => "symbolic link",
-    }
 }
