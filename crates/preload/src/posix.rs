@@ -214,6 +214,62 @@ pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
     mknodat(libc::AT_FDCWD, path, mode | libc::S_IFIFO, 0)
 }
 
+/// A Unix socket needs a kernel inode: binding one at a LABIOS path under
+/// `labios run` is EOPNOTSUPP (on `labios mount` the kernel makes it), and
+/// never makes anything on the host disk. Other addresses go to libc.
+#[no_mangle]
+pub unsafe extern "C" fn bind(
+    fd: c_int,
+    addr: *const libc::sockaddr,
+    len: libc::socklen_t,
+) -> c_int {
+    let real =
+        || real!(bind: fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int)(fd, addr, len);
+    match unix_path(addr, len) {
+        Some(path) => match labios_path(path.as_ptr()) {
+            Ok(_) => ret(Err(libc::EOPNOTSUPP)),
+            // A relative name under a LABIOS working directory that leads
+            // out: bind the host path it names.
+            Err(Some(host)) => {
+                let mut a: libc::sockaddr_un = std::mem::zeroed();
+                a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+                let bytes = host.as_bytes_with_nul();
+                if bytes.len() > a.sun_path.len() {
+                    return ret(Err(libc::ENAMETOOLONG));
+                }
+                for (d, s) in a.sun_path.iter_mut().zip(bytes) {
+                    *d = *s as c_char;
+                }
+                real!(bind: fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int)(
+                    fd,
+                    (&a as *const libc::sockaddr_un).cast(),
+                    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+                )
+            }
+            Err(None) => real(),
+        },
+        None => real(),
+    }
+}
+
+/// The path of a Unix socket address with one (not abstract, not
+/// unnamed), once the kernel says the address is readable; `sun_path`
+/// need not end in NUL when it fills the address.
+unsafe fn unix_path(addr: *const libc::sockaddr, len: libc::socklen_t) -> Option<CString> {
+    let path_at = std::mem::offset_of!(libc::sockaddr_un, sun_path);
+    if (len as usize) <= path_at || crate::guard::c_str(addr.cast()).is_err() {
+        return None;
+    }
+    let un = addr.cast::<libc::sockaddr_un>();
+    if (*un).sun_family != libc::AF_UNIX as libc::sa_family_t {
+        return None;
+    }
+    let most = (len as usize - path_at).min((*un).sun_path.len());
+    let bytes = crate::guard::c_str((*un).sun_path.as_ptr()).ok()?;
+    let path = &bytes[..bytes.len().min(most)];
+    (!path.is_empty()).then(|| CString::new(path).ok())?
+}
+
 /// Kept so that LABIOS creates apply the umask the kernel would.
 #[no_mangle]
 pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
