@@ -9,7 +9,7 @@ use common::{all_mappers, conformance, metadata_modes, options, Counting};
 use labios_bridge::cache::Policy;
 use labios_bridge::{Cached, FileMapper, Mapping, MetadataMode, MountConfig, Mounts};
 use opendal::Operator;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,11 +48,7 @@ fn start() -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     // The posix backend serves each top-level folder as a bucket.
     std::fs::create_dir(dir.path().join(BUCKET)).unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = labios_ports::service_port();
     let log = std::fs::File::create(dir.path().join("versitygw.log")).unwrap();
     let child = Command::new(bin)
         .args([

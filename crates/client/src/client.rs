@@ -9,7 +9,7 @@ use crate::config::{ClientConfig, IoMode};
 use crate::content_manager::ContentManager;
 use crate::label_manager::{first_failure, LabelManager};
 use bytes::{Bytes, BytesMut};
-use futures::future::try_join_all;
+use futures::future::{try_join_all, FutureExt};
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
     normalize_path, AppId, Error, FileId, LabelId, LabelKind, LabelState, LabelStatus, Result,
@@ -20,6 +20,7 @@ use labios_store::warehouse::release;
 use labios_store::{FileKind, FileMeta, SetAttr, Stores};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,8 +54,15 @@ struct Inner {
     app: AppId,
     /// Small writes waiting to be aggregated, per file (article 3.3.1b).
     small: Mutex<HashMap<FileId, SmallWrites>>,
-    /// Background flushes of full small-write caches, and their bound.
-    flushes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Background flushes of full small-write caches not yet seen to end.
+    /// A flush stays listed until it has ended, so that every wait or read
+    /// that starts while it runs finds it (one wait joining it must not
+    /// hide it from another).
+    flushes: Mutex<Vec<Flush>>,
+    /// Counts labels of this client seen to complete (left the in-flight
+    /// set). A lookup that raced such a completion may hold a size from
+    /// before it, so it is read again ([`Client::with_own_writes`]).
+    landed: AtomicU64,
     /// Held while a file's cached small writes travel from the cache to the
     /// label queue (stored, then published). A wait, read, stat or truncate
     /// that finds the cache empty takes it first, so that it also finds
@@ -72,6 +80,9 @@ struct Inner {
     positional: Mutex<HashSet<FileId>>,
     mounts: labios_bridge::Mounts,
 }
+
+/// A background flush that any number of waits can await at once.
+type Flush = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
 
 #[derive(Default)]
 struct SmallWrites {
@@ -158,6 +169,7 @@ impl Client {
                 app,
                 small: Mutex::new(HashMap::new()),
                 flushes: Mutex::new(Vec::new()),
+                landed: AtomicU64::new(0),
                 in_transit: tokio::sync::Mutex::new(()),
                 collected: tokio::sync::Notify::new(),
                 flush_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_FLUSHES)),
@@ -397,7 +409,7 @@ impl Client {
         );
         let id = label.id;
         let this = self.clone();
-        let task = tokio::spawn(async move {
+        let flush: Flush = async move {
             let key = crate::content_manager::write_key(this.inner.app, id);
             let stored = this
                 .inner
@@ -416,21 +428,23 @@ impl Client {
                     flight.failures.push((id, e.to_string()));
                 }
             }
-        });
+        }
+        .boxed()
+        .shared();
+        tokio::spawn(flush.clone());
         let mut flushes = self.inner.flushes.lock();
-        flushes.retain(|t| !t.is_finished());
-        flushes.push(task);
+        flushes.retain(|f| f.peek().is_none());
+        flushes.push(flush);
         Ok(Some(id))
     }
 
-    /// Waits until every background flush has published (or failed).
-    async fn join_flushes(&self) -> Result<()> {
-        let tasks = std::mem::take(&mut *self.inner.flushes.lock());
-        for t in tasks {
-            t.await
-                .map_err(|e| Error::Unavailable(format!("background flush: {e}")))?;
-        }
-        Ok(())
+    /// Waits until every background flush running now has published (or
+    /// failed). Flushes that start meanwhile are not waited for, so a
+    /// steady writer cannot hold a wait of another task for ever.
+    async fn join_flushes(&self) {
+        let running: Vec<Flush> = self.inner.flushes.lock().clone();
+        futures::future::join_all(running).await;
+        self.inner.flushes.lock().retain(|f| f.peek().is_none());
     }
 
     /// Publishes the cached small writes of a file as one indexed label.
@@ -531,7 +545,7 @@ impl Client {
 
     /// Waits for several handles at once (a barrier over them).
     pub async fn wait_many(&self, handles: &[Handle]) -> Result<()> {
-        self.join_flushes().await?;
+        self.join_flushes().await;
         let mut ids: Vec<LabelId> = Vec::new();
         for h in handles {
             if let Some(file) = h.cached {
@@ -552,7 +566,7 @@ impl Client {
 
     async fn settle_all(&self) -> Result<()> {
         self.inner.positional.lock().clear();
-        self.join_flushes().await?;
+        self.join_flushes().await;
         // A cache another task is publishing is no longer listed below.
         drop(self.inner.in_transit.lock().await);
         let files: Vec<FileId> = self.inner.small.lock().keys().copied().collect();
@@ -586,7 +600,7 @@ impl Client {
     /// Flushes cached writes of one file and waits for its labels in flight.
     async fn settle(&self, file: FileId) -> Result<()> {
         self.inner.positional.lock().remove(&file);
-        self.join_flushes().await?;
+        self.join_flushes().await;
         self.flush_small(file).await?;
         let ids = self.in_flight_of(file);
         self.wait_ids(&ids).await
@@ -688,12 +702,17 @@ impl Client {
     /// wait that is.
     fn settled(&self, statuses: &[LabelStatus], wanted: &HashSet<&LabelId>) {
         let mut flight = self.inner.flight.lock();
+        let mut landed = false;
         for s in statuses {
             for set in flight.by_file.values_mut() {
                 if set.remove(&s.id) {
+                    landed = true;
                     break;
                 }
             }
+        }
+        if landed {
+            self.inner.landed.fetch_add(1, Ordering::SeqCst);
         }
         flight.by_file.retain(|_, s| !s.is_empty());
         flight.count = flight.by_file.values().map(|s| s.len()).sum();
@@ -712,6 +731,7 @@ impl Client {
     /// The application's file at `path`, once this client's own writes to
     /// it have landed (read-your-writes).
     async fn file_to_read(&self, path: &str) -> Result<FileMeta> {
+        let landed = self.inner.landed.load(Ordering::SeqCst);
         let meta = self
             .inner
             .catalog
@@ -740,13 +760,21 @@ impl Client {
                 )))
             }
         }
-        let meta = if self.has_pending(meta.id).await {
+        self.with_own_writes(meta, landed).await
+    }
+
+    /// `meta`, looked up when this client had seen `landed` of its labels
+    /// land, made to include every write of this client that returned
+    /// before: writes still cached, on their way or in flight land first,
+    /// and one another task's wait saw land while `meta` was being looked
+    /// up (its size may predate it) is read again.
+    async fn with_own_writes(&self, meta: FileMeta, landed: u64) -> Result<FileMeta> {
+        if self.has_pending(meta.id).await {
             self.settle(meta.id).await?;
-            self.inner.catalog.file(meta.id).await?
-        } else {
-            meta
-        };
-        Ok(meta)
+        } else if self.inner.landed.load(Ordering::SeqCst) == landed {
+            return Ok(meta);
+        }
+        self.inner.catalog.file(meta.id).await
     }
 
     /// Reads up to `len` bytes at `offset`; fewer only at end of file.
@@ -877,12 +905,12 @@ impl Client {
         if labios_bridge::is_external(path) {
             return self.stat_external(path).await;
         }
+        let landed = self.inner.landed.load(Ordering::SeqCst);
         let meta = self.inner.catalog.stat(path).await?;
-        if meta.kind == FileKind::File && self.has_pending(meta.id).await {
-            self.settle(meta.id).await?;
-            return self.inner.catalog.file(meta.id).await;
+        if meta.kind != FileKind::File {
+            return Ok(meta);
         }
-        Ok(meta)
+        self.with_own_writes(meta, landed).await
     }
 
     /// Extended attributes of the file at `path`, sorted by name (LABIOS's
@@ -917,7 +945,7 @@ impl Client {
 
     async fn has_pending(&self, file: FileId) -> bool {
         drop(self.inner.in_transit.lock().await);
-        !self.inner.flushes.lock().is_empty()
+        self.inner.flushes.lock().iter().any(|f| f.peek().is_none())
             || self.inner.small.lock().contains_key(&file)
             || self.inner.flight.lock().by_file.contains_key(&file)
     }

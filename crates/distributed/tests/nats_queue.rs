@@ -8,7 +8,7 @@ use labios_label::id::now_nanos;
 use labios_label::{Error, Label, LabelIdGen, LabelKind, Task};
 use labios_store::conformance::{queue_backpressure_suite, queue_suite};
 use labios_store::LabelQueue;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -19,11 +19,6 @@ struct NatsServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().unwrap().port()
 }
 
 fn spawn_server(port: u16, dir: &Path) -> Child {
@@ -55,7 +50,7 @@ fn spawn_server(port: u16, dir: &Path) -> Child {
 impl NatsServer {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = labios_ports::service_port();
         let child = spawn_server(port, dir.path());
         NatsServer {
             child: Some(child),
@@ -429,7 +424,7 @@ async fn nats_malformed_message_is_skipped() {
 
 #[tokio::test]
 async fn nats_unreachable_url_is_unavailable() {
-    let port = free_port();
+    let port = labios_ports::service_port();
     let url = format!("nats://127.0.0.1:{port}");
     let t = Instant::now();
     let err = JetStreamQueue::<Label>::connect(NatsConfig {

@@ -3,7 +3,6 @@
 
 use labios_distributed::redis_store::{RedisConfig, RedisInventory, RedisWarehouse};
 use labios_store::conformance;
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,20 +22,6 @@ impl Drop for Cluster {
     }
 }
 
-/// Cluster ports need `port + 10000` free too (the cluster bus).
-fn free_cluster_port() -> u16 {
-    loop {
-        let p = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
-            return p;
-        }
-    }
-}
-
 fn start_cluster() -> Cluster {
     let mut c = Cluster {
         nodes: Vec::new(),
@@ -44,7 +29,7 @@ fn start_cluster() -> Cluster {
         _dirs: Vec::new(),
     };
     for _ in 0..3 {
-        let port = free_cluster_port();
+        let port = labios_ports::service_port_with(10_000);
         let dir = tempfile::tempdir().unwrap();
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])

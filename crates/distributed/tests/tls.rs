@@ -12,7 +12,7 @@ use labios_distributed::nats_queue::{JetStreamQueue, NatsConfig};
 use labios_distributed::redis_store::{RedisConfig, RedisInventory, RedisWarehouse};
 use labios_label::{Error, Label};
 use labios_store::conformance::{inventory_suite, queue_suite, warehouse_suite};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -21,11 +21,6 @@ use std::time::{Duration, Instant};
 const USER: &str = "labios";
 const PASS: &str = "nats-pass-1";
 const REDIS_PASS: &str = "redis-pass-1";
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().unwrap().port()
-}
 
 fn run(cmd: &mut Command) {
     let out = match cmd.output() {
@@ -138,7 +133,7 @@ impl Rig {
 
     /// nats-server with JetStream, TLS only and a user/password.
     fn nats(&self) -> (Proc, u16) {
-        let port = free_port();
+        let port = labios_ports::service_port();
         let store = self.file("nats");
         std::fs::create_dir_all(&store).unwrap();
         let conf = self.file("nats.conf");
@@ -160,7 +155,7 @@ impl Rig {
 
     /// redis-server listening only on a TLS port, with a password.
     fn redis(&self) -> (Proc, u16) {
-        let port = free_port();
+        let port = labios_ports::service_port();
         let proc = spawn(
             Command::new("redis-server")
                 .args(["--port", "0", "--tls-port", &port.to_string()])

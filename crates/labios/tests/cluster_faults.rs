@@ -22,7 +22,7 @@ use labios_distributed::redis_store::RedisConfig;
 use labios_label::{WorkerId, WorkerState, WorkerStatus};
 use labios_store::Stores;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,14 +30,6 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_labios");
 const WORKERS: usize = 3;
 const KIB: usize = 1024;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind a free port")
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn spawn_or_explain(cmd: &mut Command, what: &str) -> Child {
     match cmd.spawn() {
@@ -88,7 +80,7 @@ impl Service {
         std::fs::create_dir_all(&dir).unwrap();
         let mut s = Service {
             kind,
-            port: free_port(),
+            port: labios_ports::service_port(),
             dir,
             child: None,
         };

@@ -13,7 +13,11 @@ use bytes::Bytes;
 use common::deploy::{Deployed, Kind};
 use common::{data, files_under};
 use labios_client::{ClientConfig, IoMode};
-use labios_label::WorkerState;
+use labios_label::{
+    AppId, FileId, LabelId, LabelStatus, Result, WorkerId, WorkerState, WorkerStatus,
+};
+use labios_store::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
+use labios_store::Stores;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -32,6 +36,8 @@ both!(
     several_dispatchers_on_one_queue_keep_the_newest_write,
     removed_truncated_and_overwritten_bytes_free_their_space_on_every_worker,
     cached_writes_on_their_way_to_the_queue_are_waited_for,
+    a_lookup_that_raced_a_landing_write_is_read_again,
+    a_background_flush_one_wait_joins_still_holds_back_another_read,
 );
 
 const ODD_SIZES: [usize; 8] = [0, 1, 65_535, 65_536, 65_537, 1_048_575, 1_048_577, 10 << 20];
@@ -633,6 +639,20 @@ async fn removed_truncated_and_overwritten_bytes_free_their_space_on_every_worke
     d.shutdown().await;
 }
 
+/// A client of `app` on `stores` (the deployment's, some behind a test's
+/// layer).
+async fn client_over(d: &Deployed, app: &AppRecord, stores: Stores) -> labios_client::Client {
+    let origin = stores.inventory.next_id("origin").await.unwrap();
+    labios_client::Client::with_secret(
+        stores,
+        app.id,
+        &app.secret,
+        origin,
+        d.config().client_settings(),
+    )
+    .unwrap()
+}
+
 /// A warehouse whose next `put`, once armed, stops until released: the
 /// moment cached small writes have left the client's cache and are not
 /// yet a label in flight.
@@ -687,18 +707,15 @@ async fn cached_writes_on_their_way_to_the_queue_are_waited_for(kind: Kind) {
         entered: tokio::sync::Notify::new(),
         open: tokio::sync::Semaphore::new(0),
     });
-    let origin = stores.inventory.next_id("origin").await.unwrap();
-    let client = labios_client::Client::with_secret(
-        labios_store::Stores {
+    let client = client_over(
+        &d,
+        &app,
+        Stores {
             warehouse: gate.clone(),
             ..stores
         },
-        app.id,
-        &app.secret,
-        origin,
-        d.config().client_settings(),
     )
-    .unwrap();
+    .await;
     for (n, racer) in ["truncate", "read", "wait"].into_iter().enumerate() {
         let path = format!("/transit/{racer}");
         let bytes = data(n as u64, 100);
@@ -749,4 +766,242 @@ async fn cached_writes_on_their_way_to_the_queue_are_waited_for(kind: Kind) {
         }
     }
     d.shutdown().await;
+}
+
+/// A read (or stat) looks its file up while this client's write to it is
+/// still cached; before it asks whether its own writes landed, another
+/// task's wait stores the write and sees it land. The size the lookup
+/// returned predates the write, so the read must look again: it once
+/// returned no bytes (a CI run of the test above).
+async fn a_lookup_that_raced_a_landing_write_is_read_again(kind: Kind) {
+    let d = Deployed::start(kind, |_| {}).await;
+    let app = d.create_app("landing").await;
+    let stores = d.stores();
+    let held = std::sync::Arc::new(HeldLookup {
+        inner: stores.inventory.clone(),
+        armed: false.into(),
+        entered: tokio::sync::Notify::new(),
+        open: tokio::sync::Semaphore::new(0),
+    });
+    let client = client_over(
+        &d,
+        &app,
+        Stores {
+            inventory: held.clone(),
+            ..stores
+        },
+    )
+    .await;
+    for (n, racer) in ["read", "stat"].into_iter().enumerate() {
+        let path = format!("/landing/{racer}");
+        let bytes = data(n as u64, 100);
+        client
+            .write_at_async(&path, 0, bytes.clone())
+            .await
+            .unwrap();
+        held.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let racing = tokio::spawn({
+            let (client, path) = (client.clone(), path.clone());
+            async move {
+                match racer {
+                    "read" => client.read(&path).await,
+                    _ => client
+                        .stat(&path)
+                        .await
+                        .map(|m| Bytes::from(m.size.to_string())),
+                }
+            }
+        });
+        held.entered.notified().await;
+        client.wait_all().await.unwrap();
+        held.open.add_permits(1);
+        let got = racing.await.unwrap().unwrap();
+        match racer {
+            "read" => assert_eq!(
+                got, bytes,
+                "the read missed a write that returned before it"
+            ),
+            _ => assert_eq!(
+                got, "100",
+                "the stat missed a write that returned before it"
+            ),
+        }
+    }
+    d.shutdown().await;
+}
+
+/// A full small-write cache goes to the warehouse in the background and is
+/// held there. One task's wait joins that flush; a read by another task
+/// must wait for it too (it once found no flush listed, since the first
+/// wait had taken the list, and read the file as empty).
+async fn a_background_flush_one_wait_joins_still_holds_back_another_read(kind: Kind) {
+    let d = Deployed::start(kind, |_| {}).await;
+    let app = d.create_app("joined").await;
+    let stores = d.stores();
+    let gate = std::sync::Arc::new(Gated {
+        inner: stores.warehouse.clone(),
+        armed: false.into(),
+        entered: tokio::sync::Notify::new(),
+        open: tokio::sync::Semaphore::new(0),
+    });
+    let client = client_over(
+        &d,
+        &app,
+        Stores {
+            warehouse: gate.clone(),
+            ..stores
+        },
+    )
+    .await;
+    let half = (d.config().client_settings().min_label_size / 2) as usize;
+    let bytes = data(9, 2 * half);
+    client
+        .write_at_async("/joined/file", 0, bytes.slice(..half))
+        .await
+        .unwrap();
+    gate.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Fills the cache: its flush goes to the background and stops at the gate.
+    client
+        .write_at_async("/joined/file", half as u64, bytes.slice(half..))
+        .await
+        .unwrap();
+    gate.entered.notified().await;
+    let mut joining = Box::pin(client.wait_all());
+    assert!(
+        futures::poll!(&mut joining).is_pending(),
+        "a wait returned while a flush was held"
+    );
+    let mut reader = tokio::spawn({
+        let client = client.clone();
+        async move { client.read("/joined/file").await }
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut reader)
+            .await
+            .is_err(),
+        "a read returned while this client's earlier write was held on its way"
+    );
+    gate.open.add_permits(1);
+    joining.await.unwrap();
+    assert!(
+        reader.await.unwrap().unwrap() == bytes,
+        "the read missed the flushed write"
+    );
+    d.shutdown().await;
+}
+
+/// An inventory whose next lookup, once armed, is answered at once and its
+/// reply then held until released: the moment a reader has looked a file
+/// up and not yet asked whether this client's own writes to it landed.
+/// Every other call goes straight through.
+struct HeldLookup {
+    inner: std::sync::Arc<dyn Inventory>,
+    armed: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    open: tokio::sync::Semaphore,
+}
+
+#[async_trait::async_trait]
+impl Inventory for HeldLookup {
+    async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
+        let reply = self.inner.lookup(path).await;
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.entered.notify_one();
+            self.open.acquire().await.expect("never closed").forget();
+        }
+        reply
+    }
+    async fn create(
+        &self,
+        path: &str,
+        kind: FileKind,
+        mode: u32,
+        owner: Owner,
+    ) -> Result<FileMeta> {
+        self.inner.create(path, kind, mode, owner).await
+    }
+    async fn symlink(&self, path: &str, target: &str, owner: Owner) -> Result<FileMeta> {
+        self.inner.symlink(path, target, owner).await
+    }
+    async fn set_attr(&self, file: FileId, attr: SetAttr) -> Result<FileMeta> {
+        self.inner.set_attr(file, attr).await
+    }
+    async fn link(&self, from: &str, to: &str) -> Result<FileMeta> {
+        self.inner.link(from, to).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
+        self.inner.list(prefix).await
+    }
+    async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)> {
+        self.inner.remove(path).await
+    }
+    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
+        self.inner.rename(from, to).await
+    }
+    async fn set_size(&self, file: FileId, size: u64) -> Result<()> {
+        self.inner.set_size(file, size).await
+    }
+    async fn commit_extent(&self, file: FileId, extent: Extent) -> Result<()> {
+        self.inner.commit_extent(file, extent).await
+    }
+    async fn reserve_append(&self, file: FileId, len: u64) -> Result<u64> {
+        self.inner.reserve_append(file, len).await
+    }
+    async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.inner.extents(file, offset, len).await
+    }
+    async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {
+        self.inner.file(file).await
+    }
+    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
+        self.inner.set_xattr(file, name, value).await
+    }
+    async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>> {
+        self.inner.xattrs(file).await
+    }
+    async fn set_status(&self, status: LabelStatus) -> Result<()> {
+        self.inner.set_status(status).await
+    }
+    async fn status(&self, id: LabelId) -> Result<Option<LabelStatus>> {
+        self.inner.status(id).await
+    }
+    async fn wait(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>> {
+        self.inner.wait(ids, timeout).await
+    }
+    async fn label_count(&self) -> Result<usize> {
+        self.inner.label_count().await
+    }
+    async fn put_worker(&self, status: WorkerStatus) -> Result<()> {
+        self.inner.put_worker(status).await
+    }
+    async fn workers(&self) -> Result<Vec<WorkerStatus>> {
+        self.inner.workers().await
+    }
+    async fn remove_worker(&self, id: WorkerId) -> Result<()> {
+        self.inner.remove_worker(id).await
+    }
+    async fn put_app(&self, app: AppRecord) -> Result<()> {
+        self.inner.put_app(app).await
+    }
+    async fn app(&self, id: AppId) -> Result<Option<AppRecord>> {
+        self.inner.app(id).await
+    }
+    async fn apps(&self) -> Result<Vec<AppRecord>> {
+        self.inner.apps().await
+    }
+    async fn put_function(&self, app: AppId, name: &str, module: Option<Bytes>) -> Result<()> {
+        self.inner.put_function(app, name, module).await
+    }
+    async fn function(&self, app: AppId, name: &str) -> Result<Option<Bytes>> {
+        self.inner.function(app, name).await
+    }
+    async fn functions(&self, app: AppId) -> Result<Vec<String>> {
+        self.inner.functions(app).await
+    }
+    async fn next_id(&self, counter: &str) -> Result<u64> {
+        self.inner.next_id(counter).await
+    }
+    async fn sync(&self) -> Result<()> {
+        self.inner.sync().await
+    }
 }

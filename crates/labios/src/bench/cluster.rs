@@ -5,7 +5,6 @@
 
 use crate::config::{Config, Deployment};
 use anyhow::Context;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,10 +15,6 @@ pub struct LocalCluster {
     servers: Vec<Child>,
     dispatchers: Vec<Child>,
     workers: Vec<Child>,
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn wait_port(port: u16, what: &str) -> anyhow::Result<()> {
@@ -49,7 +44,7 @@ fn spawn_server(program: &str, args: &[String], log: &Path) -> anyhow::Result<Ch
 impl LocalCluster {
     pub fn start(base: &Config, workers: usize) -> anyhow::Result<LocalCluster> {
         let dir = tempfile::tempdir()?;
-        let (nats, redis) = (free_port()?, free_port()?);
+        let (nats, redis) = (labios_ports::service_port(), labios_ports::service_port());
         let nats_dir = dir.path().join("nats");
         let redis_dir = dir.path().join("redis");
         std::fs::create_dir_all(&redis_dir)?;

@@ -23,7 +23,7 @@ use labios::{Config, Runtime};
 use labios_client::Client;
 use labios_store::Stores;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -182,14 +182,6 @@ impl Deployed {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Whether this build of `labios` has the `manager` command (checked once).
 pub fn has_manager_command() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
@@ -212,12 +204,26 @@ pub fn spawn_service(cmd: &mut Command, what: &str) -> Child {
     }
 }
 
-/// Waits until `host:port` accepts TCP connections (and, for Redis, answers PING).
-pub fn wait_listening(host: &str, port: u16, redis: bool, child: &mut Child, what: &str) {
+/// Output of a service, kept for the failure message of a test.
+fn log_file(path: &Path) -> Stdio {
+    Stdio::from(std::fs::File::create(path).unwrap())
+}
+
+/// Waits until `host:port` accepts TCP connections (and, for Redis,
+/// answers PING); a service that exits first fails the test with its log.
+pub fn wait_listening(
+    host: &str,
+    port: u16,
+    redis: bool,
+    child: &mut Child,
+    what: &str,
+    log: &Path,
+) {
     let t = Instant::now();
     loop {
         if let Ok(Some(st)) = child.try_wait() {
-            panic!("{what} exited before listening on {host}:{port}: {st}");
+            let said = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("{what} exited before listening on {host}:{port}: {st}; its log:\n{said}");
         }
         if let Ok(mut s) = TcpStream::connect((host, port)) {
             if !redis {
@@ -319,16 +325,17 @@ impl Cluster {
     async fn start(config: &mut Config) -> Cluster {
         let slot = CLUSTER_SLOTS.acquire().await.unwrap();
         let svc = tempfile::tempdir().unwrap();
-        let (nport, rport) = (free_port(), free_port());
+        let (nport, rport) = (labios_ports::service_port(), labios_ports::service_port());
         std::fs::create_dir_all(svc.path().join("nats")).unwrap();
         std::fs::create_dir_all(svc.path().join("redis")).unwrap();
+        let (nats_log, redis_log) = (svc.path().join("nats.log"), svc.path().join("redis.log"));
         let mut nats = spawn_service(
             Command::new("nats-server")
                 .args(["-js", "-a", "127.0.0.1", "-p", &nport.to_string(), "-sd"])
                 .arg(svc.path().join("nats"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null()),
+                .stderr(log_file(&nats_log)),
             "nats-server",
         );
         let mut redis = spawn_service(
@@ -338,12 +345,26 @@ impl Cluster {
                 .arg(svc.path().join("redis"))
                 .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"])
                 .stdin(Stdio::null())
-                .stdout(Stdio::null())
+                .stdout(log_file(&redis_log))
                 .stderr(Stdio::null()),
             "redis-server",
         );
-        wait_listening("127.0.0.1", nport, false, &mut nats, "nats-server");
-        wait_listening("127.0.0.1", rport, true, &mut redis, "redis-server");
+        wait_listening(
+            "127.0.0.1",
+            nport,
+            false,
+            &mut nats,
+            "nats-server",
+            &nats_log,
+        );
+        wait_listening(
+            "127.0.0.1",
+            rport,
+            true,
+            &mut redis,
+            "redis-server",
+            &redis_log,
+        );
 
         config.deployment = Deployment::Distributed;
         config.nats.url = format!("nats://127.0.0.1:{nport}");

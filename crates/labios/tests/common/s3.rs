@@ -3,7 +3,7 @@
 //! tests. `bash scripts/services.sh install` builds it.
 
 use labios_bridge::MountConfig;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -34,11 +34,7 @@ impl S3Server {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         std::fs::create_dir(&data).unwrap();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = labios_ports::service_port();
         let (key, secret) = ("bridgekey".to_string(), "bridgesecret".to_string());
         let child = Command::new(versitygw())
             .args(["--access", &key, "--secret", &secret, "--port"])
