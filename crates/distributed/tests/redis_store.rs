@@ -8,7 +8,7 @@ use labios_distributed::redis_store::{RedisConfig, RedisInventory, RedisWarehous
 use labios_label::{Error, LabelId, LabelIdGen, LabelState, LabelStatus};
 use labios_store::{conformance, Extent, FileKind, Inventory, Warehouse};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,19 +21,11 @@ struct Server {
     extra: Vec<String>,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Server {
     fn start(extra: &[&str]) -> Server {
         let mut s = Server {
             child: None,
-            port: free_port(),
+            port: labios_ports::service_port(),
             dir: tempfile::tempdir().unwrap(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
@@ -423,7 +415,7 @@ async fn redis_node_local_placement() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_unreachable_url_is_unavailable() {
-    let port = free_port();
+    let port = labios_ports::service_port();
     let cfg = config(vec![format!("redis://127.0.0.1:{port}")], "un");
     let t = Instant::now();
     let err = RedisWarehouse::connect(&cfg).await.err().unwrap();
@@ -503,6 +495,49 @@ async fn redis_malformed_value_names_its_key() {
     let err = i.file(f.id).await.unwrap_err();
     assert!(err.to_string().contains(&fkey), "{err}");
     println!("malformed: {err}");
+}
+
+/// Directories written by a version that did not count subdirectories in
+/// their link count (no `nlink`, no marker) are counted once on connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_links_of_an_older_namespace_are_counted_on_connect() {
+    let s = Server::start(&[]);
+    let cfg = config(vec![s.url()], "dl");
+    let i = RedisInventory::connect(&cfg).await.unwrap();
+    let root = labios_store::Owner::root(1);
+    i.create("/a/b/c", FileKind::Dir, 0o755, root)
+        .await
+        .unwrap();
+    i.create("/a/d/f", FileKind::File, 0o644, root)
+        .await
+        .unwrap();
+    let dirs = ["/", "/a", "/a/b", "/a/b/c", "/a/d"];
+    let mut ids = Vec::new();
+    for p in dirs {
+        ids.push(i.lookup(p).await.unwrap().unwrap().id);
+    }
+    drop(i);
+    let mut c = direct(&s.url()).await;
+    for id in &ids {
+        let _: () = redis::cmd("HDEL")
+            .arg(format!("{{{}}}:file:{id}", cfg.namespace))
+            .arg("nlink")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("HDEL")
+        .arg(format!("{{{}}}:ctr", cfg.namespace))
+        .arg("subdirs")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let i = RedisInventory::connect(&cfg).await.unwrap();
+    let mut links = Vec::new();
+    for p in dirs {
+        links.push(i.lookup(p).await.unwrap().unwrap().nlink);
+    }
+    assert_eq!(links, [3, 4, 3, 2, 2]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -127,7 +127,7 @@ impl LabiosFs {
             crtime: time(m.ctime),
             kind: kind_of(m),
             perm: (m.mode & 0o7777) as u16,
-            nlink: if m.kind == FileKind::Dir { 2 } else { m.nlink },
+            nlink: m.nlink,
             uid: m.uid,
             gid: m.gid,
             rdev: self.device_number(m),

@@ -4,7 +4,7 @@
 //! table keeps each number's current path while the kernel holds it.
 
 use fuser::{Errno, INodeNo};
-use labios_store::FileMeta;
+use labios_store::{FileKind, FileMeta};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -41,8 +41,9 @@ struct Node {
     path: Option<String>,
     lookups: u64,
     /// The file's names when last seen: with more than one, removing
-    /// `path` leaves the node alive under another.
-    nlink: u32,
+    /// `path` leaves the node alive under another. A directory has one
+    /// (its other links are `.` and its subdirectories' `..`).
+    names: u32,
 }
 
 #[derive(Default)]
@@ -70,9 +71,13 @@ impl Table {
         let entry = self.nodes.entry(node.0).or_insert(Node {
             path: None,
             lookups: 0,
-            nlink: 1,
+            names: 1,
         });
-        entry.nlink = meta.nlink;
+        entry.names = if meta.kind == FileKind::Dir {
+            1
+        } else {
+            meta.nlink
+        };
         if let Some(previous) = entry.path.replace(meta.path.clone()) {
             if previous != meta.path {
                 // Renamed by another client (or named by another of its
@@ -144,7 +149,7 @@ impl Nodes {
         let node = t.by_path.remove(path)?;
         let n = t.nodes.get_mut(&node)?;
         n.path = None;
-        (n.nlink > 1).then_some(INodeNo(node))
+        (n.names > 1).then_some(INodeNo(node))
     }
 
     /// `from` (and, for a directory, everything under it) is now `to`;

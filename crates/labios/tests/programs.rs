@@ -273,6 +273,7 @@ macro_rules! mounted {
 
 everywhere!(
     special_files,
+    directory_link_counts,
     owners_modes_times,
     bad_pointers,
     dot_names,
@@ -987,6 +988,32 @@ async fn special_files(kind: Kind, via: Via) {
     let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/specials.py" "$ROOT/t""#);
     assert!(out.contains("null crw-r--r-- 1 1,3\n"), "{out}");
     assert!(out.contains("fifo prw-r--r-- 1 0\n"), "{out}");
+    b.stop().await;
+}
+
+/// A directory's `st_nlink` is 2 plus its subdirectories, through mkdir,
+/// mkdir -p, rename to another parent and rmdir, as in a plain directory;
+/// files, FIFOs and symbolic links do not count.
+async fn directory_link_counts(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "dirlinks").await;
+    let out = b.same(
+        r#"set -e
+mkdir -p "$ROOT/a/b/c" "$ROOT/a/d"
+cd "$ROOT"
+links() { for d in "$@"; do printf '%s:%s ' "$d" "$(stat -c %h "$d")"; done; echo; }
+links . a a/b a/b/c a/d
+touch a/f && mkfifo a/p && ln -s b a/l && ln a/f a/g
+links a
+mv a/d a/b/
+links a a/b
+rmdir a/b/c
+links a a/b
+mv a/b e
+links . a e
+"#,
+    );
+    assert!(out.contains(".:3 a:4 a/b:3 a/b/c:2 a/d:2 \n"), "{out}");
+    assert!(out.contains(".:4 a:2 e:3 \n"), "{out}");
     b.stop().await;
 }
 

@@ -48,7 +48,7 @@ unsafe fn fill_stat(m: &FileMeta, st: *mut libc::stat) {
     *st = std::mem::zeroed();
     st.st_dev = DEVICE;
     st.st_ino = m.id;
-    st.st_nlink = links(m).into();
+    st.st_nlink = m.nlink.into();
     st.st_mode = type_bits(m) | (m.mode & 0o7777);
     st.st_rdev = device_number(m);
     st.st_uid = m.uid;
@@ -66,7 +66,7 @@ unsafe fn fill_statx(m: &FileMeta, stx: *mut libc::statx) {
     *stx = std::mem::zeroed();
     stx.stx_mask = libc::STATX_BASIC_STATS;
     stx.stx_blksize = BLOCK as u32;
-    stx.stx_nlink = links(m);
+    stx.stx_nlink = m.nlink;
     stx.stx_uid = m.uid;
     stx.stx_gid = m.gid;
     stx.stx_mode = (type_bits(m) | (m.mode & 0o7777)) as u16;
@@ -87,17 +87,6 @@ unsafe fn fill_statx(m: &FileMeta, stx: *mut libc::statx) {
     }
     stx.stx_dev_major = (DEVICE >> 8) as u32;
     stx.stx_dev_minor = (DEVICE & 0xff) as u32;
-}
-
-/// `st_nlink`: a file's names; a directory's 2 (its name and `.`), as
-/// LABIOS does not count subdirectories (gnulib's `find` trusts the count
-/// only on file system types it knows).
-fn links(m: &FileMeta) -> u32 {
-    if m.kind == FileKind::Dir {
-        2
-    } else {
-        m.nlink
-    }
 }
 
 /// The entry of a LABIOS descriptor; one whose file was removed while

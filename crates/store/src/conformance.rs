@@ -533,7 +533,75 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     hard_link_cases(i.as_ref(), &root).await;
     attribute_cases(i.as_ref(), &root).await;
     special_cases(i.as_ref(), &root).await;
+    directory_link_cases(i.as_ref(), &root).await;
     i.sync().await.unwrap();
+}
+
+/// A directory's link count is 2 (its name and its `.`) plus one for
+/// each subdirectory (its `..`), through every way a subdirectory comes,
+/// goes or moves; other entries do not count.
+async fn directory_link_cases(i: &dyn Inventory, root: &str) {
+    let links = |path: String| async move { i.lookup(&path).await.unwrap().unwrap().nlink };
+    let dir = |path: String| async move {
+        i.create(&path, FileKind::Dir, 0o755, Owner::root(1))
+            .await
+            .unwrap()
+    };
+    let (n, m) = (format!("{root}/subdirs/n"), format!("{root}/subdirs/m"));
+    assert_eq!(dir(n.clone()).await.nlink, 2, "a new directory");
+    assert_eq!(links(format!("{root}/subdirs")).await, 3, "made with it");
+    dir(format!("{n}/x")).await;
+    assert_eq!(links(n.clone()).await, 3, "a subdirectory");
+    i.create(&format!("{n}/y/z/f"), FileKind::File, 0o644, Owner::root(1))
+        .await
+        .unwrap();
+    assert_eq!(links(n.clone()).await, 4, "a missing parent made");
+    assert_eq!(
+        (
+            links(format!("{n}/y")).await,
+            links(format!("{n}/y/z")).await
+        ),
+        (3, 2)
+    );
+    i.symlink(&format!("{n}/l"), "x", Owner::root(1))
+        .await
+        .unwrap();
+    i.create(&format!("{n}/p"), FileKind::Fifo, 0o644, Owner::root(1))
+        .await
+        .unwrap();
+    i.link(&format!("{n}/y/z/f"), &format!("{n}/h"))
+        .await
+        .unwrap();
+    assert_eq!(
+        links(n.clone()).await,
+        4,
+        "files, links and FIFOs do not count"
+    );
+    i.rename(&format!("{n}/x"), &format!("{m}/x"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (links(n.clone()).await, links(m.clone()).await),
+        (3, 3),
+        "a subdirectory moved to a new parent"
+    );
+    i.rename(&format!("{n}/y"), &format!("{n}/w"))
+        .await
+        .unwrap();
+    assert_eq!(links(n.clone()).await, 3, "renamed in place");
+    assert_eq!(links(format!("{n}/w")).await, 3, "it keeps its own");
+    let (gone, _) = i.remove(&format!("{m}/x")).await.unwrap();
+    assert_eq!((gone.kind, gone.nlink), (FileKind::Dir, 0));
+    assert_eq!(links(m.clone()).await, 2, "a subdirectory removed");
+    i.rename(&m, &format!("{n}/w/z/m")).await.unwrap();
+    assert_eq!(
+        (
+            links(format!("{root}/subdirs")).await,
+            links(format!("{n}/w/z")).await
+        ),
+        (3, 3),
+        "moved deeper"
+    );
 }
 
 /// FIFOs, devices and sockets are entries of their kind that hold no data

@@ -87,6 +87,16 @@ async fn inventory_recovers_synced_state() {
         .await
         .unwrap();
     assert!(next.id > id, "counters survive");
+    let d = inv.lookup("/d").await.unwrap().unwrap();
+    assert_eq!(d.nlink, 2, "a directory's links are counted again on open");
+    inv.create("/d/e/f", FileKind::Dir, 0o755, labios_store::Owner::root(1))
+        .await
+        .unwrap();
+    inv.sync().await.unwrap();
+    drop(inv);
+    let inv = RedbInventory::open(&path, InventoryConfig::default()).unwrap();
+    assert_eq!(inv.lookup("/d").await.unwrap().unwrap().nlink, 3);
+    assert_eq!(inv.lookup("/d/e").await.unwrap().unwrap().nlink, 3);
     let err = inv.lookup("d//x").await.unwrap_err();
     assert!(err.to_string().contains("not normalized"), "{err}");
 }

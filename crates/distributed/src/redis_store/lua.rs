@@ -60,7 +60,7 @@ local function unname(id, r, path, now)
   redis.call('DEL', P .. 'path:' .. path)
   redis.call('ZREM', P .. 'paths', path)
   local n = nlink_of(r)
-  if n <= 1 then
+  if n <= 1 or fget(r, 'kind') == 'd' then
     local ext = redis.call('ZRANGE', P .. 'x:' .. id, 0, -1)
     redis.call('DEL', P .. 'x:' .. id, P .. 'xattr:' .. id, P .. 'file:' .. id, P .. 'links:' .. id)
     return at(r, path, '0'), ext
@@ -111,12 +111,23 @@ local function no_data(k, path)
   end
   return nil
 end
--- The directory holding `path` changed: its mtime and ctime are `now`.
-local function touch_parent(path, now)
+-- The directory holding `path` changed: its mtime and ctime are `now`, and
+-- it gained (`subdirs` 1) or lost (-1) a subdirectory, whose '..' is one of
+-- its links (a directory's 'nlink' is 2 plus its subdirectories).
+local function touch_parent(path, now, subdirs)
+  if path == '/' then return end
   local dir = string.match(path, '^(.*)/[^/]*$')
   if dir == '' then dir = '/' end
   local did = dir and id_of(dir)
-  if did then redis.call('HSET', P .. 'file:' .. did, 'mtime', now, 'ctime', now) end
+  if did then
+    local fk = P .. 'file:' .. did
+    redis.call('HSET', fk, 'mtime', now, 'ctime', now)
+    if subdirs ~= 0 then redis.call('HINCRBY', fk, 'nlink', subdirs) end
+  end
+end
+local function dir_delta(kind)
+  if kind == 'd' then return 1 end
+  return 0
 end
 -- Who a record belongs to: {application, uid, gid} (records written before
 -- files had a POSIX owner belong to root).
@@ -127,10 +138,10 @@ local function new_entry(path, kind, mode, o, now)
   local id = string.format('%d', redis.call('HINCRBY', P .. 'ctr', 'file', 1))
   redis.call('HSET', P .. 'file:' .. id, 'v', '1', 'id', id, 'path', path, 'kind', kind,
     'size', Z16, 'mode', mode, 'owner', o[1], 'uid', o[2], 'gid', o[3],
-    'ctime', now, 'mtime', now, 'atime', now)
+    'ctime', now, 'mtime', now, 'atime', now, 'nlink', string.format('%d', 1 + dir_delta(kind)))
   redis.call('SET', P .. 'path:' .. path, id)
   redis.call('ZADD', P .. 'paths', 0, path)
-  touch_parent(path, now)
+  touch_parent(path, now, dir_delta(kind))
   return id
 end
 local function check_parents(first, path)
@@ -235,7 +246,7 @@ redis.call('SET', P .. 'path:' .. to, id)
 redis.call('ZADD', P .. 'paths', 0, to)
 redis.call('ZADD', P .. 'links:' .. id, 0, to)
 redis.call('HSET', P .. 'file:' .. id, 'nlink', string.format('%d', n + 1), 'ctime', now)
-touch_parent(to, now)
+touch_parent(to, now, 0)
 return {'ok', rec_at(id, to)}
 "#;
 
@@ -272,7 +283,7 @@ if fget(r, 'kind') == 'd' then
   if #c > 0 then return {'invalidarg', 'directory ' .. path .. ' is not empty'} end
 end
 local gone, ext = unname(id, r, path, now)
-touch_parent(path, now)
+touch_parent(path, now, -dir_delta(fget(r, 'kind')))
 return {'ok', gone, ext}
 "#;
 
@@ -323,8 +334,8 @@ if kind == 'd' then
 end
 move_name(id, from, to)
 redis.call('HSET', P .. 'file:' .. id, 'ctime', now)
-touch_parent(from, now)
-touch_parent(to, now)
+touch_parent(from, now, -dir_delta(kind))
+touch_parent(to, now, dir_delta(kind))
 if old then return {'ok', old, oext} end
 return {'ok'}
 "#;
@@ -550,4 +561,27 @@ pub const WH_GETDEL_LEN: &str = r#"
 local n = redis.call('STRLEN', KEYS[1])
 if redis.call('DEL', KEYS[1]) == 0 then return -1 end
 return n
+"#;
+
+/// Once per namespace: sets each directory's 'nlink' to 2 plus its
+/// subdirectories, which versions before they were counted did not keep.
+pub const COUNT_SUBDIRS: &str = r#"
+if redis.call('HGET', P .. 'ctr', 'subdirs') then return {'ok'} end
+local dirs = {}
+for _, p in ipairs(redis.call('ZRANGE', P .. 'paths', 0, -1)) do
+  local id = id_of(p)
+  if id and redis.call('HGET', P .. 'file:' .. id, 'kind') == 'd' then
+    dirs[p] = id
+    redis.call('HSET', P .. 'file:' .. id, 'nlink', '2')
+  end
+end
+for p, _ in pairs(dirs) do
+  local parent = string.match(p, '^(.*)/[^/]*$')
+  if parent == '' then parent = '/' end
+  if p ~= '/' and dirs[parent] then
+    redis.call('HINCRBY', P .. 'file:' .. dirs[parent], 'nlink', 1)
+  end
+end
+redis.call('HSET', P .. 'ctr', 'subdirs', '1')
+return {'ok'}
 "#;

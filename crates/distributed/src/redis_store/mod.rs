@@ -812,6 +812,7 @@ struct Scripts {
     set_status: Script,
     label_count: Script,
     forget: Script,
+    count_subdirs: Script,
 }
 
 impl Scripts {
@@ -835,6 +836,7 @@ impl Scripts {
             set_status: s(lua::SET_STATUS),
             label_count: s(lua::LABEL_COUNT),
             forget: s(lua::FORGET),
+            count_subdirs: s(lua::COUNT_SUBDIRS),
         }
     }
 }
@@ -912,6 +914,7 @@ impl RedisInventory {
         let _ = tokio::time::timeout(inv.link.timeout, ready_rx).await;
         inv.create("/", FileKind::Dir, 0o755, Owner::root(0))
             .await?;
+        inv.run(&inv.scripts.count_subdirs, &[]).await?;
         Ok(inv)
     }
 

@@ -200,12 +200,25 @@ impl Namespace {
             .is_some_and(|(p, _)| p.starts_with(&prefix))
     }
 
-    /// The directory holding `path` changed: its mtime and ctime are `now`.
-    fn touch_parent(&self, path: &str, now: u64, ops: &mut Vec<Op>) {
+    /// The directory holding `path` changed: its mtime and ctime are `now`,
+    /// and it gained (`subdirs` 1) or lost (-1) a subdirectory, whose `..`
+    /// is one of its links.
+    fn touch_parent(&self, path: &str, now: u64, subdirs: i32, ops: &mut Vec<Op>) {
         if let Some(dir) = parent(path).and_then(|p| self.node(p)) {
             let mut d = dir.lock();
             d.meta.mtime = now;
             d.meta.ctime = now;
+            d.meta.nlink = d
+                .meta
+                .nlink
+                .checked_add_signed(subdirs)
+                .filter(|&n| n >= 2)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "directory {} with {} links gains {subdirs} subdirectories",
+                        d.meta.path, d.meta.nlink
+                    )
+                });
             ops.push(Op::file(&d.meta));
         }
     }
@@ -438,6 +451,35 @@ struct Loaded {
     counters: HashMap<String, Counter>,
 }
 
+/// Links of a new entry: a directory's name and its `.`; anything else's
+/// one name.
+fn dir_links(kind: FileKind) -> u32 {
+    if kind == FileKind::Dir {
+        2
+    } else {
+        1
+    }
+}
+
+/// Sets each directory's link count to 2 plus its subdirectories (whose
+/// `..` link it), whatever a version that did not count them stored.
+fn count_subdirs(ns: &Namespace) {
+    for n in ns.nodes.values() {
+        let mut st = n.lock();
+        if st.meta.kind == FileKind::Dir {
+            st.meta.nlink = 2;
+        }
+    }
+    for p in ns.paths.keys() {
+        let is_dir = ns
+            .node(p)
+            .is_some_and(|n| n.lock().meta.kind == FileKind::Dir);
+        if let Some(dir) = parent(p).filter(|_| is_dir).and_then(|d| ns.node(d)) {
+            dir.lock().meta.nlink += 1;
+        }
+    }
+}
+
 /// Creates the tables and the root directory, then reads everything.
 fn load(db: &Database) -> Result<Loaded> {
     let tx = db.begin_write().map_err(storage)?;
@@ -510,6 +552,7 @@ fn load(db: &Database) -> Result<Loaded> {
             ns.paths.insert(p, id.value());
         }
     }
+    count_subdirs(&ns);
     let mut current: Option<(FileId, &Arc<Node>)> = None;
     for e in tx
         .open_table(EXTENTS)
@@ -694,14 +737,14 @@ impl RedbInventory {
             ctime: now,
             mtime: now,
             atime: now,
-            nlink: 1,
+            nlink: dir_links(kind),
         };
         ns.paths.insert(meta.path.clone(), meta.id);
         ns.nodes
             .insert(meta.id, Arc::new(Mutex::new(FileState::new(meta.clone()))));
         ops.push(Op::PutPath(meta.path.clone(), meta.id));
         ops.push(Op::file(&meta));
-        ns.touch_parent(path, now, ops);
+        ns.touch_parent(path, now, i32::from(kind == FileKind::Dir), ops);
         Ok(meta)
     }
 
@@ -888,7 +931,12 @@ impl Inventory for RedbInventory {
         }
         let mut ops = Vec::new();
         let removed = ns.unname(&mut st, path, &mut ops);
-        ns.touch_parent(path, now_nanos(), &mut ops);
+        let subdirs = if removed.0.kind == FileKind::Dir {
+            -1
+        } else {
+            0
+        };
+        ns.touch_parent(path, now_nanos(), subdirs, &mut ops);
         self.log.append(&mut ops)?;
         Ok(removed)
     }
@@ -928,7 +976,7 @@ impl Inventory for RedbInventory {
         st.check_links();
         ops.push(Op::PutPath(to.to_string(), st.meta.id));
         ops.push(Op::file(&st.meta));
-        ns.touch_parent(to, now, &mut ops);
+        ns.touch_parent(to, now, 0, &mut ops);
         self.log.append(&mut ops)?;
         Ok(st.meta_at(to))
     }
@@ -1025,9 +1073,12 @@ impl Inventory for RedbInventory {
             ops.push(Op::file(&st.meta));
         }
         drop(guards);
-        ns.touch_parent(from, now, &mut ops);
-        if parent(from) != parent(to) {
-            ns.touch_parent(to, now, &mut ops);
+        if parent(from) == parent(to) {
+            ns.touch_parent(from, now, 0, &mut ops);
+        } else {
+            let moved = i32::from(kind == FileKind::Dir);
+            ns.touch_parent(from, now, -moved, &mut ops);
+            ns.touch_parent(to, now, moved, &mut ops);
         }
         self.log.append(&mut ops)?;
         Ok(replaced)
