@@ -288,6 +288,11 @@ impl Session {
         self.run(self.client.truncate(path, size))
     }
 
+    /// fallocate(2) with Linux's mode bits ([`Client::fallocate`]).
+    pub fn fallocate(&self, path: &str, mode: i32, offset: u64, len: u64) -> Result<()> {
+        self.run(self.client.fallocate(path, mode, offset, len))
+    }
+
     /// Waits for the file's writes and makes them durable on the workers.
     pub fn flush(&self, path: &str) -> Result<()> {
         self.run(self.client.flush(path))

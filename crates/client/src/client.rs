@@ -38,7 +38,10 @@ impl Handle {
     }
 }
 
+mod allocate;
 mod external;
+
+pub use allocate::NOT_SUPPORTED;
 mod pipelines;
 
 #[derive(Clone)]

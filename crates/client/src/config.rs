@@ -57,8 +57,7 @@ impl Default for ClientConfig {
     }
 }
 
-/// The largest label the warehouse and the wire protocol carry comfortably.
-pub const LABEL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
+pub use labios_label::LABEL_SIZE_LIMIT;
 
 impl ClientConfig {
     pub fn validate(&self) -> Result<()> {

@@ -17,6 +17,7 @@ pub fn errno_of(e: &Error) -> i32 {
         Error::InvalidArgument(m) if m.contains("not empty") => libc::ENOTEMPTY,
         Error::InvalidArgument(m) if m.ends_with("no hard link to a directory") => libc::EPERM,
         Error::InvalidArgument(m) if m.ends_with("too many links") => libc::EMLINK,
+        Error::InvalidArgument(m) if m.ends_with(crate::client::NOT_SUPPORTED) => libc::EOPNOTSUPP,
         Error::InvalidArgument(_) | Error::Malformed(_) => libc::EINVAL,
         Error::PermissionDenied(m) if m.ends_with(labios_store::access::NOT_PERMITTED) => {
             libc::EPERM

@@ -118,6 +118,28 @@ impl LabelManager {
         pieces
     }
 
+    /// Write labels of `len` zero bytes at `offset` that carry no data (the
+    /// worker makes the zeros), one per max-size chunk.
+    pub fn zero_pieces(&self, path: &str, file: FileId, offset: u64, len: u64) -> Vec<Label> {
+        let max = self.config.max_label_size;
+        let mut labels = Vec::with_capacity(len.div_ceil(max) as usize);
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(max);
+            let mut label = self.label(LabelKind::Write);
+            label.source = Pointer::Zeros { len: n };
+            label.destination = Pointer::File {
+                path: path.to_string(),
+                file,
+                offset: offset + done,
+                len: n,
+            };
+            labels.push(label);
+            done += n;
+        }
+        labels
+    }
+
     /// One indexed label carrying several small writes (N requests -> 1 label).
     pub fn indexed_write(
         &self,

@@ -807,8 +807,9 @@ impl Filesystem for LabiosFs {
         reply.error(Errno::ENOTTY)
     }
 
-    /// Only allocation that extends the size (mode 0): LABIOS stores no
-    /// blocks ahead of their bytes, so reserving is setting the size.
+    /// The kernel has checked the descriptor, range and mode combination;
+    /// the modes are `Client::fallocate`'s (holes and zeroed ranges are
+    /// labels that carry no data).
     fn fallocate(
         &self,
         req: &Request,
@@ -820,15 +821,12 @@ impl Filesystem for LabiosFs {
         reply: ReplyEmpty,
     ) {
         self.caller(req);
-        if mode != 0 {
-            return reply.error(Errno::EOPNOTSUPP);
-        }
-        let result = self.current(ino).and_then(|(path, meta)| {
-            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
-            if end > meta.size {
-                self.call("fallocate", &path, self.client.truncate(&path, end))?;
-            }
-            Ok(())
+        let result = self.current(ino).and_then(|(path, _)| {
+            self.call(
+                "fallocate",
+                &path,
+                self.client.fallocate(&path, mode, offset, length),
+            )
         });
         reply_with!(reply, result, |()| reply.ok())
     }

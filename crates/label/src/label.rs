@@ -53,7 +53,18 @@ pub enum Pointer {
         offset: u64,
         len: u64,
     },
+    /// `len` zero bytes, made by the worker that writes them: the source
+    /// of a write that zeroes a range (fallocate's hole punching and range
+    /// zeroing), so that no bytes travel through the client or the
+    /// warehouse. At most [`LABEL_SIZE_LIMIT`].
+    Zeros {
+        len: u64,
+    },
 }
+
+/// The largest label the warehouse and the wire protocol carry
+/// comfortably, and the most zeros one label makes.
+pub const LABEL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
 impl Pointer {
     pub fn len(&self) -> u64 {
@@ -61,7 +72,8 @@ impl Pointer {
             Pointer::Buffer { len }
             | Pointer::Warehouse { len, .. }
             | Pointer::File { len, .. }
-            | Pointer::Uri { len, .. } => *len,
+            | Pointer::Uri { len, .. }
+            | Pointer::Zeros { len } => *len,
             _ => 0,
         }
     }

@@ -18,7 +18,9 @@ pub mod worker;
 pub use codec::{decode, encode, Codec};
 pub use error::{Error, Result};
 pub use id::{worker_origin, AppId, FileId, LabelId, LabelIdGen, WorkerId};
-pub use label::{part_key, Label, LabelKind, Operation, Pointer, Segment, StateFlags};
+pub use label::{
+    part_key, Label, LabelKind, Operation, Pointer, Segment, StateFlags, LABEL_SIZE_LIMIT,
+};
 pub use path::normalize as normalize_path;
 pub use score::Weights;
 pub use task::Task;

@@ -274,6 +274,7 @@ macro_rules! mounted {
 everywhere!(
     special_files,
     directory_link_counts,
+    fallocate_modes,
     owners_modes_times,
     bad_pointers,
     dot_names,
@@ -1014,6 +1015,38 @@ links . a e
     );
     assert!(out.contains(".:3 a:4 a/b:3 a/b/c:2 a/d:2 \n"), "{out}");
     assert!(out.contains(".:4 a:2 e:3 \n"), "{out}");
+    b.stop().await;
+}
+
+/// util-linux's fallocate(1) with every mode LABIOS implements: growth
+/// (mode 0), space past the end (KEEP_SIZE), holes inside and across the
+/// end (PUNCH_HOLE), zeroed ranges that grow the file or keep its size
+/// (ZERO_RANGE), on a file written before; each leaves the size and bytes a
+/// plain directory's file has.
+async fn fallocate_modes(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "fallocate").await;
+    let out = b.same(
+        r#"set -e
+mkdir -p "$ROOT" && cd "$ROOT"
+yes abcdefghijklmnopq | head -c 300000 > f
+at() { dd if=f bs=1 skip="$1" count=6 status=none | od -An -tx1 | tr -d ' '; }
+show() { echo "$1: $(stat -c %s f) $(md5sum < f | cut -c1-16) $(at "$2")"; }
+show written 4090
+fallocate -l 400000 f; show grown 299998
+fallocate -n -o 0 -l 1000000 f; show kept 0
+fallocate -p -o 4096 -l 8192 f; show punched 4094
+fallocate -p -o 299000 -l 200000 f; show "punched across the end" 298998
+fallocate -z -o 100000 -l 5000 f; show zeroed 104998
+fallocate -z -o 399000 -l 10000 f; show "zeroed past the end" 408994
+fallocate -z -n -o 405000 -l 10000 f; show "zeroed, size kept" 404998
+printf 'tail' >> f; show appended 408998
+"#,
+    );
+    assert!(
+        out.contains("punched: 400000 ") && out.contains(" 696a00000000\n"),
+        "{out}"
+    );
+    assert!(out.contains("zeroed past the end: 409000 "), "{out}");
     b.stop().await;
 }
 

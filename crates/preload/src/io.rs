@@ -305,6 +305,14 @@ pub fn truncate(path: &Vpath, len: i64) -> Result<(), Errno> {
     }
 }
 
+/// fallocate(2) of an open file ([`labios_client::Client::fallocate`]).
+pub fn fallocate(path: &Vpath, mode: i32, offset: u64, len: u64) -> Result<(), Errno> {
+    attrs::changed(&path.ns);
+    conn::with(&format!("fallocate {}", path.full), |s| {
+        s.fallocate(&path.ns, mode, offset, len)
+    })
+}
+
 pub fn mkdir(path: &Vpath, mode: u32) -> Result<(), Errno> {
     attrs::changed(&path.ns);
     let mode = masked(mode);

@@ -858,24 +858,27 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int 
     }
 }
 
-/// Preallocation is growth: the file is extended to cover the range.
-fn allocate_fd(fd: c_int, off: i64, len: i64) -> Option<Result<(), Errno>> {
+/// fallocate(2) on a LABIOS descriptor, checked in the kernel's order;
+/// the modes are `Client::fallocate`'s.
+fn allocate_fd(fd: c_int, mode: c_int, off: i64, len: i64) -> Option<Result<(), Errno>> {
     let f = fdtable::get(fd)?;
     Some((|| {
-        let end = off
-            .checked_add(len)
-            .filter(|&e| off >= 0 && len > 0 && e > 0)
-            .ok_or(libc::EINVAL)?;
-        if io::size(&f)? < end as u64 {
-            io::truncate(&f.path, end)?;
+        let (Ok(off), Ok(len @ 1..)) = (u64::try_from(off), u64::try_from(len)) else {
+            return Err(libc::EINVAL);
+        };
+        if !f.writable() {
+            return Err(libc::EBADF);
         }
-        Ok(())
+        if f.dir {
+            return Err(libc::EISDIR);
+        }
+        io::fallocate(&f.path, mode, off, len)
     })())
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
-    match allocate_fd(fd, off, len) {
+    match allocate_fd(fd, 0, off, len) {
         Some(r) => r.err().unwrap_or(0),
         None => real!(posix_fallocate: fn(c_int, off_t, off_t) -> c_int)(fd, off, len),
     }
@@ -883,7 +886,7 @@ pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
-    match allocate_fd(fd, off, len) {
+    match allocate_fd(fd, 0, off, len) {
         Some(r) => r.err().unwrap_or(0),
         None => real!(posix_fallocate64: fn(c_int, off64_t, off64_t) -> c_int)(fd, off, len),
     }
@@ -891,10 +894,7 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t
 
 #[no_mangle]
 pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-    if fdtable::is_labios(fd) && mode != 0 {
-        return ret(Err(libc::EOPNOTSUPP));
-    }
-    match allocate_fd(fd, off, len) {
+    match allocate_fd(fd, mode, off, len) {
         Some(r) => ret0(r),
         None => real!(fallocate: fn(c_int, c_int, off_t, off_t) -> c_int)(fd, mode, off, len),
     }
@@ -902,10 +902,7 @@ pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_
 
 #[no_mangle]
 pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
-    if fdtable::is_labios(fd) && mode != 0 {
-        return ret(Err(libc::EOPNOTSUPP));
-    }
-    match allocate_fd(fd, off, len) {
+    match allocate_fd(fd, mode, off, len) {
         Some(r) => ret0(r),
         None => real!(fallocate64: fn(c_int, c_int, off64_t, off64_t) -> c_int)(fd, mode, off, len),
     }

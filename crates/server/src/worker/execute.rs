@@ -13,7 +13,7 @@ use labios_functions::{Sandbox, SandboxLimits};
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
     Error, FileId, Label, LabelKind, LabelState, LabelStatus, Pointer, Result, WorkerId,
-    WorkerState,
+    WorkerState, LABEL_SIZE_LIMIT,
 };
 use labios_store::warehouse::release;
 use labios_store::{Extent, LabelVerifier, Stores};
@@ -245,20 +245,30 @@ impl Executor {
     }
 
     async fn write(&self, label: &Label) -> Result<Done, Failure> {
-        let Pointer::Warehouse { key, len } = &label.source else {
-            return Err(bad_pointer(label, "source", "a warehouse entry"));
+        let len = match &label.source {
+            Pointer::Warehouse { len, .. } | Pointer::Zeros { len } => *len,
+            _ => return Err(bad_pointer(label, "source", "a warehouse entry or zeros")),
         };
         let (file, offset, dest_len) = file_of(label, &label.destination, "destination")?;
-        let ranges = ranges(label, offset, dest_len, *len)?;
+        let ranges = ranges(label, offset, dest_len, len)?;
         // Two independent look-ups, one round trip.
         let t = anatomy::start();
         let (data, guard) = tokio::join!(
-            self.staged(label, key, *len),
+            self.source_bytes(label, len),
             self.not_yet_overwritten(label, file, &ranges)
         );
         anatomy::record(Phase::WorkerWarehouse, t);
         let size = self.store(label, file, &ranges, data?, guard?).await?;
         Ok(Done::bytes(size))
+    }
+
+    /// The bytes a write label puts in its file: staged in the warehouse,
+    /// or zeros made here.
+    async fn source_bytes(&self, label: &Label, len: u64) -> Result<Bytes, Failure> {
+        match &label.source {
+            Pointer::Warehouse { key, .. } => self.staged(label, key, len).await,
+            _ => zeros(label, len),
+        }
     }
 
     /// The data a write label staged in the warehouse, checked against
@@ -753,6 +763,18 @@ fn ranges(label: &Label, offset: u64, dest_len: u64, data_len: u64) -> Result<Ve
         .collect()
 }
 
+/// The zeros a write label without data asks for, within the limit of one
+/// label (a larger request is a malformed label, not an allocation).
+fn zeros(label: &Label, len: u64) -> Result<Bytes, Failure> {
+    if len > LABEL_SIZE_LIMIT {
+        return Err(format!(
+            "label {} asks for {len} zero bytes, more than one label makes ({LABEL_SIZE_LIMIT})",
+            label.id
+        ));
+    }
+    Ok(Bytes::from(vec![0; len as usize]))
+}
+
 fn file_of(label: &Label, pointer: &Pointer, which: &str) -> Result<(FileId, u64, u64), Failure> {
     pointer
         .file()
@@ -795,6 +817,21 @@ mod tests {
         );
         let err = ranges(&write_label(vec![]), 10, 6, 5).unwrap_err();
         assert!(err.contains("5 bytes") && err.contains("6 bytes"), "{err}");
+    }
+
+    #[test]
+    fn zeros_are_made_up_to_one_label() {
+        let l = write_label(vec![]);
+        assert_eq!(zeros(&l, 3).unwrap(), Bytes::from_static(&[0, 0, 0]));
+        assert_eq!(
+            zeros(&l, LABEL_SIZE_LIMIT).unwrap().len() as u64,
+            LABEL_SIZE_LIMIT
+        );
+        let err = zeros(&l, LABEL_SIZE_LIMIT + 1).unwrap_err();
+        assert!(
+            err.contains("zero bytes, more than one label makes"),
+            "{err}"
+        );
     }
 
     #[test]
