@@ -275,6 +275,7 @@ everywhere!(
     special_files,
     directory_link_counts,
     fallocate_modes,
+    unbuffered_stdio,
     owners_modes_times,
     bad_pointers,
     dot_names,
@@ -1047,6 +1048,25 @@ printf 'tail' >> f; show appended 408998
         "{out}"
     );
     assert!(out.contains("zeroed past the end: 409000 "), "{out}");
+    b.stop().await;
+}
+
+/// `od -j N -N M` unbuffers its input stream and skips by reading: each
+/// fread is one read of what it asks for (glibc reads an unbuffered
+/// fopencookie stream a byte at a time: minutes for 300 KB), and two
+/// programs sharing one descriptor each consume exactly their bytes.
+async fn unbuffered_stdio(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "unbuffered").await;
+    let out = b.same(
+        r#"set -e
+mkdir -p "$ROOT" && cd "$ROOT"
+yes abcdefghijklmnopq | head -c 300000 > f
+timeout 60 od -An -tx1 -j 299990 -N 6 f
+(od -An -c -N 4; od -An -c -N 4) < f
+printf abc > s && od -An -c -j 1 -N 10 s
+"#,
+    );
+    assert!(out.starts_with(" 63 64 65 66 67 68\n"), "{out}");
     b.stop().await;
 }
 
