@@ -658,18 +658,77 @@ async fn client_over(d: &Deployed, app: &AppRecord, stores: Stores) -> labios_cl
 /// yet a label in flight.
 struct Gated {
     inner: std::sync::Arc<dyn labios_store::Warehouse>,
+    hold: Hold,
+}
+
+/// One held call: armed by a test, entered by the next call, released by
+/// the test.
+struct Hold {
     armed: std::sync::atomic::AtomicBool,
     entered: tokio::sync::Notify,
     open: tokio::sync::Semaphore,
 }
 
-#[async_trait::async_trait]
-impl labios_store::Warehouse for Gated {
-    async fn put(&self, key: &str, data: Bytes) -> labios_label::Result<()> {
+impl Default for Hold {
+    fn default() -> Hold {
+        Hold {
+            armed: false.into(),
+            entered: tokio::sync::Notify::new(),
+            open: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+impl Hold {
+    /// The next [`Hold::pass`] stops until [`Hold::release`].
+    fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Until an armed call has stopped.
+    async fn entered(&self) {
+        self.entered.notified().await;
+    }
+
+    fn release(&self) {
+        self.open.add_permits(1);
+    }
+
+    /// Stops here if armed.
+    async fn pass(&self) {
         if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
             self.entered.notify_one();
             self.open.acquire().await.expect("never closed").forget();
         }
+    }
+}
+
+/// A client of a new application `app` whose warehouse puts can be held.
+async fn gated_client(
+    d: &Deployed,
+    app: &AppRecord,
+) -> (std::sync::Arc<Gated>, labios_client::Client) {
+    let stores = d.stores();
+    let gate = std::sync::Arc::new(Gated {
+        inner: stores.warehouse.clone(),
+        hold: Hold::default(),
+    });
+    let client = client_over(
+        d,
+        app,
+        Stores {
+            warehouse: gate.clone(),
+            ..stores
+        },
+    )
+    .await;
+    (gate, client)
+}
+
+#[async_trait::async_trait]
+impl labios_store::Warehouse for Gated {
+    async fn put(&self, key: &str, data: Bytes) -> labios_label::Result<()> {
+        self.hold.pass().await;
         self.inner.put(key, data).await
     }
     async fn put_result(&self, key: &str, data: Bytes) -> labios_label::Result<()> {
@@ -700,22 +759,7 @@ impl labios_store::Warehouse for Gated {
 async fn cached_writes_on_their_way_to_the_queue_are_waited_for(kind: Kind) {
     let d = Deployed::start(kind, |_| {}).await;
     let app = d.create_app("transit").await;
-    let stores = d.stores();
-    let gate = std::sync::Arc::new(Gated {
-        inner: stores.warehouse.clone(),
-        armed: false.into(),
-        entered: tokio::sync::Notify::new(),
-        open: tokio::sync::Semaphore::new(0),
-    });
-    let client = client_over(
-        &d,
-        &app,
-        Stores {
-            warehouse: gate.clone(),
-            ..stores
-        },
-    )
-    .await;
+    let (gate, client) = gated_client(&d, &app).await;
     for (n, racer) in ["truncate", "read", "wait"].into_iter().enumerate() {
         let path = format!("/transit/{racer}");
         let bytes = data(n as u64, 100);
@@ -723,12 +767,12 @@ async fn cached_writes_on_their_way_to_the_queue_are_waited_for(kind: Kind) {
             .write_at_async(&path, 0, bytes.clone())
             .await
             .unwrap();
-        gate.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        gate.hold.arm();
         let waiter = tokio::spawn({
             let client = client.clone();
             async move { client.wait_all().await }
         });
-        gate.entered.notified().await;
+        gate.hold.entered().await;
         let racing = tokio::spawn({
             let (client, path) = (client.clone(), path.clone());
             async move {
@@ -751,7 +795,7 @@ async fn cached_writes_on_their_way_to_the_queue_are_waited_for(kind: Kind) {
             let seen = d.client_of(&app).await.read(&path).await.unwrap();
             assert_eq!(seen, bytes, "the wait returned before the write was stored");
         }
-        gate.open.add_permits(1);
+        gate.hold.release();
         waiter.await.unwrap().unwrap();
         let got = racing.await.unwrap().unwrap();
         let after = d.client_of(&app).await.read(&path).await.unwrap();
@@ -779,9 +823,7 @@ async fn a_lookup_that_raced_a_landing_write_is_read_again(kind: Kind) {
     let stores = d.stores();
     let held = std::sync::Arc::new(HeldLookup {
         inner: stores.inventory.clone(),
-        armed: false.into(),
-        entered: tokio::sync::Notify::new(),
-        open: tokio::sync::Semaphore::new(0),
+        hold: Hold::default(),
     });
     let client = client_over(
         &d,
@@ -799,7 +841,7 @@ async fn a_lookup_that_raced_a_landing_write_is_read_again(kind: Kind) {
             .write_at_async(&path, 0, bytes.clone())
             .await
             .unwrap();
-        held.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        held.hold.arm();
         let racing = tokio::spawn({
             let (client, path) = (client.clone(), path.clone());
             async move {
@@ -812,9 +854,9 @@ async fn a_lookup_that_raced_a_landing_write_is_read_again(kind: Kind) {
                 }
             }
         });
-        held.entered.notified().await;
+        held.hold.entered().await;
         client.wait_all().await.unwrap();
-        held.open.add_permits(1);
+        held.hold.release();
         let got = racing.await.unwrap().unwrap();
         match racer {
             "read" => assert_eq!(
@@ -837,35 +879,20 @@ async fn a_lookup_that_raced_a_landing_write_is_read_again(kind: Kind) {
 async fn a_background_flush_one_wait_joins_still_holds_back_another_read(kind: Kind) {
     let d = Deployed::start(kind, |_| {}).await;
     let app = d.create_app("joined").await;
-    let stores = d.stores();
-    let gate = std::sync::Arc::new(Gated {
-        inner: stores.warehouse.clone(),
-        armed: false.into(),
-        entered: tokio::sync::Notify::new(),
-        open: tokio::sync::Semaphore::new(0),
-    });
-    let client = client_over(
-        &d,
-        &app,
-        Stores {
-            warehouse: gate.clone(),
-            ..stores
-        },
-    )
-    .await;
+    let (gate, client) = gated_client(&d, &app).await;
     let half = (d.config().client_settings().min_label_size / 2) as usize;
     let bytes = data(9, 2 * half);
     client
         .write_at_async("/joined/file", 0, bytes.slice(..half))
         .await
         .unwrap();
-    gate.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    gate.hold.arm();
     // Fills the cache: its flush goes to the background and stops at the gate.
     client
         .write_at_async("/joined/file", half as u64, bytes.slice(half..))
         .await
         .unwrap();
-    gate.entered.notified().await;
+    gate.hold.entered().await;
     let mut joining = Box::pin(client.wait_all());
     assert!(
         futures::poll!(&mut joining).is_pending(),
@@ -881,7 +908,7 @@ async fn a_background_flush_one_wait_joins_still_holds_back_another_read(kind: K
             .is_err(),
         "a read returned while this client's earlier write was held on its way"
     );
-    gate.open.add_permits(1);
+    gate.hold.release();
     joining.await.unwrap();
     assert!(
         reader.await.unwrap().unwrap() == bytes,
@@ -896,19 +923,14 @@ async fn a_background_flush_one_wait_joins_still_holds_back_another_read(kind: K
 /// Every other call goes straight through.
 struct HeldLookup {
     inner: std::sync::Arc<dyn Inventory>,
-    armed: std::sync::atomic::AtomicBool,
-    entered: tokio::sync::Notify,
-    open: tokio::sync::Semaphore,
+    hold: Hold,
 }
 
 #[async_trait::async_trait]
 impl Inventory for HeldLookup {
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
         let reply = self.inner.lookup(path).await;
-        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            self.entered.notify_one();
-            self.open.acquire().await.expect("never closed").forget();
-        }
+        self.hold.pass().await;
         reply
     }
     async fn create(
