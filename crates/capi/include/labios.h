@@ -31,7 +31,8 @@ enum labios_status {
     LABIOS_ETIMEDOUT = -6,
     LABIOS_EFAILED = -7,     /* a label failed on a worker */
     LABIOS_EIO = -8,
-    LABIOS_EUNAVAILABLE = -9 /* LABIOS cannot be reached */
+    LABIOS_EUNAVAILABLE = -9, /* LABIOS cannot be reached */
+    LABIOS_ELOCKED = -10 /* a file lock is held by another owner */
 };
 
 typedef struct {

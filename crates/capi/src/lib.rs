@@ -25,6 +25,7 @@ pub const LABIOS_ETIMEDOUT: c_int = -6;
 pub const LABIOS_EFAILED: c_int = -7;
 pub const LABIOS_EIO: c_int = -8;
 pub const LABIOS_EUNAVAILABLE: c_int = -9;
+pub const LABIOS_ELOCKED: c_int = -10;
 
 /// `labios_stat_t` of the header.
 #[repr(C)]
@@ -53,6 +54,7 @@ fn code_of(e: &Error) -> c_int {
         Error::LabelFailed { .. } => LABIOS_EFAILED,
         Error::Storage(_) | Error::Protocol(_) => LABIOS_EIO,
         Error::Unavailable(_) => LABIOS_EUNAVAILABLE,
+        Error::Locked(_) => LABIOS_ELOCKED,
     }
 }
 
@@ -494,6 +496,7 @@ pub extern "C" fn labios_strerror(code: c_int) -> *const c_char {
         LABIOS_EFAILED => c"label failed",
         LABIOS_EIO => c"storage error",
         LABIOS_EUNAVAILABLE => c"LABIOS unavailable",
+        LABIOS_ELOCKED => c"file locked",
         _ => c"unknown status code",
     };
     s.as_ptr()

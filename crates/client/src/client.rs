@@ -40,8 +40,10 @@ impl Handle {
 
 mod allocate;
 mod external;
+mod locks;
 
 pub use allocate::NOT_SUPPORTED;
+pub use locks::{LockCall, INTERRUPTED};
 mod pipelines;
 
 #[derive(Clone)]
@@ -82,6 +84,10 @@ struct Inner {
     /// in the size), so a stream of appends is never waited on between.
     positional: Mutex<HashSet<FileId>>,
     mounts: labios_bridge::Mounts,
+    /// The session this client's file locks belong to.
+    origin: u64,
+    /// Lock calls waiting for a lock, cancelled when their owner releases.
+    lock_waiters: Mutex<Vec<Arc<locks::Waiter>>>,
 }
 
 /// A background flush that any number of waits can await at once.
@@ -179,6 +185,8 @@ impl Client {
                 flight: Mutex::new(InFlight::default()),
                 positional: Mutex::new(HashSet::new()),
                 mounts,
+                origin,
+                lock_waiters: Mutex::new(Vec::new()),
             }),
         })
     }

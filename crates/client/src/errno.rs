@@ -27,5 +27,9 @@ pub fn errno_of(e: &Error) -> i32 {
         Error::Timeout(_) => libc::ETIMEDOUT,
         Error::LabelFailed { .. } | Error::Storage(_) | Error::Protocol(_) => libc::EIO,
         Error::Unavailable(_) => libc::EHOSTUNREACH,
+        Error::Locked(m) if m.ends_with(labios_store::locks::DEADLOCK) => libc::EDEADLK,
+        Error::Locked(m) if m.ends_with(labios_store::locks::TOO_MANY) => libc::ENOLCK,
+        Error::Locked(m) if m.ends_with(crate::client::INTERRUPTED) => libc::EINTR,
+        Error::Locked(_) => libc::EAGAIN,
     }
 }

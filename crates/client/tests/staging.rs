@@ -21,6 +21,7 @@ fn stores() -> Stores {
         tasks: Arc::new(MemoryQueue::new(64, t)),
         warehouse: Arc::new(MemoryWarehouse::new(16 << 20, t)),
         inventory: Arc::new(RedbInventory::in_memory().unwrap()),
+        locks: Arc::new(labios_store::locks::MemoryLocks::default()),
     }
 }
 

@@ -4,7 +4,7 @@
 //! measured numbers.
 
 use bytes::Bytes;
-use labios_distributed::redis_store::{RedisConfig, RedisInventory, RedisWarehouse};
+use labios_distributed::redis_store::{RedisConfig, RedisInventory, RedisLocks, RedisWarehouse};
 use labios_label::{Error, LabelId, LabelIdGen, LabelState, LabelStatus};
 use labios_store::{conformance, Extent, FileKind, Inventory, Warehouse};
 use std::io::{Read, Write};
@@ -129,6 +129,18 @@ async fn redis_warehouse_conformance() {
     };
     let w = RedisWarehouse::connect(&cfg).await.unwrap();
     conformance::warehouse_backpressure_suite(Arc::new(w), 1000, Duration::from_millis(300)).await;
+}
+
+/// Two processes' lock services on one Redis; the second one's end (its
+/// lease renewals stopped, as when it is killed) frees its locks once its
+/// lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_locks_conformance() {
+    let s = Server::start(&[]);
+    let cfg = config(vec![s.url()], "locks");
+    let a = Arc::new(RedisLocks::connect(&cfg).await.unwrap());
+    let b = Arc::new(RedisLocks::connect(&cfg).await.unwrap());
+    conformance::locks_suite(a, (1, 2), b, async {}).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,13 +10,15 @@ use crate::nodes::{child, node_of, Nodes};
 use bytes::Bytes;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use labios_client::{errno_of, Client, IoMode};
+use labios_client::{errno_of, Client, IoMode, LockCall};
 use labios_label::Error;
+use labios_label::FileId;
 use labios_store::access::Cred;
+use labios_store::locks::{LockKind, LockSpace, TO_EOF};
 use labios_store::remote::acting_as;
 use labios_store::{FileKind, FileMeta, SetAttr, SetTime};
 use parking_lot::Mutex;
@@ -33,7 +35,9 @@ const BLOCK: u32 = 1 << 20;
 /// The block size `statfs` counts in.
 const STATFS_BLOCK: u32 = 4096;
 /// A file handle whose writes are appends (opened with `O_APPEND`).
-const APPEND: FileHandle = FileHandle(1);
+/// The bit of a handle opened with O_APPEND; the other bits number the
+/// opens (one handle per open, so that its locks can go with it).
+const APPEND: u64 = 1;
 
 thread_local! {
     /// The caller of the request this FUSE thread serves (see
@@ -60,6 +64,8 @@ pub struct LabiosFs {
     nodes: Nodes,
     listings: Mutex<HashMap<u64, Listing>>,
     next_listing: AtomicU64,
+    next_handle: AtomicU64,
+    lock_owners: crate::locks::Owners,
 }
 
 impl LabiosFs {
@@ -72,6 +78,8 @@ impl LabiosFs {
             nodes: Nodes::default(),
             listings: Mutex::new(HashMap::new()),
             next_listing: AtomicU64::new(1),
+            next_handle: AtomicU64::new(1),
+            lock_owners: crate::locks::Owners::default(),
         }
     }
 
@@ -103,12 +111,72 @@ impl LabiosFs {
             let errno = errno_of(&e);
             if !matches!(
                 errno,
-                libc::ENOENT | libc::EEXIST | libc::ENOTEMPTY | libc::EISDIR | libc::ENOTDIR
+                libc::ENOENT
+                    | libc::EEXIST
+                    | libc::ENOTEMPTY
+                    | libc::EISDIR
+                    | libc::ENOTDIR
+                    | libc::EAGAIN
+                    | libc::EDEADLK
+                    | libc::EINTR
             ) {
                 tracing::warn!("{what} {path}: {e}");
             }
             Errno::from_i32(errno)
         })
+    }
+
+    /// A new handle for an open with `flags`; appends bypass the page
+    /// cache, whose pages have places, not an end.
+    fn handle(&self, flags: i32) -> (FileHandle, FopenFlags) {
+        let n = self.next_handle.fetch_add(1, Ordering::Relaxed) << 1;
+        if flags & libc::O_APPEND != 0 {
+            (FileHandle(n | APPEND), FopenFlags::FOPEN_DIRECT_IO)
+        } else {
+            (FileHandle(n), FopenFlags::empty())
+        }
+    }
+
+    /// The LABIOS file behind node `ino`.
+    fn file_of(&self, ino: INodeNo) -> Result<FileId, Errno> {
+        if ino == INodeNo::ROOT {
+            return Ok(self.stat("/")?.id);
+        }
+        Ok(ino.0.wrapping_sub(2))
+    }
+
+    /// A lock call of the kernel's (`typ` F_RDLCK, F_WRLCK or F_UNLCK).
+    fn lock_call(
+        &self,
+        ino: INodeNo,
+        owner: LockOwner,
+        (start, end): (u64, u64),
+        typ: i32,
+        pid: u32,
+    ) -> Result<LockCall, Errno> {
+        let kind = match typ {
+            libc::F_RDLCK => Some(LockKind::Read),
+            libc::F_WRLCK => Some(LockKind::Write),
+            libc::F_UNLCK => None,
+            _ => return Err(Errno::EINVAL),
+        };
+        Ok(LockCall {
+            file: self.file_of(ino)?,
+            space: LockSpace::Record,
+            owner: owner.0,
+            pid,
+            kind,
+            start,
+            end: if end >= i64::MAX as u64 { TO_EOF } else { end },
+        })
+    }
+
+    /// Releases `owner`'s locks on `file`, logging a failure (a close
+    /// reports none of it).
+    fn unlock(&self, file: FileId, owner: u64) {
+        if let Err(e) = self.runtime.block_on(self.client.unlock_owner(owner, file)) {
+            tracing::warn!("releasing the locks of owner {owner:#x} on file {file}: {e}");
+        }
     }
 
     fn stat(&self, path: &str) -> Result<FileMeta, Errno> {
@@ -286,7 +354,107 @@ impl Filesystem for LabiosFs {
         // Writes of one label; the kernel may not allow as much.
         let _ = config.set_max_write(BLOCK);
         let _ = config.set_max_readahead(BLOCK);
+        // fcntl locks held by LABIOS, across hosts (a kernel without it
+        // keeps them itself, for this mount only).
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS) {
+            tracing::warn!("the kernel keeps fcntl locks itself ({missing:?} unsupported)");
+        }
         Ok(())
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.caller(req);
+        if let Some((file, owners)) = self.lock_owners.released(fh.0) {
+            for owner in owners {
+                self.unlock(file, owner);
+            }
+        }
+        reply.ok()
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.caller(req);
+        let result = self
+            .lock_call(ino, lock_owner, (start, end), typ, pid)
+            .and_then(|c| self.call("getlk", "", self.client.lock_conflict(c)));
+        reply_with!(reply, result, |got| match got {
+            None => reply.locked(start, end, libc::F_UNLCK, pid),
+            Some(h) => reply.locked(
+                h.start,
+                if h.end == TO_EOF {
+                    i64::MAX as u64
+                } else {
+                    h.end
+                },
+                match h.kind {
+                    LockKind::Read => libc::F_RDLCK,
+                    LockKind::Write => libc::F_WRLCK,
+                },
+                h.pid,
+            ),
+        })
+    }
+
+    /// A lock that waits is answered when granted, from the runtime: a
+    /// FUSE thread is never held by it.
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.caller(req);
+        let c = match self.lock_call(ino, lock_owner, (start, end), typ, pid) {
+            Ok(c) => c,
+            Err(e) => return reply.error(e),
+        };
+        if c.kind.is_some() {
+            self.lock_owners.took(c.file, fh.0, c.owner);
+        }
+        if !sleep {
+            let result = self.call("setlk", "", self.client.lock(c, false));
+            return reply_with!(reply, result, |()| reply.ok());
+        }
+        let client = self.client.clone();
+        let cred = CALLER.with(|c| c.borrow().clone());
+        self.runtime.spawn(async move {
+            let work = client.lock(c, true);
+            let result = match cred {
+                Some(cred) => acting_as(cred, work).await,
+                None => work.await,
+            };
+            match result {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(Errno::from_i32(errno_of(&e))),
+            }
+        });
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -516,10 +684,9 @@ impl Filesystem for LabiosFs {
             }
             Ok(())
         });
-        reply_with!(reply, result, |()| if flags.0 & libc::O_APPEND != 0 {
-            reply.opened(APPEND, FopenFlags::FOPEN_DIRECT_IO)
-        } else {
-            reply.opened(FileHandle(0), FopenFlags::empty())
+        reply_with!(reply, result, |()| {
+            let (fh, open) = self.handle(flags.0);
+            reply.opened(fh, open)
         })
     }
 
@@ -563,7 +730,7 @@ impl Filesystem for LabiosFs {
         // Page write-back (a shared mapping) may come through any handle
         // open for writing, an appending one too: its pages have their
         // place, so it is always a positional write.
-        let append = fh == APPEND && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let append = fh.0 & APPEND != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let result = self.nodes.path(ino).and_then(|path| {
             if append {
                 self.call("append", &path, self.client.append(&path, data))
@@ -581,11 +748,16 @@ impl Filesystem for LabiosFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
+        fh: FileHandle,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         self.caller(req);
+        if let Ok(file) = self.file_of(ino) {
+            if self.lock_owners.closed(file, fh.0, lock_owner.0) {
+                self.unlock(file, lock_owner.0);
+            }
+        }
         if self.client.config().mode == IoMode::Sync {
             return reply.ok();
         }
@@ -776,11 +948,7 @@ impl Filesystem for LabiosFs {
             .and_then(|p| self.call("create", &p, self.client.create_mode(&p, mode)));
         reply_with!(reply, result, |meta| {
             self.nodes.remember(&meta);
-            let (fh, open) = if flags & libc::O_APPEND != 0 {
-                (APPEND, FopenFlags::FOPEN_DIRECT_IO)
-            } else {
-                (FileHandle(0), FopenFlags::empty())
-            };
+            let (fh, open) = self.handle(flags);
             reply.created(
                 &self.settings.cache_timeout,
                 &self.attr(&meta),

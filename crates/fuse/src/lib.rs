@@ -9,6 +9,7 @@
 //! them durable, extended attributes are the inventory's.
 
 mod fs;
+mod locks;
 mod nodes;
 
 pub use fs::{session, LabiosFs, Settings};

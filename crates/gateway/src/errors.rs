@@ -14,7 +14,9 @@ pub fn s3(e: Error, missing: S3ErrorCode) -> S3Error {
         Error::InvalidPath { .. } | Error::InvalidArgument(_) => S3ErrorCode::InvalidArgument,
         // Transient: the client backs off and retries.
         Error::Full(_) => S3ErrorCode::SlowDown,
-        Error::Unavailable(_) | Error::Timeout(_) => S3ErrorCode::ServiceUnavailable,
+        Error::Unavailable(_) | Error::Timeout(_) | Error::Locked(_) => {
+            S3ErrorCode::ServiceUnavailable
+        }
         Error::AlreadyExists(_)
         | Error::Malformed(_)
         | Error::LabelFailed { .. }

@@ -30,6 +30,10 @@ pub enum Error {
     Unavailable(String),
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A file lock is held by someone else (or waiting for it would
+    /// deadlock): EAGAIN, EDEADLK or ENOLCK, as the message ends.
+    #[error("locked: {0}")]
+    Locked(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

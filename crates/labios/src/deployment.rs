@@ -7,7 +7,7 @@
 use crate::config::Config;
 use labios_core::administrator::{Administrator, DEFAULT_APP};
 use labios_distributed::nats_queue::JetStreamQueue;
-use labios_distributed::redis_store::{RedisInventory, RedisWarehouse};
+use labios_distributed::redis_store::{RedisInventory, RedisLocks, RedisWarehouse};
 use labios_label::{Label, Task};
 use labios_store::{Inventory, Stores};
 use std::sync::Arc;
@@ -25,6 +25,7 @@ pub async fn distributed_stores(config: &Config) -> anyhow::Result<Stores> {
         tasks: Arc::new(tasks),
         warehouse: Arc::new(warehouse),
         inventory,
+        locks: Arc::new(RedisLocks::connect(&config.redis).await?),
     };
     Ok(labios_store::faults::wrap(stores, &config.faults).0)
 }

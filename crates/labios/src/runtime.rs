@@ -51,6 +51,7 @@ impl Runtime {
                 Duration::from_millis(config.warehouse.put_timeout_ms),
             )),
             inventory: inventory.clone(),
+            locks: Arc::new(labios_store::locks::MemoryLocks::default()),
         };
         let (stores, _) = labios_store::faults::wrap(stores, &config.faults);
         let admin = Arc::new(Administrator::new(stores.inventory.clone()));

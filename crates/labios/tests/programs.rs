@@ -272,6 +272,8 @@ macro_rules! mounted {
 }
 
 everywhere!(
+    locks,
+    sqlite_two_writers,
     special_files,
     directory_link_counts,
     fallocate_modes,
@@ -1048,6 +1050,56 @@ printf 'tail' >> f; show appended 408998
         "{out}"
     );
     assert!(out.contains("zeroed past the end: 409000 "), "{out}");
+    b.stop().await;
+}
+
+/// fcntl, OFD and flock locks between processes (programs/locks.py):
+/// conflicts, shared read locks, F_GETLK, splits, close releasing the
+/// process's locks, a wait granted on release, EDEADLK, and the locks of a
+/// killed process released.
+async fn locks(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "locks").await;
+    let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/locks.py" "$ROOT""#);
+    for line in [
+        "helper W 50-59: EAGAIN",
+        "helper GETLK W 0-: W 0 100 parent",
+        "helper sees: released",
+        "outcomes: ['EDEADLK', 'ok']",
+        "OFD W 0-9 on another: EAGAIN",
+        "parent SETLKW W 0-: ok",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from:\n{out}");
+    }
+    b.stop().await;
+}
+
+/// Two sqlite3 processes insert at once, each row its own transaction,
+/// waiting on each other's locks (busy timeout): every row of both is
+/// there and the database is intact. WAL on the mount (its index is a
+/// shared memory map), a rollback journal under `labios run`.
+async fn sqlite_two_writers(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "writers").await;
+    let journal = match via {
+        Via::Mount(_) => "WAL",
+        Via::Run(_) => "DELETE",
+    };
+    let script = format!(
+        r#"set -e
+mkdir -p "$ROOT"
+sqlite3 "$ROOT/two.db" "PRAGMA journal_mode={journal}; CREATE TABLE t(w INTEGER, i INTEGER);" > /dev/null
+writer() {{
+  for i in $(seq 1 150); do echo "INSERT INTO t VALUES($1, $i);"; done |
+    sqlite3 -cmd ".timeout 120000" "$ROOT/two.db"
+}}
+writer 1 & a=$!
+writer 2 & b=$!
+wait $a
+wait $b
+sqlite3 "$ROOT/two.db" "SELECT w, count(*), sum(i) FROM t GROUP BY w; PRAGMA integrity_check;"
+"#
+    );
+    let out = b.same(&script);
+    assert_eq!(out, "1|150|11325\n2|150|11325\nok\n");
     b.stop().await;
 }
 

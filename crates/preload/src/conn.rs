@@ -86,7 +86,15 @@ pub fn with<T: Send>(
             let errno = errno_of(&e);
             if !matches!(
                 errno,
-                libc::ENOENT | libc::EEXIST | libc::EISDIR | libc::ENOTDIR | libc::ENOTEMPTY
+                libc::ENOENT
+                    | libc::EEXIST
+                    | libc::EISDIR
+                    | libc::ENOTDIR
+                    | libc::ENOTEMPTY
+                    // A lock taken by another process: programs poll.
+                    | libc::EAGAIN
+                    | libc::EDEADLK
+                    | libc::EINTR
             ) {
                 eprintln!("labios: {what}: {e}");
             }

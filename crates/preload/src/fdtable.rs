@@ -57,6 +57,11 @@ pub fn get(fd: c_int) -> Option<Arc<OpenFile>> {
     FILES.read().get(&fd).cloned()
 }
 
+/// The other LABIOS descriptors of this process.
+pub fn others(fd: c_int) -> Vec<c_int> {
+    FILES.read().keys().copied().filter(|&o| o != fd).collect()
+}
+
 pub fn is_labios(fd: c_int) -> bool {
     usize::try_from(fd)
         .ok()

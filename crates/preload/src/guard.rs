@@ -84,6 +84,24 @@ pub unsafe fn c_str<'a>(p: *const c_char) -> Result<&'a [u8], c_int> {
     Err(libc::ENAMETOOLONG)
 }
 
+/// Whether the `len` bytes at `p` are mapped, page by page: EFAULT for a
+/// pointer the kernel would refuse (NULL included). For the structures a
+/// call reads and writes back (`struct flock`).
+///
+/// # Safety
+/// Asks the kernel only; reading the bytes afterwards is the caller's.
+pub unsafe fn mapped(p: *const u8, len: usize) -> Result<(), c_int> {
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let start = p as usize;
+    let last = start.checked_add(len.max(1) - 1).ok_or(libc::EFAULT)?;
+    for page in start / PAGE..=last / PAGE {
+        readable(page)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +140,18 @@ mod tests {
             assert_eq!(c_str(s.cast()), Err(libc::EFAULT));
             libc::munmap(map, PAGE);
         }
+    }
+
+    #[test]
+    fn a_structure_is_mapped_and_a_bad_pointer_is_efault() {
+        let l: libc::flock = unsafe { std::mem::zeroed() };
+        let at = (&l as *const libc::flock).cast::<u8>();
+        assert_eq!(unsafe { mapped(at, std::mem::size_of_val(&l)) }, Ok(()));
+        assert_eq!(
+            unsafe { mapped(0xDEAD_C0DE as *const u8, 32) },
+            Err(libc::EFAULT)
+        );
+        assert_eq!(unsafe { mapped(std::ptr::null(), 32) }, Err(libc::EFAULT));
     }
 
     #[test]

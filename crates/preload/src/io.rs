@@ -265,9 +265,11 @@ pub fn seek(fd: c_int, f: &OpenFile, offset: i64, whence: c_int) -> Result<i64, 
 /// Closes a LABIOS descriptor; in asynchronous mode the writes in flight
 /// complete first, and their failure is close's.
 pub fn close(fd: c_int) -> Result<(), Errno> {
-    let Some(f) = fdtable::remove(fd) else {
+    let Some(f) = fdtable::get(fd) else {
         return Err(libc::EBADF);
     };
+    crate::locks::closing(fd, &f);
+    fdtable::remove(fd);
     let waited = if !f.dir && f.writable() {
         conn::with(&format!("close {}", f.path.full), |s| {
             if s.mode() == IoMode::Async {

@@ -17,6 +17,7 @@ mod exec;
 mod fdtable;
 mod guard;
 mod io;
+mod locks;
 mod meta;
 mod mount;
 mod ownfds;

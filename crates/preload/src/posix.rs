@@ -5,6 +5,7 @@
 use crate::conn;
 use crate::fdtable;
 use crate::io::{self, Errno};
+use crate::locks;
 use crate::mount::{self, Target, Vpath};
 use crate::ownfds;
 use crate::real::real;
@@ -1002,13 +1003,12 @@ unsafe fn fcntl_fd(fd: c_int, cmd: c_int, arg: c_ulong, real: impl Fn(c_ulong) -
             }
             new
         }
-        libc::F_GETLK | libc::F_OFD_GETLK => {
-            if let Some(lock) = (arg as *mut libc::flock).as_mut() {
-                lock.l_type = libc::F_UNLCK as _;
-            }
-            0
-        }
-        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => 0,
+        libc::F_GETLK
+        | libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_GETLK
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW => ret0(locks::fcntl(fd, &f, cmd, arg as *mut libc::flock)),
         _ => real(arg),
     }
 }
@@ -1029,10 +1029,27 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    if fdtable::is_labios(fd) {
-        return 0;
+    if let Some(f) = fdtable::get(fd) {
+        return ret0(locks::flock(fd, &f, op));
     }
     real!(flock: fn(c_int, c_int) -> c_int)(fd, op)
+}
+
+/// glibc's lockf calls fcntl inside libc, where it is not intercepted.
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
+    if let Some(f) = fdtable::get(fd) {
+        return ret0(locks::lockf(fd, &f, cmd, len));
+    }
+    real!(lockf: fn(c_int, c_int, off_t) -> c_int)(fd, cmd, len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off64_t) -> c_int {
+    if let Some(f) = fdtable::get(fd) {
+        return ret0(locks::lockf(fd, &f, cmd, len));
+    }
+    real!(lockf64: fn(c_int, c_int, off64_t) -> c_int)(fd, cmd, len)
 }
 
 #[no_mangle]

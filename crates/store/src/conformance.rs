@@ -1190,3 +1190,119 @@ async fn xattr_cases(i: &dyn Inventory, root: &str) {
     let err = i.xattrs(dir.id).await.unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err}");
 }
+
+/// File locks between two clients `a` and `b` (separate sessions: two
+/// connections, or two handles of one table with the sessions `sa` and
+/// `sb`): conflicts, shared reads, F_GETLK, splits, flock apart from fcntl,
+/// release by owner and file, deadlock refused, and `b`'s session ended by
+/// `end_b`, which must free what it held.
+pub async fn locks_suite<F>(
+    a: Arc<dyn crate::locks::Locks>,
+    (sa, sb): (u64, u64),
+    b: Arc<dyn crate::locks::Locks>,
+    end_b: F,
+) where
+    F: std::future::Future<Output = ()>,
+{
+    use crate::locks::{Holder, LockKind, LockRequest, LockSpace, TO_EOF};
+    let file = now_nanos();
+    let req =
+        |session: u64, owner: u64, kind: Option<LockKind>, start: u64, end: u64| LockRequest {
+            file,
+            space: LockSpace::Record,
+            holder: Holder { session, owner },
+            pid: owner as u32,
+            kind,
+            start,
+            end,
+            waiting: false,
+        };
+    let (r, w) = (Some(LockKind::Read), Some(LockKind::Write));
+    let busy = |e: Result<(), Error>| matches!(e, Err(Error::Locked(_)));
+
+    a.lock(&req(sa, 1, w, 0, 99)).await.unwrap();
+    assert!(
+        busy(b.lock(&req(sb, 2, w, 50, 59)).await),
+        "overlap refused"
+    );
+    b.lock(&req(sb, 2, w, 100, 199)).await.unwrap();
+    let held = b
+        .conflict(&req(sb, 2, w, 0, TO_EOF))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((held.start, held.end, held.pid), (0, 99, 1));
+    assert_eq!(held.kind, LockKind::Write);
+    // Another owner of the same session conflicts too (OFD locks).
+    assert!(busy(a.lock(&req(sa, 9, w, 10, 10)).await));
+    // Downgrade, then shared reads.
+    a.lock(&req(sa, 1, r, 0, 99)).await.unwrap();
+    b.lock(&req(sb, 2, r, 10, 19)).await.unwrap();
+    assert!(busy(b.lock(&req(sb, 2, w, 10, 19)).await));
+    // Unlocking the middle splits the lock in two.
+    a.lock(&req(sa, 1, None, 40, 59)).await.unwrap();
+    b.lock(&req(sb, 2, w, 45, 54)).await.unwrap();
+    let held = b
+        .conflict(&req(sb, 2, w, 60, TO_EOF))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((held.start, held.end), (60, 99));
+    // flock and fcntl do not see each other.
+    let flock = LockRequest {
+        space: LockSpace::Flock,
+        ..req(sb, 2, w, 0, TO_EOF)
+    };
+    b.lock(&flock).await.unwrap();
+    assert!(busy(
+        a.lock(&LockRequest {
+            space: LockSpace::Flock,
+            ..req(sa, 1, r, 0, TO_EOF)
+        })
+        .await
+    ));
+    // Release of one owner on one file.
+    a.release(sa, Some(1), Some(file)).await.unwrap();
+    assert!(b.conflict(&req(sb, 2, w, 0, 99)).await.unwrap().is_none());
+    // A wait that closes a cycle: b waits for a, then a for b.
+    a.lock(&req(sa, 1, w, 500, 509)).await.unwrap();
+    let waits = LockRequest {
+        waiting: true,
+        ..req(sb, 2, w, 500, 509)
+    };
+    assert!(busy(b.lock(&waits).await), "b waits");
+    let cycle = LockRequest {
+        waiting: true,
+        ..req(sa, 1, w, 100, 109)
+    };
+    match a.lock(&cycle).await {
+        Err(Error::Locked(m)) => assert!(m.ends_with(crate::locks::DEADLOCK), "{m}"),
+        other => panic!("deadlock expected, got {other:?}"),
+    }
+    // A bad range is refused.
+    assert!(matches!(
+        a.lock(&req(sa, 1, w, 10, 5)).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    // b's end frees its locks (and its wait), at once or when noticed
+    // (a lease running out).
+    drop(b);
+    end_b.await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let flock_a = LockRequest {
+        space: LockSpace::Flock,
+        ..req(sa, 1, w, 0, TO_EOF)
+    };
+    loop {
+        match a.lock(&req(sa, 1, w, 0, TO_EOF)).await {
+            Ok(()) => break,
+            Err(e) if Instant::now() < deadline => {
+                assert!(busy(Err(e)));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the locks of an ended session stay: {e}"),
+        }
+    }
+    a.lock(&flock_a).await.unwrap();
+    a.release(sa, None, None).await.unwrap();
+}

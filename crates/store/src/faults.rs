@@ -174,6 +174,8 @@ pub fn wrap(stores: Stores, config: &FaultConfig) -> (Stores, Option<Arc<Faults>
             inner: stores.inventory,
             faults: faults.clone(),
         }),
+        // Locks decide no byte's fate: they pass unchanged.
+        locks: stores.locks,
     };
     (wrapped, Some(faults))
 }

@@ -12,6 +12,7 @@ pub mod embedded;
 pub mod faults;
 pub mod inventory;
 pub mod label_queue;
+pub mod locks;
 pub mod remote;
 pub mod warehouse;
 
@@ -29,6 +30,8 @@ pub struct Stores {
     pub tasks: Arc<dyn LabelQueue<labios_label::Task>>,
     pub warehouse: Arc<dyn Warehouse>,
     pub inventory: Arc<dyn Inventory>,
+    /// File locks (`fcntl`, `flock`), held across processes and hosts.
+    pub locks: Arc<dyn locks::Locks>,
 }
 
 /// Client label queues are named `labels.<application id>`.

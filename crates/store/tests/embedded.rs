@@ -168,3 +168,14 @@ async fn measure_queue_and_inventory() {
         n as f64 / t.elapsed().as_secs_f64()
     );
 }
+
+#[tokio::test]
+async fn locks_conformance() {
+    let l: Arc<dyn labios_store::locks::Locks> =
+        Arc::new(labios_store::locks::MemoryLocks::default());
+    let ended = l.clone();
+    locks_suite(l.clone(), (1, 2), l, async move {
+        ended.release(2, None, None).await.unwrap();
+    })
+    .await;
+}

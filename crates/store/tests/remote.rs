@@ -18,6 +18,7 @@ fn stores() -> Stores {
         tasks: Arc::new(MemoryQueue::new(BOUND, TIMEOUT)),
         warehouse: Arc::new(MemoryWarehouse::new(WAREHOUSE, TIMEOUT)),
         inventory: Arc::new(RedbInventory::in_memory().unwrap()),
+        locks: Arc::new(labios_store::locks::MemoryLocks::default()),
     }
 }
 
@@ -53,6 +54,23 @@ async fn suites(endpoint: &Endpoint) {
     queue_backpressure_suite(s.labels.clone(), BOUND, TIMEOUT).await;
     warehouse_suite(s.warehouse.clone()).await;
     inventory_suite(s.inventory.clone()).await;
+    // Locks of two connections; the end of the second (its runtime shut
+    // down, as when its process dies) frees its locks.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ep = endpoint.clone();
+    let (b, _) = rt
+        .spawn(async move { connect(&ep, Some("k".into()), Some("s".into())).await })
+        .await
+        .unwrap()
+        .unwrap();
+    locks_suite(s.locks.clone(), (0, 0), b.locks.clone(), async move {
+        rt.shutdown_background();
+    })
+    .await;
 }
 
 #[tokio::test]

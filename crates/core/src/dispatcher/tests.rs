@@ -22,6 +22,7 @@ fn stores() -> Stores {
         tasks: Arc::new(MemoryQueue::new(100_000, Duration::from_secs(5))),
         warehouse: Arc::new(MemoryWarehouse::new(1 << 20, Duration::from_secs(1))),
         inventory: Arc::new(RedbInventory::in_memory().unwrap()),
+        locks: Arc::new(labios_store::locks::MemoryLocks::default()),
     }
 }
 

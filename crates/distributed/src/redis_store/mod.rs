@@ -66,7 +66,10 @@
 //! refused password gives `Error::PermissionDenied`. A stored value that
 //! does not decode is `Error::Malformed` naming its key.
 
+mod locks;
 mod lua;
+
+pub use locks::{RedisLocks, LEASE as LOCK_LEASE};
 
 use async_trait::async_trait;
 use bytes::Bytes;

@@ -137,6 +137,7 @@ impl Rig {
             tasks: gate.clone(),
             warehouse: Arc::new(MemoryWarehouse::new(warehouse, Duration::from_secs(5))),
             inventory: Arc::new(RedbInventory::in_memory().unwrap()),
+            locks: Arc::new(labios_store::locks::MemoryLocks::default()),
         };
         Rig {
             dir: tempfile::tempdir().unwrap(),

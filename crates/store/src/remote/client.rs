@@ -8,6 +8,7 @@ use super::Endpoint;
 use crate::access::Cred;
 use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
 use crate::label_queue::{Delivery, LabelQueue};
+use crate::locks::{HeldLock, LockRequest, Locks};
 use crate::warehouse::Warehouse;
 use crate::Stores;
 use async_trait::async_trait;
@@ -132,7 +133,8 @@ pub async fn connect(
         labels: Arc::new(RemoteQueue::<Label>::new(conn.clone())),
         tasks: Arc::new(RemoteQueue::<Task>::new(conn.clone())),
         warehouse: Arc::new(RemoteWarehouse(conn.clone())),
-        inventory: Arc::new(RemoteInventory(conn)),
+        inventory: Arc::new(RemoteInventory(conn.clone())),
+        locks: Arc::new(RemoteLocks(conn)),
     };
     Ok((stores, session))
 }
@@ -472,5 +474,28 @@ impl Inventory for RemoteInventory {
     }
     async fn sync(&self) -> Result<()> {
         expect!(self.0.call(Request::Sync).await?, Reply::Unit => ())
+    }
+}
+
+/// The locks of `labios serve`, held by this connection's session.
+struct RemoteLocks(Arc<Conn>);
+
+#[async_trait]
+impl Locks for RemoteLocks {
+    async fn lock(&self, r: &LockRequest) -> Result<()> {
+        expect!(self.0.call(Request::Lock(*r)).await?, Reply::Unit => ())
+    }
+
+    async fn conflict(&self, r: &LockRequest) -> Result<Option<HeldLock>> {
+        expect!(self.0.call(Request::LockConflict(*r)).await?, Reply::Lock(l) => l)
+    }
+
+    async fn release(&self, session: u64, owner: Option<u64>, file: Option<FileId>) -> Result<()> {
+        let request = Request::Unlock {
+            session,
+            owner,
+            file,
+        };
+        expect!(self.0.call(request).await?, Reply::Unit => ())
     }
 }

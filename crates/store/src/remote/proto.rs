@@ -3,6 +3,7 @@
 
 use crate::access::Cred;
 use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Owner, SetAttr};
+use crate::locks::{HeldLock, LockRequest};
 use bytes::Bytes;
 use labios_label::codec::{MAGIC, VERSION};
 use labios_label::{
@@ -170,6 +171,17 @@ pub enum Request {
         cred: Cred,
         request: Box<Request>,
     },
+    /// [`crate::locks::Locks::lock`]; the server puts the connection's own
+    /// session in the holder, whatever the client wrote there.
+    Lock(LockRequest),
+    LockConflict(LockRequest),
+    /// [`crate::locks::Locks::release`], of the connection's own session
+    /// (the server puts it in).
+    Unlock {
+        session: u64,
+        owner: Option<u64>,
+        file: Option<FileId>,
+    },
 }
 
 /// One variant per result shape of the trait methods.
@@ -195,6 +207,7 @@ pub enum Reply {
     App(Option<AppRecord>),
     Apps(Vec<AppRecord>),
     Xattrs(Vec<(String, Bytes)>),
+    Lock(Option<HeldLock>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]

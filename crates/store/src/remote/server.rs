@@ -300,6 +300,7 @@ async fn connection(
             },
             request => (acting.clone(), request),
         };
+        let request = own_session(request, own_origin.unwrap_or_default());
         tasks.spawn(async move {
             let result = match posix(&stores, &acting, grant.as_deref(), request).await {
                 Err(e) => Err(e),
@@ -320,9 +321,34 @@ async fn connection(
     // map, connection after connection.
     if let Some(origin) = own_origin {
         origins.lock().remove(&origin);
+        // A process that dies holding locks must not leave them behind.
+        if let Err(e) = stores.locks.release(origin, None, None).await {
+            tracing::warn!("releasing the locks of session {origin}: {e}");
+        }
     }
     drop(outbox);
     let _ = writer.await;
+}
+
+/// Lock requests act for the connection's own session: a client names
+/// only owners within it.
+fn own_session(request: Request, session: u64) -> Request {
+    match request {
+        Request::Lock(mut r) => {
+            r.holder.session = session;
+            Request::Lock(r)
+        }
+        Request::LockConflict(mut r) => {
+            r.holder.session = session;
+            Request::LockConflict(r)
+        }
+        Request::Unlock { owner, file, .. } => Request::Unlock {
+            session,
+            owner,
+            file,
+        },
+        other => other,
+    }
 }
 
 async fn queue_op<T: Send + 'static>(
@@ -411,6 +437,17 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
             i.set_xattr(file, &name, value).await.map(|_| Reply::Unit)?
         }
         Request::Xattrs { file } => Reply::Xattrs(i.xattrs(file).await?),
+        Request::Lock(r) => s.locks.lock(&r).await.map(|_| Reply::Unit)?,
+        Request::LockConflict(r) => Reply::Lock(s.locks.conflict(&r).await?),
+        Request::Unlock {
+            session,
+            owner,
+            file,
+        } => s
+            .locks
+            .release(session, owner, file)
+            .await
+            .map(|_| Reply::Unit)?,
     })
 }
 
@@ -627,6 +664,18 @@ async fn posix(
             let attr = cred.check_set_attr(&meta, attr)?;
             Request::SetAttr { file, attr }
         }
+        // A read lock needs what reading needs, a write lock what writing
+        // needs (checked per call, as data moves are).
+        Request::Lock(r) => {
+            if let (Some(kind), Some(m)) = (r.kind, i.file(r.file).await?) {
+                let want = match kind {
+                    crate::locks::LockKind::Read => READ,
+                    crate::locks::LockKind::Write => WRITE,
+                };
+                cred.check(&m, want)?;
+            }
+            Request::Lock(r)
+        }
         other => other,
     })
 }
@@ -760,6 +809,7 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
         | Request::SetAttr { file, .. } => {
             own_file(app, i.file(*file).await?)?;
         }
+        Request::Lock(r) | Request::LockConflict(r) => own_file(app, i.file(r.file).await?)?,
         Request::SetStatus(_) | Request::PutWorker(_) | Request::RemoveWorker(_) => {
             return Err(denied(
                 "label statuses and workers are reserved to LABIOS itself",
