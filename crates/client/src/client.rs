@@ -39,6 +39,7 @@ impl Handle {
 }
 
 mod allocate;
+mod copy;
 mod external;
 mod locks;
 
@@ -847,11 +848,7 @@ impl Client {
         let keys: Vec<String> = statuses
             .iter()
             .filter(|s| s.state == LabelState::Complete)
-            .map(|s| {
-                s.result_key
-                    .clone()
-                    .unwrap_or_else(|| crate::content_manager::read_key(self.inner.app, s.id))
-            })
+            .map(|s| self.result_key(s))
             .collect();
         let gathered = self
             .take_results(&statuses, &wanted, &keys, offset, len)

@@ -959,6 +959,35 @@ impl Filesystem for LabiosFs {
         })
     }
 
+    /// A copy of labels: the bytes go from worker to worker, not through
+    /// the kernel or this process.
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        self.caller(req);
+        let result = self.nodes.path(ino_in).and_then(|from| {
+            let to = self.nodes.path(ino_out)?;
+            self.call(
+                "copy_file_range",
+                &from,
+                self.client
+                    .copy_range(&from, offset_in, &to, offset_out, len.min(u32::MAX.into())),
+            )
+        });
+        // The kernel's answer is a 32-bit count; copies are far shorter.
+        reply_with!(reply, result, |n| reply.written(n as u32))
+    }
+
     /// No device controls: a terminal probe (`isatty`) is told no.
     fn ioctl(
         &self,

@@ -272,6 +272,7 @@ macro_rules! mounted {
 }
 
 everywhere!(
+    copies,
     locks,
     sqlite_two_writers,
     special_files,
@@ -1050,6 +1051,20 @@ printf 'tail' >> f; show appended 408998
         "{out}"
     );
     assert!(out.contains("zeroed past the end: 409000 "), "{out}");
+    b.stop().await;
+}
+
+/// copy_file_range between LABIOS files is a copy of labels
+/// (programs/copies.py): whole files with holes, ranges, short counts,
+/// one file, cp, and the kernel's errors, against a plain directory.
+async fn copies(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "copies").await;
+    let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/copies.py" "$ROOT""#);
+    assert!(
+        out.contains("whole copied 3000012 3000012 22da54ee6374\n"),
+        "{out}"
+    );
+    assert!(out.contains("same file overlapping EINVAL\n"), "{out}");
     b.stop().await;
 }
 

@@ -262,6 +262,60 @@ pub fn seek(fd: c_int, f: &OpenFile, offset: i64, whence: c_int) -> Result<i64, 
     Ok(fdtable::set_position(fd, to))
 }
 
+/// One side of a copy: its descriptor, file and the caller's offset
+/// pointer (NULL: the descriptor's position, which the copy advances).
+pub type CopySide<'a> = (c_int, &'a OpenFile, *mut i64);
+
+/// copy_file_range(2) between two LABIOS descriptors, with the kernel's
+/// checks in its order.
+pub fn copy_range(
+    (fd_in, from, off_in): CopySide,
+    (fd_out, to, off_out): CopySide,
+    len: usize,
+    flags: u32,
+) -> Result<usize, Errno> {
+    if flags != 0 {
+        return Err(libc::EINVAL);
+    }
+    if !from.readable() || !to.writable() || to.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0
+    {
+        return Err(libc::EBADF);
+    }
+    if from.dir || to.dir {
+        return Err(libc::EISDIR);
+    }
+    let offset = |fd: c_int, p: *mut i64| -> Result<i64, Errno> {
+        if p.is_null() {
+            return Ok(fdtable::position(fd));
+        }
+        unsafe { crate::guard::mapped(p.cast(), std::mem::size_of::<i64>())? };
+        let v = unsafe { p.read_unaligned() };
+        if v < 0 {
+            return Err(libc::EINVAL);
+        }
+        Ok(v)
+    };
+    let (src, dst) = (offset(fd_in, off_in)?, offset(fd_out, off_out)?);
+    let what = format!("copy_file_range {} to {}", from.path.full, to.path.full);
+    let n = conn::with(&what, |s| {
+        s.run(s.client().copy_range(
+            &from.path.ns,
+            src as u64,
+            &to.path.ns,
+            dst as u64,
+            len as u64,
+        ))
+    })? as i64;
+    for (fd, p, at) in [(fd_in, off_in, src), (fd_out, off_out, dst)] {
+        if p.is_null() {
+            fdtable::set_position(fd, at + n);
+        } else {
+            unsafe { p.write_unaligned(at + n) };
+        }
+    }
+    Ok(n as usize)
+}
+
 /// Closes a LABIOS descriptor; in asynchronous mode the writes in flight
 /// complete first, and their failure is close's.
 pub fn close(fd: c_int) -> Result<(), Errno> {

@@ -1113,8 +1113,9 @@ pub unsafe extern "C" fn mmap64(
     )
 }
 
-/// In-kernel copies cannot reach LABIOS; EXDEV makes cp and friends copy
-/// with read and write.
+/// Between two LABIOS files a copy of labels (the bytes go from worker to
+/// worker); between LABIOS and elsewhere EXDEV, which makes cp and friends
+/// copy with read and write.
 #[no_mangle]
 pub unsafe extern "C" fn copy_file_range(
     fd_in: c_int,
@@ -1124,9 +1125,20 @@ pub unsafe extern "C" fn copy_file_range(
     len: size_t,
     flags: c_uint,
 ) -> ssize_t {
-    if fdtable::is_labios(fd_in) || fdtable::is_labios(fd_out) {
-        set_errno(libc::EXDEV);
-        return -1;
+    match (fdtable::get(fd_in), fdtable::get(fd_out)) {
+        (Some(a), Some(b)) => {
+            return rets(io::copy_range(
+                (fd_in, &a, off_in),
+                (fd_out, &b, off_out),
+                len,
+                flags,
+            ))
+        }
+        (None, None) => {}
+        _ => {
+            set_errno(libc::EXDEV);
+            return -1;
+        }
     }
     real!(copy_file_range: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t)(
         fd_in, off_in, fd_out, off_out, len, flags,
