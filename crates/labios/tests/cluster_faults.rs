@@ -1261,6 +1261,7 @@ impl model_client::Deployment for Crashing {
             rename: true,
             xattrs: true,
             tenants: true,
+            allocate: true,
             restart: true,
             faults: false,
         }

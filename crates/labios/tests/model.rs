@@ -46,6 +46,7 @@ impl Labios {
                 xattrs: !external,
                 // External storage keeps no owners.
                 tenants: !external,
+                allocate: !external,
                 restart: true,
                 faults: false,
             },
@@ -215,6 +216,7 @@ async fn iris_mappings() {
             rename: false,
             xattrs: false,
             tenants: false,
+            allocate: false,
             ..target.deployment.abilities
         };
         check_target(&format!("iris_mappings/{name}"), &target, &run).await;

@@ -162,6 +162,8 @@ impl Driven {
                 // has none yet (the hints issue).
                 xattrs: s3,
                 tenants: true,
+                // fallocate and copy_file_range; objects have neither.
+                allocate: !s3,
                 restart: true,
                 faults: false,
             },
@@ -380,6 +382,32 @@ impl Target for Driven {
 
     /// A crash: the drivers, the gateway and `labios serve` are killed
     /// (SIGKILL), then started again on the same data.
+    async fn allocate(
+        &self,
+        client: usize,
+        path: &str,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), Error> {
+        let req =
+            json!({"op": "allocate", "path": path, "mode": mode, "offset": offset, "len": len});
+        done(self.call(client, req).await)
+    }
+
+    async fn copy(
+        &self,
+        client: usize,
+        (from, at): (&str, u64),
+        (to, to_at): (&str, u64),
+        len: u64,
+    ) -> Result<u64, Error> {
+        let req = json!({"op": "copy", "from": from, "from_offset": at, "to": to, "to_offset": to_at, "len": len});
+        let got = self.call(client, req).await?;
+        got.as_u64()
+            .ok_or_else(|| Error::Protocol(format!("copy answered {got}")))
+    }
+
     async fn restart(&self) {
         for d in &self.drivers {
             *d.lock().await = None;

@@ -1,4 +1,4 @@
-//! Reading a caller's C strings without trusting them. The kernel answers
+//! Reading a caller's C strings and buffers without trusting them. The kernel answers
 //! a bad pointer with EFAULT; a library standing in front of it must not
 //! crash the program instead. Before a page of a string is read, the
 //! kernel is asked whether it is readable (`process_vm_readv` of one byte
@@ -102,6 +102,69 @@ pub unsafe fn mapped(p: *const u8, len: usize) -> Result<(), c_int> {
     Ok(())
 }
 
+/// The `len` bytes at `p`, copied by the kernel (`process_vm_readv` from
+/// this process): EFAULT where any of them is unmapped, where a plain copy
+/// would crash the program. Where the kernel refuses to copy this way (a
+/// sandbox), a plain copy.
+///
+/// # Safety
+/// `p` is the caller's pointer of a `write`-like call.
+pub unsafe fn copy_in(p: *const u8, len: usize) -> Result<Vec<u8>, c_int> {
+    let mut out = vec![0u8; len];
+    match vm_copy(out.as_mut_ptr(), p.cast_mut(), len, false) {
+        Err(libc::EPERM | libc::ENOSYS) => {
+            std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), len);
+            Ok(out)
+        }
+        r => r.map(|()| out),
+    }
+}
+
+/// Copies `data` to the caller's `p` through the kernel
+/// (`process_vm_writev`): EFAULT where any byte is not writable.
+///
+/// # Safety
+/// `p` is the caller's pointer of a `read`-like call.
+pub unsafe fn copy_out(p: *mut u8, data: &[u8]) -> Result<(), c_int> {
+    match vm_copy(data.as_ptr().cast_mut(), p, data.len(), true) {
+        Err(libc::EPERM | libc::ENOSYS) => {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len());
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// `len` bytes between `local` and the caller's `remote`, in this process,
+/// by the kernel; a short transfer goes on from where it stopped.
+unsafe fn vm_copy(local: *mut u8, remote: *mut u8, len: usize, out: bool) -> Result<(), c_int> {
+    if len > 0 && remote.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let mut done = 0;
+    while done < len {
+        let l = libc::iovec {
+            iov_base: local.add(done).cast(),
+            iov_len: len - done,
+        };
+        let r = libc::iovec {
+            iov_base: remote.add(done).cast(),
+            iov_len: len - done,
+        };
+        let n = if out {
+            libc::process_vm_writev(libc::getpid(), &l, 1, &r, 1, 0)
+        } else {
+            libc::process_vm_readv(libc::getpid(), &l, 1, &r, 1, 0)
+        };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return Err(libc::EFAULT),
+            _ => return Err(*libc::__errno_location()),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +215,25 @@ mod tests {
             Err(libc::EFAULT)
         );
         assert_eq!(unsafe { mapped(std::ptr::null(), 32) }, Err(libc::EFAULT));
+    }
+
+    #[test]
+    fn buffers_are_copied_and_bad_ones_are_efault() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        assert_eq!(
+            unsafe { copy_in(data.as_ptr(), data.len()) },
+            Ok(data.clone())
+        );
+        let mut out = vec![0u8; data.len()];
+        assert_eq!(unsafe { copy_out(out.as_mut_ptr(), &data) }, Ok(()));
+        assert_eq!(out, data);
+        let bad = 0xDEAD_C0DE as *mut u8;
+        assert_eq!(unsafe { copy_in(bad, 10) }, Err(libc::EFAULT));
+        assert_eq!(unsafe { copy_out(bad, &data[..10]) }, Err(libc::EFAULT));
+        assert_eq!(unsafe { copy_in(std::ptr::null(), 10) }, Err(libc::EFAULT));
+        // Read-only memory is not written.
+        let ro = c"read-only".as_ptr().cast_mut().cast::<u8>();
+        assert_eq!(unsafe { copy_out(ro, b"x") }, Err(libc::EFAULT));
     }
 
     #[test]

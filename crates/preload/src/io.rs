@@ -180,6 +180,21 @@ fn open_entry(
 
 /// Reads at `at`, or at the file position (then advanced) when `None`.
 pub fn read(fd: c_int, f: &OpenFile, buf: &mut [u8], at: Option<i64>) -> Result<usize, Errno> {
+    let data = read_bytes(fd, f, buf.len(), at, |_| Ok(()))?;
+    buf[..data.len()].copy_from_slice(&data);
+    Ok(data.len())
+}
+
+/// Reads up to `len` bytes at `at`, or at the file position, which
+/// advances once `deliver` (which puts the bytes where the caller wants
+/// them) succeeds.
+pub fn read_bytes(
+    fd: c_int,
+    f: &OpenFile,
+    len: usize,
+    at: Option<i64>,
+    deliver: impl FnOnce(&[u8]) -> Result<(), Errno>,
+) -> Result<Bytes, Errno> {
     if f.dir {
         return Err(libc::EISDIR);
     }
@@ -189,13 +204,13 @@ pub fn read(fd: c_int, f: &OpenFile, buf: &mut [u8], at: Option<i64>) -> Result<
     let pos = at.unwrap_or_else(|| fdtable::position(fd));
     let pos = u64::try_from(pos).map_err(|_| libc::EINVAL)?;
     let data = conn::with(&format!("read {}", f.path.full), |s| {
-        s.read(&f.path.ns, pos, buf.len() as u64)
+        s.read(&f.path.ns, pos, len as u64)
     })?;
-    buf[..data.len()].copy_from_slice(&data);
+    deliver(&data)?;
     if at.is_none() {
         fdtable::set_position(fd, (pos + data.len() as u64) as i64);
     }
-    Ok(data.len())
+    Ok(data)
 }
 
 /// Writes at `at`, or at the file position (then advanced). An O_APPEND
@@ -204,29 +219,41 @@ pub fn read(fd: c_int, f: &OpenFile, buf: &mut [u8], at: Option<i64>) -> Result<
 /// other), even a pwrite, as on Linux; a plain write then leaves the
 /// position after it.
 pub fn write(fd: c_int, f: &OpenFile, data: &[u8], at: Option<i64>) -> Result<usize, Errno> {
+    write_bytes(fd, f, || Ok(Bytes::copy_from_slice(data)), at)
+}
+
+/// [`write`] of the bytes `take` copies from the caller (after the
+/// descriptor's checks, as the kernel checks it before the buffer).
+pub fn write_bytes(
+    fd: c_int,
+    f: &OpenFile,
+    take: impl FnOnce() -> Result<Bytes, Errno>,
+    at: Option<i64>,
+) -> Result<usize, Errno> {
     if f.dir {
         return Err(libc::EISDIR);
     }
     if !f.writable() {
         return Err(libc::EBADF);
     }
-    let bytes = Bytes::copy_from_slice(data);
+    let bytes = take()?;
+    let len = bytes.len();
     let what = format!("write {}", f.path.full);
     attrs::changed(&f.path.ns);
     if f.flags.load(std::sync::atomic::Ordering::Relaxed) & libc::O_APPEND != 0 {
         let pos = conn::with(&what, |s| s.append_in_mode(&f.path.ns, bytes))?;
         if at.is_none() {
-            fdtable::set_position(fd, (pos + data.len() as u64) as i64);
+            fdtable::set_position(fd, (pos + len as u64) as i64);
         }
-        return Ok(data.len());
+        return Ok(len);
     }
     let p = at.unwrap_or_else(|| fdtable::position(fd));
     let pos = u64::try_from(p).map_err(|_| libc::EINVAL)?;
     conn::with(&what, |s| s.write_in_mode(&f.path.ns, pos, bytes))?;
     if at.is_none() {
-        fdtable::set_position(fd, (pos + data.len() as u64) as i64);
+        fdtable::set_position(fd, (pos + len as u64) as i64);
     }
-    Ok(data.len())
+    Ok(len)
 }
 
 pub fn size(f: &OpenFile) -> Result<u64, Errno> {

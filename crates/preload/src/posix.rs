@@ -489,24 +489,21 @@ pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_in
 
 // ---- data ----------------------------------------------------------------
 
+/// The bytes go to the caller's buffer through the kernel: a bad buffer
+/// is EFAULT, as for a kernel file, not a crash.
 unsafe fn read_fd(fd: c_int, buf: *mut c_void, n: size_t, at: Option<i64>) -> Option<ssize_t> {
     let f = fdtable::get(fd)?;
-    let slice: &mut [u8] = if n == 0 {
-        &mut []
-    } else {
-        std::slice::from_raw_parts_mut(buf.cast(), n)
-    };
-    Some(rets(io::read(fd, &f, slice, at)))
+    let deliver = |data: &[u8]| crate::guard::copy_out(buf.cast(), data);
+    Some(rets(
+        io::read_bytes(fd, &f, n, at, deliver).map(|d| d.len()),
+    ))
 }
 
+/// The caller's bytes are copied by the kernel: a bad buffer is EFAULT.
 unsafe fn write_fd(fd: c_int, buf: *const c_void, n: size_t, at: Option<i64>) -> Option<ssize_t> {
     let f = fdtable::get(fd)?;
-    let slice: &[u8] = if n == 0 {
-        &[]
-    } else {
-        std::slice::from_raw_parts(buf.cast(), n)
-    };
-    Some(rets(io::write(fd, &f, slice, at)))
+    let take = || crate::guard::copy_in(buf.cast(), n).map(bytes::Bytes::from);
+    Some(rets(io::write_bytes(fd, &f, take, at)))
 }
 
 #[no_mangle]
@@ -581,7 +578,18 @@ pub unsafe extern "C" fn pwrite64(
     })
 }
 
-/// Vectored I/O on LABIOS files gathers into one label.
+/// The caller's `iovec` array, checked mapped: EFAULT, not a crash.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<&'a [libc::iovec], Errno> {
+    let n = usize::try_from(cnt).map_err(|_| libc::EINVAL)?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    crate::guard::mapped(iov.cast(), n * std::mem::size_of::<libc::iovec>())?;
+    Ok(std::slice::from_raw_parts(iov, n))
+}
+
+/// Vectored I/O on LABIOS files gathers into one label; every buffer is
+/// copied by the kernel (EFAULT for a bad one).
 pub(crate) unsafe fn readv_fd(
     fd: c_int,
     iov: *const libc::iovec,
@@ -589,20 +597,20 @@ pub(crate) unsafe fn readv_fd(
     at: Option<i64>,
 ) -> Option<ssize_t> {
     let f = fdtable::get(fd)?;
-    let iov = std::slice::from_raw_parts(iov, usize::try_from(cnt).unwrap_or(0));
-    let total: usize = iov.iter().map(|v| v.iov_len).sum();
-    let mut buf = vec![0u8; total];
-    let n = match io::read(fd, &f, &mut buf, at) {
-        Ok(n) => n,
-        Err(e) => return Some(rets(Err(e))),
+    let deliver = |iov: &[libc::iovec], data: &[u8]| {
+        let mut done = 0;
+        for v in iov {
+            let take = v.iov_len.min(data.len() - done);
+            crate::guard::copy_out(v.iov_base.cast(), &data[done..done + take])?;
+            done += take;
+        }
+        Ok(())
     };
-    let mut done = 0;
-    for v in iov {
-        let take = v.iov_len.min(n - done);
-        std::ptr::copy_nonoverlapping(buf[done..].as_ptr(), v.iov_base.cast(), take);
-        done += take;
-    }
-    Some(n as ssize_t)
+    let read = iovecs(iov, cnt).and_then(|iov| {
+        let total: usize = iov.iter().map(|v| v.iov_len).sum();
+        io::read_bytes(fd, &f, total, at, |d| deliver(iov, d)).map(|d| d.len())
+    });
+    Some(rets(read))
 }
 
 pub(crate) unsafe fn writev_fd(
@@ -612,12 +620,15 @@ pub(crate) unsafe fn writev_fd(
     at: Option<i64>,
 ) -> Option<ssize_t> {
     let f = fdtable::get(fd)?;
-    let iov = std::slice::from_raw_parts(iov, usize::try_from(cnt).unwrap_or(0));
-    let mut buf = Vec::with_capacity(iov.iter().map(|v| v.iov_len).sum());
-    for v in iov.iter().filter(|v| v.iov_len > 0) {
-        buf.extend_from_slice(std::slice::from_raw_parts(v.iov_base.cast(), v.iov_len));
-    }
-    Some(rets(io::write(fd, &f, &buf, at)))
+    let gather = |iov: &[libc::iovec]| -> Result<bytes::Bytes, Errno> {
+        let mut buf = Vec::with_capacity(iov.iter().map(|v| v.iov_len).sum());
+        for v in iov.iter().filter(|v| v.iov_len > 0) {
+            buf.extend_from_slice(&crate::guard::copy_in(v.iov_base.cast(), v.iov_len)?);
+        }
+        Ok(buf.into())
+    };
+    let written = iovecs(iov, cnt).and_then(|iov| io::write_bytes(fd, &f, || gather(iov), at));
+    Some(rets(written))
 }
 
 #[no_mangle]

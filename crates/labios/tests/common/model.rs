@@ -102,6 +102,24 @@ pub enum Op {
     WaitAll {
         client: usize,
     },
+    /// fallocate(2) with Linux's mode bits ([`Allocation`]).
+    Allocate {
+        client: usize,
+        file: usize,
+        how: Allocation,
+        offset: u64,
+        len: u64,
+    },
+    /// copy_file_range(2) from one file of the client's application to
+    /// another; answers how many bytes it copied.
+    Copy {
+        client: usize,
+        from: usize,
+        to: usize,
+        from_offset: u64,
+        to_offset: u64,
+        len: u64,
+    },
     /// Application B's client reaches for one of A's files.
     Intrude {
         file: usize,
@@ -109,6 +127,30 @@ pub enum Op {
     },
     /// Every client waits, the deployment stops cleanly and starts again.
     Restart,
+}
+
+/// The fallocate(2) modes LABIOS implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Allocation {
+    /// Mode 0: the file grows to cover the range.
+    Extend,
+    /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
+    Punch,
+    /// `FALLOC_FL_ZERO_RANGE`, with or without `FALLOC_FL_KEEP_SIZE`.
+    Zero { keep_size: bool },
+}
+
+impl Allocation {
+    pub fn mode(self) -> i32 {
+        match self {
+            Allocation::Extend => 0,
+            Allocation::Punch => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            Allocation::Zero { keep_size: false } => libc::FALLOC_FL_ZERO_RANGE,
+            Allocation::Zero { keep_size: true } => {
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +172,8 @@ pub struct Abilities {
     pub xattrs: bool,
     pub tenants: bool,
     pub restart: bool,
+    /// fallocate(2) and copy_file_range(2).
+    pub allocate: bool,
     /// Faults are injected: an operation may fail, with its outcome then
     /// read back and checked to be all or nothing (bytes of a failed write
     /// each old or new).
@@ -176,6 +220,26 @@ pub trait Target: Send + Sync {
         value: Option<Bytes>,
     ) -> Result<(), Error>;
     async fn xattrs(&self, client: usize, path: &str) -> Result<Vec<(String, Bytes)>, Error>;
+    /// fallocate(2) with Linux's `mode` bits (never called unless the
+    /// target's abilities say `allocate`).
+    async fn allocate(
+        &self,
+        client: usize,
+        path: &str,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), Error>;
+    /// Copies up to `len` bytes, as many calls of copy_file_range(2) as it
+    /// takes, and returns how many it copied (fewer only at the source's
+    /// end).
+    async fn copy(
+        &self,
+        client: usize,
+        from: (&str, u64),
+        to: (&str, u64),
+        len: u64,
+    ) -> Result<u64, Error>;
     async fn restart(&self);
     /// Called once a case has removed its files: checks what must hold of
     /// the whole system then (space given back); an error says what not.
@@ -378,6 +442,64 @@ impl Model {
                 None => Expect::NotFound,
                 Some(_) => Expect::Denied,
             },
+            Op::Allocate {
+                client,
+                file,
+                how,
+                offset,
+                len,
+            } => match self.files.get_mut(&(is_b(client), file)) {
+                None => Expect::NotFound,
+                Some(f) => {
+                    let size = f.data.len() as u64;
+                    let end = offset + len;
+                    let zeros = match how {
+                        Allocation::Extend => {
+                            f.data.resize(size.max(end) as usize, 0);
+                            None
+                        }
+                        Allocation::Punch | Allocation::Zero { keep_size: true } => {
+                            Some((offset.min(size), end.min(size)))
+                        }
+                        Allocation::Zero { keep_size: false } => {
+                            f.data.resize(size.max(end) as usize, 0);
+                            Some((offset, end))
+                        }
+                    };
+                    if let Some((a, b)) = zeros {
+                        f.data[a as usize..b as usize].fill(0);
+                    }
+                    Expect::Ok
+                }
+            },
+            Op::Copy {
+                client,
+                from,
+                to,
+                from_offset,
+                to_offset,
+                len,
+            } => {
+                let b = is_b(client);
+                let (Some(src), true) = (
+                    self.files.get(&(b, from)),
+                    self.files.contains_key(&(b, to)),
+                ) else {
+                    return Expect::NotFound;
+                };
+                let size = src.data.len() as u64;
+                let n = len.min(size.saturating_sub(from_offset));
+                let bytes = src.data[from_offset.min(size) as usize..][..n as usize].to_vec();
+                let dst = self.files.get_mut(&(b, to)).expect("checked above");
+                if n > 0 {
+                    let end = (to_offset + n) as usize;
+                    if dst.data.len() < end {
+                        dst.data.resize(end, 0);
+                    }
+                    dst.data[to_offset as usize..end].copy_from_slice(&bytes);
+                }
+                Expect::Size(n)
+            }
             Op::WaitAll { .. } | Op::Restart => Expect::Ok,
         }
     }
@@ -394,8 +516,14 @@ fn touches(op: &Op) -> Vec<(bool, usize)> {
         | Op::Remove { client, file }
         | Op::Flush { client, file }
         | Op::SetXattr { client, file, .. }
-        | Op::Xattrs { client, file } => vec![(is_b(client), file)],
-        Op::Rename { client, from, to } => vec![(is_b(client), from), (is_b(client), to)],
+        | Op::Xattrs { client, file }
+        | Op::Allocate { client, file, .. } => vec![(is_b(client), file)],
+        Op::Rename { client, from, to }
+        | Op::Copy {
+            client, from, to, ..
+        } => {
+            vec![(is_b(client), from), (is_b(client), to)]
+        }
         Op::Intrude { file, how } => {
             let mut t = vec![(false, file)];
             if how == Intrusion::Rename {
@@ -419,6 +547,8 @@ fn client_of(op: &Op) -> Option<usize> {
         | Op::Flush { client, .. }
         | Op::SetXattr { client, .. }
         | Op::Xattrs { client, .. }
+        | Op::Allocate { client, .. }
+        | Op::Copy { client, .. }
         | Op::WaitAll { client } => Some(client),
         Op::Intrude { .. } => Some(OTHER_APP),
         Op::Restart => None,
@@ -513,7 +643,7 @@ fn pick_op(rng: &mut fastrand::Rng, model: &Model, client: usize, a: Abilities) 
     let file = rng.usize(0..FILES);
     let size = model.size((b, file)).unwrap_or(0);
     loop {
-        return match rng.u32(0..100) {
+        return match rng.u32(0..110) {
             34..=39 if a.append => Op::Append {
                 client,
                 file,
@@ -573,6 +703,41 @@ fn pick_op(rng: &mut fastrand::Rng, model: &Model, client: usize, a: Abilities) 
                     _ => Intrusion::Rename,
                 },
             },
+            100..=104 if a.allocate => {
+                let offset = pick_offset(rng, size).min(MAX_FILE - 1);
+                Op::Allocate {
+                    client,
+                    file,
+                    how: match rng.u32(0..4) {
+                        0 => Allocation::Extend,
+                        1 => Allocation::Punch,
+                        n => Allocation::Zero { keep_size: n == 2 },
+                    },
+                    offset,
+                    len: pick_len(rng).clamp(1, MAX_FILE - offset),
+                }
+            }
+            105..=109 if a.allocate => {
+                let to = rng.usize(0..FILES);
+                let to_size = model.size((b, to)).unwrap_or(0);
+                let from_offset = pick_offset(rng, size);
+                let to_offset = pick_offset(rng, to_size).min(MAX_FILE);
+                let len = pick_len(rng).min(MAX_FILE - to_offset);
+                // Overlapping ranges of one file are refused (EINVAL).
+                let overlap =
+                    to == file && from_offset < to_offset + len && to_offset < from_offset + len;
+                if overlap {
+                    continue;
+                }
+                Op::Copy {
+                    client,
+                    from: file,
+                    to,
+                    from_offset,
+                    to_offset,
+                    len,
+                }
+            }
             _ => continue,
         };
     }
@@ -723,6 +888,35 @@ async fn check(target: &dyn Target, case: u64, op: &Op, expect: Expect) -> Resul
                 .await
                 .map(|x| Expect::Xattrs(x.into_iter().map(|(k, v)| (k, v.to_vec())).collect())),
             Op::WaitAll { client } => target.wait_all(client).await.map(|_| Expect::Ok),
+            Op::Allocate {
+                client,
+                file,
+                how,
+                offset,
+                len,
+            } => target
+                .allocate(client, &path(is_b(client), file), how.mode(), offset, len)
+                .await
+                .map(|_| Expect::Ok),
+            Op::Copy {
+                client,
+                from,
+                to,
+                from_offset,
+                to_offset,
+                len,
+            } => {
+                let b = is_b(client);
+                target
+                    .copy(
+                        client,
+                        (&path(b, from), from_offset),
+                        (&path(b, to), to_offset),
+                        len,
+                    )
+                    .await
+                    .map(Expect::Size)
+            }
             Op::Intrude { file, how } => {
                 let theirs = path(false, file);
                 match how {
@@ -869,7 +1063,10 @@ async fn resolve(
         // An append's range is reserved before its bytes land: a failed
         // one may leave it as zeros, as a failed write leaves old bytes.
         let torn = match (op, &seen) {
-            (Op::Write { .. } | Op::Append { .. }, Some(s)) => {
+            (
+                Op::Write { .. } | Op::Append { .. } | Op::Allocate { .. } | Op::Copy { .. },
+                Some(s),
+            ) => {
                 let empty = File::default();
                 let (o, n) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
                 s.xattrs == n.xattrs

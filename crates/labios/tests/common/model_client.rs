@@ -139,6 +139,40 @@ impl<D: Deployment> Target for ClientApi<D> {
         self.client(client).await.xattrs(path).await
     }
 
+    async fn allocate(
+        &self,
+        client: usize,
+        path: &str,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), Error> {
+        self.client(client)
+            .await
+            .fallocate(path, mode, offset, len)
+            .await
+    }
+
+    async fn copy(
+        &self,
+        client: usize,
+        (from, at): (&str, u64),
+        (to, to_at): (&str, u64),
+        len: u64,
+    ) -> Result<u64, Error> {
+        let c = self.client(client).await;
+        let mut done = 0;
+        loop {
+            let n = c
+                .copy_range(from, at + done, to, to_at + done, len - done)
+                .await?;
+            done += n;
+            if n == 0 || done == len {
+                return Ok(done);
+            }
+        }
+    }
+
     async fn restart(&self) {
         // Old clients go before the deployment stops (an embedded
         // runtime's clients hold parts of it).

@@ -27,3 +27,27 @@ for name, args in [
     r = getattr(libc, name)(*args)
     print(name, r, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()))
 print(sorted(os.listdir(root)), sorted(os.listdir(f"{root}/d")))
+
+# Data buffers and lock structures of an open file: EFAULT, the file as it
+# was, the descriptor still usable.
+with open(f"{root}/d/data", "wb") as f:
+    f.write(b"0123456789")
+fd = os.open(f"{root}/d/data", os.O_RDWR)
+n = ctypes.c_size_t(10)
+iov = (ctypes.c_void_p * 2)(0xDEADC0DE, 10)
+for name, args in [
+    ("write", [fd, BAD, n]),
+    ("read", [fd, BAD, n]),
+    ("pwrite", [fd, BAD, n, ctypes.c_long(0)]),
+    ("pread", [fd, BAD, n, ctypes.c_long(0)]),
+    ("writev", [fd, ctypes.byref(iov), 1]),
+    ("readv", [fd, ctypes.byref(iov), 1]),
+    ("writev", [fd, BAD, 1]),
+    ("fcntl", [fd, ctypes.c_int(6), BAD]),  # F_SETLK
+    ("fcntl", [fd, ctypes.c_int(5), BAD]),  # F_GETLK
+]:
+    ctypes.set_errno(0)
+    r = getattr(libc, name)(*args)
+    print(name, r, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()))
+print("position", os.lseek(fd, 0, os.SEEK_CUR), "data", os.pread(fd, 20, 0))
+os.close(fd)

@@ -3,7 +3,8 @@ operations read from stdin, one JSON object per line, and answers each with
 one JSON line on stdout. Run by crates/labios/tests/model_drivers.rs.
 
     model_driver.py posix            plain POSIX calls (os.open, os.pwrite,
-                                     os.pread, os.ftruncate, os.rename,
+                                     os.pread, os.ftruncate, fallocate,
+                                     os.copy_file_range, os.rename,
                                      os.unlink, os.fsync), run under
                                      `labios run` so that they become labels
     model_driver.py s3 URL KEY SECRET  boto3 against `labios s3`; a path is
@@ -12,6 +13,8 @@ one JSON line on stdout. Run by crates/labios/tests/model_drivers.rs.
 Requests: {"op": "write", "path", "offset", "data" (base64)}, "append" (path,
 data; POSIX only), "read" (path,
 offset, len), "stat", "truncate" (path, size), "rename" (from, to),
+"allocate" (path, mode, offset, len; POSIX only), "copy" (from, from_offset,
+to, to_offset, len; POSIX only),
 "remove", "flush", "set_xattr" (path, name, value: base64 or null), "xattrs", and for S3
 "bucket" (path: a bucket name, created unless it is the caller's already).
 Answers: {"ok": RESULT} or {"err": "ENOENT" | "EACCES" | other, "msg": TEXT}.
@@ -86,6 +89,38 @@ class Posix:
             os.ftruncate(fd, size)
         finally:
             os.close(fd)
+
+    def allocate(self, path, mode, offset, length):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            args = (fd, mode, ctypes.c_int64(offset), ctypes.c_int64(length))
+            if libc.fallocate(*args) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, os.strerror(e))
+        finally:
+            os.close(fd)
+
+    def copy(self, src, src_offset, dst, dst_offset, length):
+        """copy_file_range until `length` bytes or the source's end."""
+        fi = os.open(src, os.O_RDONLY)
+        try:
+            fo = os.open(dst, os.O_WRONLY)
+            try:
+                done = 0
+                while True:
+                    n = os.copy_file_range(
+                        fi, fo, length - done, src_offset + done, dst_offset + done
+                    )
+                    done += n
+                    if n == 0 or done == length:
+                        return done
+            finally:
+                os.close(fo)
+        finally:
+            os.close(fi)
 
     def rename(self, src, dst):
         os.rename(src, dst)
@@ -240,6 +275,12 @@ def answer(backend, req):
         backend.truncate(path, req["size"])
     elif op == "rename":
         backend.rename(req["from"], req["to"])
+    elif op == "allocate":
+        backend.allocate(path, req["mode"], req["offset"], req["len"])
+    elif op == "copy":
+        return backend.copy(
+            req["from"], req["from_offset"], req["to"], req["to_offset"], req["len"]
+        )
     elif op == "remove":
         backend.remove(path)
     elif op == "flush":
