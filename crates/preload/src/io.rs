@@ -47,18 +47,76 @@ const MAX_HOPS: usize = 40;
 /// with the entry found there (`None`: nothing), or the host path a link
 /// leads out of LABIOS to.
 pub fn follow(mut path: Vpath) -> Result<(Target, Option<FileMeta>), Errno> {
-    for _ in 0..MAX_HOPS {
-        let meta = lookup(&path)?;
+    let mut hops = 0;
+    loop {
+        let meta = match lookup(&path) {
+            // A link among the directories: the kernel walks through it.
+            Err(libc::ENOTDIR) => match through_links(&path, &mut hops)? {
+                Some(Target::Labios(next)) => {
+                    path = next;
+                    continue;
+                }
+                Some(real) => return Ok((real, None)),
+                None => return Err(libc::ENOTDIR),
+            },
+            // Missing, or behind a link among the directories.
+            Ok(None) => match through_links(&path, &mut hops)? {
+                Some(Target::Labios(next)) => {
+                    path = next;
+                    continue;
+                }
+                Some(real) => return Ok((real, None)),
+                None => None,
+            },
+            other => other?,
+        };
         let Some(m) = meta.as_ref().filter(|m| m.kind == FileKind::Symlink) else {
             return Ok((Target::Labios(path), meta));
         };
+        hops += 1;
+        if hops > MAX_HOPS {
+            return Err(libc::ELOOP);
+        }
         let target = conn::with(&format!("readlink {}", path.full), |s| s.readlink(&m.path))?;
         match mount::link_target(&path, &target) {
             Target::Labios(next) => path = next,
             real => return Ok((real, None)),
         }
     }
-    Err(libc::ELOOP)
+}
+
+/// `path` with its first symbolic link among the directories replaced by
+/// where it points (`None`: there is none, a file is in the way); `hops`
+/// counts the links followed, ELOOP past [`MAX_HOPS`] as the kernel.
+fn through_links(path: &Vpath, hops: &mut usize) -> Result<Option<Target>, Errno> {
+    let parts: Vec<&str> = path.full.split('/').filter(|p| !p.is_empty()).collect();
+    let mut at = String::new();
+    for (i, part) in parts.iter().enumerate().take(parts.len().saturating_sub(1)) {
+        at.push('/');
+        at.push_str(part);
+        let Some(dir) = mount::labios(&at) else {
+            continue;
+        };
+        match lookup(&dir)? {
+            None => return Err(libc::ENOENT),
+            Some(m) if m.kind == FileKind::Symlink => {
+                *hops += 1;
+                if *hops > MAX_HOPS {
+                    return Err(libc::ELOOP);
+                }
+                let target =
+                    conn::with(&format!("readlink {}", dir.full), |s| s.readlink(&m.path))?;
+                return Ok(Some(mount::through(
+                    &dir,
+                    &target,
+                    &parts[i + 1..].join("/"),
+                )));
+            }
+            Some(m) if m.kind != FileKind::Dir => return Ok(None),
+            Some(_) => {}
+        }
+    }
+    Ok(None)
 }
 
 /// What an open leads to.
@@ -79,7 +137,10 @@ pub fn open(path: Vpath, flags: c_int, mode: u32) -> Result<Opened, Errno> {
             return Ok(Opened::Labios(fd));
         }
     }
-    let (target, meta) = if flags & libc::O_NOFOLLOW != 0 {
+    // O_CREAT | O_EXCL never follows a link at the end: a link there,
+    // dangling or not, is EEXIST (POSIX).
+    let exclusive = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
+    let (target, meta) = if flags & libc::O_NOFOLLOW != 0 || exclusive {
         let meta = lookup(&path)?;
         (Target::Labios(path), meta)
     } else {
@@ -133,9 +194,9 @@ fn open_entry(
     let create = flags & libc::O_CREAT != 0;
     let excl = create && flags & libc::O_EXCL != 0;
     let dir = match meta {
+        Some(_) if excl => return Err(libc::EEXIST),
         // Not followed (O_NOFOLLOW), as the kernel says of one.
         Some(m) if m.kind == FileKind::Symlink => return Err(libc::ELOOP),
-        Some(_) if excl => return Err(libc::EEXIST),
         // A pipe, device or socket needs the kernel behind it: only
         // `labios mount` opens one (Linux says ENXIO of a socket too).
         Some(m) if m.kind.is_special() => return Err(libc::ENXIO),
@@ -373,9 +434,29 @@ pub fn fsync(f: &OpenFile) -> Result<(), Errno> {
     conn::with(&format!("fsync {}", f.path.full), |s| s.flush(&f.path.ns))
 }
 
+/// truncate(2): follows a link at the end, into LABIOS or out of it.
 pub fn truncate(path: &Vpath, len: i64) -> Result<(), Errno> {
+    let (target, meta) = follow(path.clone())?;
+    let path = match target {
+        Target::Labios(v) => v,
+        Target::Real(None) => return Err(libc::ENOENT),
+        Target::Real(Some(p)) => {
+            let r = unsafe {
+                crate::real::real!(truncate64: fn(*const libc::c_char, i64) -> c_int)(
+                    p.as_ptr(),
+                    len,
+                )
+            };
+            return if r == 0 {
+                Ok(())
+            } else {
+                Err(fdtable::errno())
+            };
+        }
+    };
+    let path = &path;
     let len = u64::try_from(len).map_err(|_| libc::EINVAL)?;
-    match lookup(path)? {
+    match meta {
         None => Err(libc::ENOENT),
         Some(m) if m.kind == FileKind::Dir => Err(libc::EISDIR),
         Some(m) if m.kind.is_special() => Err(libc::EINVAL),
@@ -502,6 +583,15 @@ pub fn remove(path: &Vpath, dir: bool) -> Result<(), Errno> {
 pub fn rename(from: &Vpath, to: &Vpath) -> Result<(), Errno> {
     match lookup(from)? {
         None => Err(libc::ENOENT),
+        // Onto a directory above it: the kernel's rename trap says
+        // ENOTEMPTY before it compares the two kinds.
+        Some(_)
+            if from
+                .ns
+                .starts_with(&format!("{}/", to.ns.trim_end_matches('/'))) =>
+        {
+            Err(libc::ENOTEMPTY)
+        }
         Some(_) => {
             attrs::changed_tree(&from.ns);
             attrs::changed_tree(&to.ns);
@@ -534,6 +624,9 @@ pub fn link(from: Vpath, to: &Vpath, follow: bool) -> Result<(), Errno> {
     };
     match lookup(&from)? {
         None => return Err(libc::ENOENT),
+        // The kernel makes the new name before it looks at the old one's
+        // kind: a taken name is EEXIST even for a directory.
+        Some(m) if m.kind == FileKind::Dir && lookup(to)?.is_some() => return Err(libc::EEXIST),
         Some(m) if m.kind == FileKind::Dir => return Err(libc::EPERM),
         Some(_) => {}
     }

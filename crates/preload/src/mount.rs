@@ -122,6 +122,26 @@ pub fn link_target(link: &Vpath, target: &str) -> Target {
     classify(join(if dir.is_empty() { "/" } else { dir }, target))
 }
 
+/// `rest` beyond the LABIOS symbolic link at `link` with `target`: where a
+/// path that goes through the link as a directory leads.
+pub fn through(link: &Vpath, target: &str, rest: &str) -> Target {
+    let base = if target.starts_with('/') {
+        target.to_string()
+    } else {
+        let dir = link.full.rsplit_once('/').map_or("/", |(d, _)| d);
+        join(if dir.is_empty() { "/" } else { dir }, target)
+    };
+    classify(join(&base, rest))
+}
+
+/// The LABIOS path of the absolute path `full`, if it is one.
+pub fn labios(full: &str) -> Option<Vpath> {
+    match classify(full.to_string()) {
+        Target::Labios(v) => Some(v),
+        Target::Real(_) => None,
+    }
+}
+
 /// Resolves `path` as the `*at` calls do, relative to `dirfd`.
 ///
 /// # Safety
