@@ -162,10 +162,17 @@ fn create_directly(path: &Vpath, flags: c_int, mode: u32) -> Result<Option<c_int
     attrs::changed(&path.ns);
     let mode = masked(mode);
     let made = conn::with(&format!("create {}", path.full), |s| {
-        check_parent(s, &path.ns)?;
+        // A missing parent, or a link among the directories, is for the
+        // full path to follow or refuse.
+        let to_follow = |e: &Error| matches!(labios_c::errno_of(e), libc::ENOTDIR | libc::ENOENT);
+        match check_parent(s, &path.ns) {
+            Err(e) if to_follow(&e) => return Ok(None),
+            other => other?,
+        }
         match s.create_mode(&path.ns, mode) {
             Ok(m) => Ok(Some(m)),
             Err(Error::AlreadyExists(_) | Error::PermissionDenied(_)) => Ok(None),
+            Err(e) if to_follow(&e) => Ok(None),
             Err(e) => Err(e),
         }
     })?;
@@ -651,10 +658,21 @@ pub fn readlink(path: &Vpath) -> Result<String, Errno> {
     .ok_or(libc::EINVAL)
 }
 
+/// The entry at `path`, not following a link at its end (lstat), but
+/// through links among its directories, as the kernel walks a path.
 pub fn stat(path: &Vpath) -> Result<FileMeta, Errno> {
-    match lookup(path)? {
-        Some(m) => Ok(m),
-        None => Err(missing(&path.ns)),
+    let mut path = path.clone();
+    let mut hops = 0;
+    loop {
+        let why = match lookup(&path) {
+            Ok(Some(m)) => return Ok(m),
+            Ok(None) => missing(&path.ns),
+            Err(e) => e,
+        };
+        match (why, through_links(&path, &mut hops)?) {
+            (libc::ENOTDIR | libc::ENOENT, Some(Target::Labios(next))) => path = next,
+            (why, _) => return Err(why),
+        }
     }
 }
 
