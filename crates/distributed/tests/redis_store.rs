@@ -143,6 +143,53 @@ async fn redis_locks_conformance() {
     conformance::locks_suite(a, (1, 2), b, async {}).await;
 }
 
+/// A session's set of locked files is written with the lock in one step
+/// and lives as its lease does: a killed holder's set expires with it, and
+/// a release drops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_lock_files_of_a_session_expire_with_its_lease() {
+    use labios_store::locks::{Holder, LockKind, LockRequest, LockSpace, Locks, TO_EOF};
+    let s = Server::start(&[]);
+    let cfg = config(vec![s.url()], "lf");
+    let locks = RedisLocks::connect(&cfg).await.unwrap();
+    let mut raw = direct(&s.url()).await;
+    let key = format!("{{{}}}:lockfiles:0000000000000007", cfg.namespace);
+    let r = LockRequest {
+        file: 42,
+        space: LockSpace::Record,
+        holder: Holder {
+            session: 7,
+            owner: 1,
+        },
+        pid: 1,
+        kind: Some(LockKind::Write),
+        start: 0,
+        end: TO_EOF,
+        waiting: false,
+    };
+    locks.lock(&r).await.unwrap();
+    let members: Vec<u64> = redis::cmd("SMEMBERS")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(members, vec![42]);
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let lease = labios_distributed::redis_store::LOCK_LEASE.as_millis() as i64;
+    assert!(ttl > 0 && ttl <= lease, "PTTL {ttl} ms, lease {lease} ms");
+    locks.release(7, None, None).await.unwrap();
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_inventory_conformance() {
     let s = Server::start(&[]);

@@ -132,6 +132,11 @@ impl FileLocks {
         if let Some(l) = self.conflict(r) {
             return Err(busy(r, &l));
         }
+        self.grant(r)
+    }
+
+    /// [`FileLocks::apply`] of a checked request nothing conflicts with.
+    fn grant(&mut self, r: &LockRequest) -> Result<()> {
         let mut kept = Vec::with_capacity(self.locks.len() + 2);
         for l in self.locks.drain(..) {
             if l.holder != r.holder || l.space != r.space || !l.overlaps(r.start, r.end) {
@@ -280,20 +285,21 @@ pub fn decide(locks: &mut FileLocks, graph: &mut WaitGraph, r: &LockRequest) -> 
             graph_changed: false,
         };
     }
-    let mut blockers: Vec<Holder> = locks
+    let conflicting: Vec<HeldLock> = locks
         .locks
         .iter()
         .filter(|l| l.conflicts(r))
-        .map(|l| l.holder)
+        .copied()
         .collect();
-    blockers.sort();
-    blockers.dedup();
-    let Some(first) = locks.conflict(r) else {
+    let Some(&first) = conflicting.first() else {
         return Decision {
             graph_changed: graph.waits.remove(&r.holder).is_some(),
-            outcome: locks.apply(r),
+            outcome: locks.grant(r),
         };
     };
+    let mut blockers: Vec<Holder> = conflicting.iter().map(|l| l.holder).collect();
+    blockers.sort();
+    blockers.dedup();
     if !r.waiting {
         return Decision {
             outcome: Err(busy(r, &first)),

@@ -32,13 +32,20 @@ const ROUNDS: usize = 1000;
 
 /// Writes KEYS[1] (the file's locks) and KEYS[2] (the wait graph) if they
 /// still hold ARGV[1] and ARGV[3] ("" for absent); an empty new value
-/// deletes. ARGV[5] = "1" when the graph is to be written.
+/// deletes. ARGV[5] = "1" when the graph is to be written. A non-empty
+/// ARGV[6] (a file id) joins the set KEYS[3] of the files a session may
+/// hold locks on, which then lives ARGV[7] ms as its lease does: in the
+/// same step, so that no lock is ever missing from its holder's set.
 const CAS: &str = r#"
 local function cur(k) return redis.call('GET', k) or '' end
 if cur(KEYS[1]) ~= ARGV[1] or cur(KEYS[2]) ~= ARGV[3] then return 0 end
 local function put(k, v) if v == '' then redis.call('DEL', k) else redis.call('SET', k, v) end end
 put(KEYS[1], ARGV[2])
 if ARGV[5] == '1' then put(KEYS[2], ARGV[4]) end
+if ARGV[6] ~= '' then
+  redis.call('SADD', KEYS[3], ARGV[6])
+  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+end
 return 1
 "#;
 
@@ -101,14 +108,14 @@ impl RedisLocks {
         if self.leases.lock().contains_key(&session) {
             return Ok(());
         }
-        let key = Self::lease_key(&self.p, session);
-        renew(&self.link, &key).await?;
+        let keys = [Self::lease_key(&self.p, session), self.files_key(session)];
+        renew(&self.link, &keys).await?;
         let link = self.link.clone();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(RENEW).await;
-                if let Err(e) = renew(&link, &key).await {
-                    tracing::warn!("renewing the lock lease {key}: {e}");
+                if let Err(e) = renew(&link, &keys).await {
+                    tracing::warn!("renewing the lock lease {}: {e}", keys[0]);
                 }
             }
         });
@@ -180,8 +187,9 @@ impl RedisLocks {
     }
 
     /// Writes the snapshot's new state if what it was read from is still
-    /// there; false when another client changed it first.
-    async fn write(&self, file: FileId, s: &Snapshot) -> Result<bool> {
+    /// there, adding `file` to the files of session `holder` if given;
+    /// false when another client changed it first.
+    async fn write(&self, file: FileId, s: &Snapshot, holder: Option<u64>) -> Result<bool> {
         let locks = if s.locks.locks.is_empty() {
             Vec::new()
         } else {
@@ -197,27 +205,43 @@ impl RedisLocks {
         }
         let write_graph: &[u8] = if graph == s.graph_raw { b"0" } else { b"1" };
         let (lk, gk) = (self.lock_key(file), self.graph_key());
+        // Without a holder the third key is not touched.
+        let (fk, member) = match holder {
+            Some(session) => (self.files_key(session), file.to_string()),
+            None => (gk.clone(), String::new()),
+        };
+        let lease = LEASE.as_millis().to_string();
         let done: i64 = self
             .link
             .script(
                 &self.cas,
-                &[&lk, &gk],
-                &[&s.locks_raw, &locks, &s.graph_raw, &graph, write_graph],
+                &[&lk, &gk, &fk],
+                &[
+                    &s.locks_raw,
+                    &locks,
+                    &s.graph_raw,
+                    &graph,
+                    write_graph,
+                    member.as_bytes(),
+                    lease.as_bytes(),
+                ],
             )
             .await?;
         Ok(done == 1)
     }
 
-    /// Runs `change` on fresh snapshots of `file` until one is written.
+    /// Runs `change` on fresh snapshots of `file` until one is written
+    /// (see [`RedisLocks::write`] for `holder`).
     async fn update<T>(
         &self,
         file: FileId,
+        holder: Option<u64>,
         mut change: impl FnMut(&mut Snapshot) -> T,
     ) -> Result<T> {
         for _ in 0..ROUNDS {
             let mut s = self.read(file).await?;
             let out = change(&mut s);
-            if self.write(file, &s).await? {
+            if self.write(file, &s, holder).await? {
                 return Ok(out);
             }
         }
@@ -232,24 +256,29 @@ impl RedisLocks {
     }
 }
 
-async fn renew(link: &Link, key: &str) -> Result<()> {
-    let mut cmd = redis::cmd("SET");
-    cmd.arg(key).arg(1).arg("PX").arg(LEASE.as_millis() as u64);
-    link.cmd::<()>(&cmd).await
+/// Renews a session's lease `[lease, files]`: the lease key, and the set
+/// of its files (if it has one), which goes with it.
+async fn renew(link: &Link, [lease, files]: &[String; 2]) -> Result<()> {
+    let ms = LEASE.as_millis() as u64;
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg(lease).arg(1).arg("PX").arg(ms).ignore();
+    pipe.cmd("PEXPIRE").arg(files).arg(ms).ignore();
+    link.pipe::<()>(&pipe).await
 }
 
 #[async_trait::async_trait]
 impl Locks for RedisLocks {
     async fn lock(&self, r: &LockRequest) -> Result<()> {
-        if r.kind.is_some() {
-            self.keep_alive(r.holder.session).await?;
-            // Which files a session may hold locks on, for its release.
-            let mut cmd = redis::cmd("SADD");
-            cmd.arg(self.files_key(r.holder.session)).arg(r.file);
-            self.link.cmd::<()>(&cmd).await?;
+        // A session remembers the files it may hold locks on, for its
+        // release.
+        let holder = r.kind.map(|_| r.holder.session);
+        if let Some(session) = holder {
+            self.keep_alive(session).await?;
         }
-        self.update(r.file, |s| decide(&mut s.locks, &mut s.graph, r).outcome)
-            .await?
+        self.update(r.file, holder, |s| {
+            decide(&mut s.locks, &mut s.graph, r).outcome
+        })
+        .await?
     }
 
     async fn conflict(&self, r: &LockRequest) -> Result<Option<HeldLock>> {
@@ -267,7 +296,7 @@ impl Locks for RedisLocks {
             }
         };
         for f in files {
-            self.update(f, |s| {
+            self.update(f, None, |s| {
                 s.locks.release(gone);
                 s.graph.release(gone);
             })
