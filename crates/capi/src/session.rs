@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use labios::cli::connect_client;
 use labios::config::Config;
-use labios_client::{Client, Handle, IoMode};
+use labios_client::{Client, FileRef, Handle, IoMode};
 use labios_label::{Error, Operation, Result};
 use labios_store::{FileKind, FileMeta};
 use parking_lot::Mutex;
@@ -131,14 +131,19 @@ impl Session {
     }
 
     /// Writes in the configured mode (asynchronous: returns once published).
-    pub fn write_in_mode(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
-        self.run(self.client.write_at(path, offset, data))
+    pub fn write_in_mode<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<()> {
+        self.run(self.client.write_at(file, offset, data))
     }
 
     /// Appends in the configured mode; returns the offset the bytes went to
     /// (decided atomically by the inventory: see `Client::append`).
-    pub fn append_in_mode(&self, path: &str, data: Bytes) -> Result<u64> {
-        self.run(self.client.append(path, data))
+    pub fn append_in_mode<'a>(&self, file: impl Into<FileRef<'a>>, data: Bytes) -> Result<u64> {
+        self.run(self.client.append(file, data))
     }
 
     /// Publishes the write's labels and returns a ticket to wait on.
@@ -173,13 +178,13 @@ impl Session {
     }
 
     /// Up to `len` bytes at `offset`; fewer only at end of file.
-    pub fn read(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
-        self.run(self.client.read_at(path, offset, len))
+    pub fn read<'a>(&self, file: impl Into<FileRef<'a>>, offset: u64, len: u64) -> Result<Bytes> {
+        self.run(self.client.read_at(file, offset, len))
     }
 
-    /// The entry at `path`, or `None` if there is none.
-    pub fn stat(&self, path: &str) -> Result<Option<FileMeta>> {
-        match self.run(self.client.stat(path)) {
+    /// The entry `file` names, or `None` if there is none.
+    pub fn stat<'a>(&self, file: impl Into<FileRef<'a>>) -> Result<Option<FileMeta>> {
+        match self.run(self.client.stat(file)) {
             Ok(meta) => Ok(Some(meta)),
             Err(Error::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
@@ -267,8 +272,12 @@ impl Session {
     }
 
     /// Changes mode, owner or times of the entry at `path` itself.
-    pub fn set_attr(&self, path: &str, attr: labios_store::SetAttr) -> Result<FileMeta> {
-        self.run(self.client.set_attr(path, attr))
+    pub fn set_attr<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        attr: labios_store::SetAttr,
+    ) -> Result<FileMeta> {
+        self.run(self.client.set_attr(file, attr))
     }
 
     pub fn remove(&self, path: &str) -> Result<()> {
@@ -284,18 +293,24 @@ impl Session {
         self.run(self.client.rename(from, to))
     }
 
-    pub fn truncate(&self, path: &str, size: u64) -> Result<()> {
-        self.run(self.client.truncate(path, size))
+    pub fn truncate<'a>(&self, file: impl Into<FileRef<'a>>, size: u64) -> Result<()> {
+        self.run(self.client.truncate(file, size))
     }
 
     /// fallocate(2) with Linux's mode bits ([`Client::fallocate`]).
-    pub fn fallocate(&self, path: &str, mode: i32, offset: u64, len: u64) -> Result<()> {
-        self.run(self.client.fallocate(path, mode, offset, len))
+    pub fn fallocate<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.run(self.client.fallocate(file, mode, offset, len))
     }
 
     /// Waits for the file's writes and makes them durable on the workers.
-    pub fn flush(&self, path: &str) -> Result<()> {
-        self.run(self.client.flush(path))
+    pub fn flush<'a>(&self, file: impl Into<FileRef<'a>>) -> Result<()> {
+        self.run(self.client.flush(file))
     }
 }
 

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use labios_label::{normalize_path, AppId, Error, FileId, Result};
 use labios_store::inventory::{DEVICE_NUMBER, LINK_TARGET};
-use labios_store::{Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
+use labios_store::{Extent, FileKind, FileMeta, Inventory, Owner};
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -68,13 +68,6 @@ impl CatalogManager {
         self.inventory
             .create(&path, FileKind::Dir, mode, self.owner)
             .await
-    }
-
-    /// Changes the mode, owner or times of the entry at `path` (not
-    /// following a symbolic link there).
-    pub async fn set_attr(&self, path: &str, attr: SetAttr) -> Result<FileMeta> {
-        let meta = self.stat(path).await?;
-        self.inventory.set_attr(meta.id, attr).await
     }
 
     /// A symbolic link at `path` to `target` (anything: inside LABIOS or

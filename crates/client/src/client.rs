@@ -41,9 +41,11 @@ impl Handle {
 mod allocate;
 mod copy;
 mod external;
+mod file_ref;
 mod locks;
 
 pub use allocate::NOT_SUPPORTED;
+pub use file_ref::FileRef;
 pub use locks::{LockCall, INTERRUPTED};
 mod pipelines;
 
@@ -220,19 +222,31 @@ impl Client {
     }
 
     /// Writes `data` at `offset` in the configured mode.
-    pub async fn write_at(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
+    pub async fn write_at<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<()> {
+        let file = file.into();
         match self.config().mode {
-            IoMode::Sync => self.write_at_sync(path, offset, data).await,
-            IoMode::Async => self.write_at_async(path, offset, data).await.map(|_| ()),
+            IoMode::Sync => self.write_at_sync(file, offset, data).await,
+            IoMode::Async => self.write_at_async(file, offset, data).await.map(|_| ()),
         }
     }
 
     /// Writes and waits until every byte is stored by a worker.
-    pub async fn write_at_sync(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {
-        if labios_bridge::is_external(path) {
+    pub async fn write_at_sync<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<()> {
+        let file = file.into();
+        if let Some(path) = file.external() {
             return self.write_external(path, offset, data).await;
         }
-        let handle = self.submit_write(path, offset, data, false).await?;
+        let handle = self.submit_write(file, offset, data, false).await?;
         self.wait(&handle).await
     }
 
@@ -240,34 +254,45 @@ impl Client {
     /// client cache until enough accumulate for one label.
     /// Writes to external storage complete before this returns (see
     /// `write_external`).
-    pub async fn write_at_async(&self, path: &str, offset: u64, data: Bytes) -> Result<Handle> {
-        if labios_bridge::is_external(path) {
+    pub async fn write_at_async<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<Handle> {
+        let file = file.into();
+        if let Some(path) = file.external() {
             self.write_external(path, offset, data).await?;
             return Ok(Handle::default());
         }
-        self.submit_write(path, offset, data, true).await
+        self.submit_write(file, offset, data, true).await
     }
 
-    /// Appends `data` at the end of the file at `path` (created if
+    /// Appends `data` at the end of the file (a path's is created if
     /// missing) in the configured mode and returns the offset it went to.
-    pub async fn append(&self, path: &str, data: Bytes) -> Result<u64> {
+    pub async fn append<'a>(&self, file: impl Into<FileRef<'a>>, data: Bytes) -> Result<u64> {
+        let file = file.into();
         match self.config().mode {
-            IoMode::Sync => self.append_sync(path, data).await,
-            IoMode::Async => self.append_async(path, data).await.map(|(at, _)| at),
+            IoMode::Sync => self.append_sync(file, data).await,
+            IoMode::Async => self.append_async(file, data).await.map(|(at, _)| at),
         }
     }
 
     /// Appends and waits until every byte is stored; returns the offset.
-    pub async fn append_sync(&self, path: &str, data: Bytes) -> Result<u64> {
-        let (offset, handle) = self.submit_append(path, data, false).await?;
+    pub async fn append_sync<'a>(&self, file: impl Into<FileRef<'a>>, data: Bytes) -> Result<u64> {
+        let (offset, handle) = self.submit_append(file.into(), data, false).await?;
         self.wait(&handle).await?;
         Ok(offset)
     }
 
     /// Appends and returns once published (as [`Client::write_at_async`]),
     /// with the offset the bytes go to.
-    pub async fn append_async(&self, path: &str, data: Bytes) -> Result<(u64, Handle)> {
-        self.submit_append(path, data, true).await
+    pub async fn append_async<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        data: Bytes,
+    ) -> Result<(u64, Handle)> {
+        self.submit_append(file.into(), data, true).await
     }
 
     /// An append is a write at an offset the inventory decides: it reads
@@ -278,11 +303,11 @@ impl Client {
     /// positional writes since the file last settled are settled first.
     async fn submit_append(
         &self,
-        path: &str,
+        file: FileRef<'_>,
         data: Bytes,
         may_cache: bool,
     ) -> Result<(u64, Handle)> {
-        if labios_bridge::is_external(path) {
+        if let Some(path) = file.external() {
             return Err(Error::InvalidArgument(format!(
                 "{path}: external storage keeps no end of file LABIOS can extend atomically; \
                  write at an offset instead"
@@ -291,7 +316,7 @@ impl Client {
         let meta = self
             .inner
             .catalog
-            .owned(self.file_for_write(path, 0o644).await?)?;
+            .owned(self.file_for_write(file, 0o644).await?)?;
         let positional = self.inner.positional.lock().remove(&meta.id);
         if positional {
             if let Err(e) = self.settle(meta.id).await {
@@ -311,12 +336,12 @@ impl Client {
 
     async fn submit_write(
         &self,
-        path: &str,
+        file: FileRef<'_>,
         offset: u64,
         data: Bytes,
         may_cache: bool,
     ) -> Result<Handle> {
-        let meta = self.file_for_write(path, 0o644).await?;
+        let meta = self.file_for_write(file, 0o644).await?;
         if data.is_empty() {
             return Ok(Handle::default());
         }
@@ -742,12 +767,9 @@ impl Client {
 
     /// The application's file at `path`, once this client's own writes to
     /// it have landed (read-your-writes).
-    async fn file_to_read(&self, path: &str) -> Result<FileMeta> {
+    async fn file_to_read(&self, file: FileRef<'_>) -> Result<FileMeta> {
         let landed = self.inner.landed.load(Ordering::SeqCst);
-        let meta = self
-            .inner
-            .catalog
-            .owned(self.inner.catalog.stat(path).await?)?;
+        let meta = self.inner.catalog.owned(self.entry(file).await?)?;
         match meta.kind {
             FileKind::File => {}
             FileKind::Dir => {
@@ -790,11 +812,17 @@ impl Client {
     }
 
     /// Reads up to `len` bytes at `offset`; fewer only at end of file.
-    pub async fn read_at(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {
-        if labios_bridge::is_external(path) {
+    pub async fn read_at<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        let file = file.into();
+        if let Some(path) = file.external() {
             return self.read_external(path, offset, len).await;
         }
-        let meta = self.file_to_read(path).await?;
+        let meta = self.file_to_read(file).await?;
         if offset >= meta.size || len == 0 {
             return Ok(Bytes::new());
         }
@@ -840,16 +868,7 @@ impl Client {
                 labels.push(label);
             }
         }
-        let ids: Vec<LabelId> = wanted.iter().map(|w| w.0).collect();
-        let t = anatomy::start();
-        self.inner.labels.publish(labels).await?;
-        anatomy::record(Phase::QueuePublish, t);
-        let statuses = self.inner.labels.wait(&ids).await?;
-        let keys: Vec<String> = statuses
-            .iter()
-            .filter(|s| s.state == LabelState::Complete)
-            .map(|s| self.result_key(s))
-            .collect();
+        let (statuses, keys) = self.run_reads(labels).await?;
         let gathered = self
             .take_results(&statuses, &wanted, &keys, offset, len)
             .await;
@@ -858,6 +877,26 @@ impl Client {
             release(self.inner.stores.warehouse.as_ref(), &keys).await;
         }
         gathered
+    }
+
+    /// Publishes read labels and waits for them: their statuses, in order,
+    /// and the warehouse keys of the complete ones' results, which the
+    /// caller takes or releases.
+    pub(super) async fn run_reads(
+        &self,
+        labels: Vec<labios_label::Label>,
+    ) -> Result<(Vec<LabelStatus>, Vec<String>)> {
+        let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
+        let t = anatomy::start();
+        self.inner.labels.publish(labels).await?;
+        anatomy::record(Phase::QueuePublish, t);
+        let statuses = self.inner.labels.wait(&ids).await?;
+        let keys = statuses
+            .iter()
+            .filter(|s| s.state == LabelState::Complete)
+            .map(|s| self.result_key(s))
+            .collect();
+        Ok((statuses, keys))
     }
 
     /// The bytes of a read from its labels' results (taken from the
@@ -909,12 +948,14 @@ impl Client {
         self.read_at(path, 0, u64::MAX).await
     }
 
-    pub async fn stat(&self, path: &str) -> Result<FileMeta> {
-        if labios_bridge::is_external(path) {
+    /// The entry, with this client's earlier writes to a file in its size.
+    pub async fn stat<'a>(&self, file: impl Into<FileRef<'a>>) -> Result<FileMeta> {
+        let file = file.into();
+        if let Some(path) = file.external() {
             return self.stat_external(path).await;
         }
         let landed = self.inner.landed.load(Ordering::SeqCst);
-        let meta = self.inner.catalog.stat(path).await?;
+        let meta = self.entry(file).await?;
         if meta.kind != FileKind::File {
             return Ok(meta);
         }
@@ -981,9 +1022,14 @@ impl Client {
     /// Changes mode, owner, group or times of the entry at `path` (a
     /// symbolic link itself, not what it points to), as chmod, chown and
     /// utimensat do; `labios serve` decides whether the caller may.
-    pub async fn set_attr(&self, path: &str, attr: SetAttr) -> Result<FileMeta> {
+    pub async fn set_attr<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        attr: SetAttr,
+    ) -> Result<FileMeta> {
         attr.check()?;
-        self.inner.catalog.set_attr(path, attr).await
+        let meta = self.entry(file.into()).await?;
+        self.inner.catalog.inventory().set_attr(meta.id, attr).await
     }
 
     /// A FIFO, device or socket at `path` (mknod(2)): a name that holds no
@@ -1025,20 +1071,20 @@ impl Client {
     /// Creates an empty file (with parents) if absent; an existing file is
     /// returned as it is, so that `open(O_CREAT)` by many processes agrees.
     pub async fn create(&self, path: &str) -> Result<FileMeta> {
-        self.file_for_write(path, 0o644).await
+        self.file_for_write(path.into(), 0o644).await
     }
 
     /// [`Client::create`] giving a new file the permission bits `mode`
     /// (after the caller's umask, as open(2) with O_CREAT); an existing
     /// file keeps its own.
     pub async fn create_mode(&self, path: &str, mode: u32) -> Result<FileMeta> {
-        self.file_for_write(path, check_mode(mode)?).await
+        self.file_for_write(path.into(), check_mode(mode)?).await
     }
 
     /// Sets the size of a file: bytes past `size` are cut, a larger size
     /// reads as zeros. Writes still in flight land first.
-    pub async fn truncate(&self, path: &str, size: u64) -> Result<()> {
-        let meta = self.file_for_write(path, 0o644).await?;
+    pub async fn truncate<'a>(&self, file: impl Into<FileRef<'a>>, size: u64) -> Result<()> {
+        let meta = self.file_for_write(file.into(), 0o644).await?;
         if self.has_pending(meta.id).await {
             self.settle(meta.id).await?;
         }
@@ -1106,15 +1152,13 @@ impl Client {
         self.inner.catalog.inventory().link(&meta.path, &to).await
     }
 
-    /// Makes everything written to `path` durable on the workers' devices.
-    pub async fn flush(&self, path: &str) -> Result<()> {
-        if labios_bridge::is_external(path) {
+    /// Makes everything written to the file durable on the workers' devices.
+    pub async fn flush<'a>(&self, file: impl Into<FileRef<'a>>) -> Result<()> {
+        let file = file.into();
+        if let Some(path) = file.external() {
             return self.flush_external(path).await;
         }
-        let meta = self
-            .inner
-            .catalog
-            .owned(self.inner.catalog.stat(path).await?)?;
+        let meta = self.inner.catalog.owned(self.entry(file).await?)?;
         self.settle(meta.id).await?;
         self.to_every_worker(LabelKind::Flush, &meta).await
     }
@@ -1195,20 +1239,6 @@ impl Client {
 
     pub async fn receive(&self, name: &str, timeout: Duration) -> Result<Bytes> {
         self.inner.content.receive(name, timeout).await
-    }
-
-    /// The file `path` names now, created if missing. Asked of the
-    /// inventory every time: a path another client renamed or removed
-    /// names another file (or none) from then on, and a cached answer
-    /// would put this write into the file that moved away (found by the
-    /// model checker).
-    async fn file_for_write(&self, path: &str, mode: u32) -> Result<FileMeta> {
-        let norm = normalize_path(path)?;
-        let meta = self.inner.catalog.open_or_create(&norm, mode).await?;
-        if meta.kind == FileKind::Dir {
-            return Err(Error::InvalidArgument(format!("{norm} is a directory")));
-        }
-        Ok(meta)
     }
 }
 

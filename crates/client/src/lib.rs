@@ -11,6 +11,6 @@ pub mod content_manager;
 mod errno;
 pub mod label_manager;
 
-pub use client::{Client, Handle, LockCall};
+pub use client::{Client, FileRef, Handle, LockCall};
 pub use config::{ClientConfig, IoMode};
 pub use errno::errno_of;

@@ -14,10 +14,10 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use labios_client::{errno_of, Client, IoMode, LockCall};
+use labios_client::{errno_of, Client, FileRef, IoMode, LockCall};
 use labios_label::Error;
 use labios_label::FileId;
-use labios_store::access::Cred;
+use labios_store::access::{Cred, READ, WRITE};
 use labios_store::locks::{LockKind, LockSpace, TO_EOF};
 use labios_store::remote::acting_as;
 use labios_store::{FileKind, FileMeta, SetAttr, SetTime};
@@ -143,6 +143,17 @@ impl LabiosFs {
             return Ok(self.stat("/")?.id);
         }
         Ok(ino.0.wrapping_sub(2))
+    }
+
+    /// Node `ino` as data calls and getattr name it: its file by id, so
+    /// that whatever another client renamed or put at its path since the
+    /// kernel's lookup never answers for it.
+    fn target(&self, ino: INodeNo) -> FileRef<'static> {
+        if ino == INodeNo::ROOT {
+            FileRef::Path("/")
+        } else {
+            FileRef::Id(ino.0.wrapping_sub(2))
+        }
     }
 
     /// A lock call of the kernel's (`typ` F_RDLCK, F_WRLCK or F_UNLCK).
@@ -470,7 +481,8 @@ impl Filesystem for LabiosFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.caller(req);
-        let result = self.nodes.path(ino).and_then(|p| self.stat(&p));
+        let file = self.target(ino);
+        let result = self.call("getattr", &file.to_string(), self.client.stat(file));
         reply_with!(reply, result, |m| reply
             .attr(&self.settings.cache_timeout, &self.attr(&m)))
     }
@@ -515,21 +527,22 @@ impl Filesystem for LabiosFs {
                 mtime: time(mtime)?,
             })
         });
-        let result = attr.and_then(|attr| self.current(ino).map(|c| (c, attr)));
-        let result = result.and_then(|((path, meta), attr)| {
-            if attr == SetAttr::default() {
-                return Ok((path, meta));
+        let file = self.target(ino);
+        let shown = file.to_string();
+        let result = attr.and_then(|attr| {
+            let meta = if attr == SetAttr::default() {
+                self.call("stat", &shown, self.client.stat(file))?
+            } else {
+                self.call("setattr", &shown, self.client.set_attr(file, attr))?
+            };
+            match size {
+                Some(_) if meta.kind == FileKind::Dir => Err(Errno::EISDIR),
+                Some(size) => {
+                    self.call("truncate", &shown, self.client.truncate(file, size))?;
+                    self.call("stat", &shown, self.client.stat(file))
+                }
+                None => Ok(meta),
             }
-            let meta = self.call("setattr", &path, self.client.set_attr(&path, attr))?;
-            Ok((path, meta))
-        });
-        let result = result.and_then(|(path, meta)| match size {
-            Some(_) if meta.kind == FileKind::Dir => Err(Errno::EISDIR),
-            Some(size) => {
-                self.call("truncate", &path, self.client.truncate(&path, size))?;
-                self.stat(&path)
-            }
-            None => Ok(meta),
         });
         reply_with!(reply, result, |m| reply
             .attr(&self.settings.cache_timeout, &self.attr(&m)))
@@ -675,10 +688,24 @@ impl Filesystem for LabiosFs {
 
     /// A file opened for appending bypasses the page cache: its writes go
     /// where the inventory decides (atomically, across every client), not
-    /// where the kernel believes the end is.
+    /// where the kernel believes the end is. `labios serve` checks the
+    /// caller at open, as the kernel does, and what it allowed holds for
+    /// the handle's reads and writes (`Client::open_file`).
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.caller(req);
-        let result = self.current(ino).and_then(|(_, meta)| {
+        let access = match flags.0 & libc::O_ACCMODE {
+            libc::O_RDONLY => READ,
+            libc::O_WRONLY => WRITE,
+            _ => READ | WRITE,
+        };
+        let file = self.target(ino);
+        let opened = match file {
+            FileRef::Id(id) => {
+                self.call("open", &file.to_string(), self.client.open_file(id, access))
+            }
+            FileRef::Path(_) => self.call("open", &file.to_string(), self.client.stat(file)),
+        };
+        let result = opened.and_then(|meta| {
             if meta.kind == FileKind::Dir {
                 return Err(Errno::EISDIR);
             }
@@ -702,13 +729,12 @@ impl Filesystem for LabiosFs {
         reply: ReplyData,
     ) {
         self.caller(req);
-        let result = self.nodes.path(ino).and_then(|path| {
-            self.call(
-                "read",
-                &path,
-                self.client.read_at(&path, offset, u64::from(size)),
-            )
-        });
+        let file = self.target(ino);
+        let result = self.call(
+            "read",
+            &file.to_string(),
+            self.client.read_at(file, offset, u64::from(size)),
+        );
         reply_with!(reply, result, |data| reply.data(&data))
     }
 
@@ -731,14 +757,14 @@ impl Filesystem for LabiosFs {
         // open for writing, an appending one too: its pages have their
         // place, so it is always a positional write.
         let append = fh.0 & APPEND != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        let result = self.nodes.path(ino).and_then(|path| {
-            if append {
-                self.call("append", &path, self.client.append(&path, data))
-                    .map(|_| ())
-            } else {
-                self.call("write", &path, self.client.write_at(&path, offset, data))
-            }
-        });
+        let file = self.target(ino);
+        let shown = file.to_string();
+        let result = if append {
+            self.call("append", &shown, self.client.append(file, data))
+                .map(|_| ())
+        } else {
+            self.call("write", &shown, self.client.write_at(file, offset, data))
+        };
         reply_with!(reply, result, |()| reply.written(len))
     }
 
@@ -761,10 +787,8 @@ impl Filesystem for LabiosFs {
         if self.client.config().mode == IoMode::Sync {
             return reply.ok();
         }
-        let result = self
-            .nodes
-            .path(ino)
-            .and_then(|path| self.call("close", &path, self.client.wait_all()));
+        let shown = self.target(ino).to_string();
+        let result = self.call("close", &shown, self.client.wait_all());
         reply_with!(reply, result, |()| reply.ok())
     }
 
@@ -778,10 +802,8 @@ impl Filesystem for LabiosFs {
         reply: ReplyEmpty,
     ) {
         self.caller(req);
-        let result = self
-            .nodes
-            .path(ino)
-            .and_then(|path| self.call("fsync", &path, self.client.flush(&path)));
+        let file = self.target(ino);
+        let result = self.call("fsync", &file.to_string(), self.client.flush(file));
         reply_with!(reply, result, |()| reply.ok())
     }
 
@@ -975,15 +997,13 @@ impl Filesystem for LabiosFs {
         reply: ReplyWrite,
     ) {
         self.caller(req);
-        let result = self.nodes.path(ino_in).and_then(|from| {
-            let to = self.nodes.path(ino_out)?;
-            self.call(
-                "copy_file_range",
-                &from,
-                self.client
-                    .copy_range(&from, offset_in, &to, offset_out, len.min(u32::MAX.into())),
-            )
-        });
+        let (from, to) = (self.target(ino_in), self.target(ino_out));
+        let result = self.call(
+            "copy_file_range",
+            &from.to_string(),
+            self.client
+                .copy_range(from, offset_in, to, offset_out, len.min(u32::MAX.into())),
+        );
         // The kernel's answer is a 32-bit count; copies are far shorter.
         reply_with!(reply, result, |n| reply.written(n as u32))
     }
@@ -1018,13 +1038,12 @@ impl Filesystem for LabiosFs {
         reply: ReplyEmpty,
     ) {
         self.caller(req);
-        let result = self.current(ino).and_then(|(path, _)| {
-            self.call(
-                "fallocate",
-                &path,
-                self.client.fallocate(&path, mode, offset, length),
-            )
-        });
+        let file = self.target(ino);
+        let result = self.call(
+            "fallocate",
+            &file.to_string(),
+            self.client.fallocate(file, mode, offset, length),
+        );
         reply_with!(reply, result, |()| reply.ok())
     }
 }

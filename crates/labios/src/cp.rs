@@ -303,7 +303,7 @@ impl Source {
                 f.take(CHUNK).read_to_end(&mut buf)?;
                 Ok(Bytes::from(buf))
             }
-            Source::Client(p) => Ok(client.read_at(p, at, CHUNK).await?),
+            Source::Client(p) => Ok(client.read_at(p.as_str(), at, CHUNK).await?),
         }
     }
 }

@@ -161,10 +161,7 @@ impl Bench {
             .unwrap();
         let stderr = String::from_utf8_lossy(&labios.stderr).into_owned();
         let labios = check(&labios, "run on LABIOS");
-        assert_eq!(
-            labios, native,
-            "program output on LABIOS differs from the plain directory's; its stderr:\n{stderr}"
-        );
+        assert_same_output(&labios, &native, &stderr);
         assert_same_files(&native_out, &self.out());
         labios
     }
@@ -181,6 +178,34 @@ impl Bench {
 }
 
 /// Every file under `a` is under `b` with the same bytes, and no others.
+/// Fails unless a program printed the same on LABIOS as on a plain
+/// directory, naming the lines only one of them printed.
+fn assert_same_output(labios: &str, native: &str, stderr: &str) {
+    if labios == native {
+        return;
+    }
+    let only = |a: &str, b: &str| {
+        let mut rest: Vec<&str> = b.lines().collect();
+        let mut out = String::new();
+        for line in a.lines() {
+            match rest.iter().position(|l| *l == line) {
+                Some(i) => {
+                    rest.remove(i);
+                }
+                None => out.push_str(&format!("  {line}\n")),
+            }
+        }
+        out
+    };
+    panic!(
+        "program output on LABIOS differs from the plain directory's\n\
+         only on LABIOS:\n{}only on the plain directory:\n{}\
+         whole output on LABIOS:\n{labios}\nits stderr:\n{stderr}",
+        only(labios, native),
+        only(native, labios)
+    );
+}
+
 fn assert_same_files(a: &Path, b: &Path) {
     let list = |root: &Path| {
         common::files_under(root)
@@ -272,6 +297,8 @@ macro_rules! mounted {
 }
 
 everywhere!(
+    conformance,
+    open_files,
     tree_exerciser,
     one_file_exerciser,
     copies,
@@ -1063,16 +1090,24 @@ printf 'tail' >> f; show appended 408998
 /// same seed makes on a plain directory. `EXERCISE_TREE_SEED` replays one.
 async fn tree_exerciser(kind: Kind, via: Via) {
     let b = Bench::start(kind, via, "tree").await;
-    let seed = std::env::var("EXERCISE_TREE_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or_else(|| fastrand::u64(..1 << 32));
-    println!("tree exerciser: seed {seed} (EXERCISE_TREE_SEED={seed} replays it)");
+    let seed = exerciser_seed("tree exerciser", "EXERCISE_TREE_SEED", 1 << 32);
     let out = b.same(&format!(
         r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/tree.py" {seed} 4 300 "$ROOT/t""#
     ));
     assert!(out.starts_with("failed 0\n"), "{out}");
     b.stop().await;
+}
+
+/// An exerciser's seed: the variable `var` if set (replaying a run), else
+/// a fresh one below `below`; printed, so that a failure can be replayed.
+/// (Not `LABIOS_*`: those are configuration.)
+fn exerciser_seed(what: &str, var: &str, below: u64) -> u64 {
+    let seed = std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| fastrand::u64(..below));
+    println!("{what}: seed {seed} ({var}={seed} replays it)");
+    seed
 }
 
 /// The randomized one-file exerciser (programs/exerciser.py): writes,
@@ -1083,16 +1118,12 @@ async fn tree_exerciser(kind: Kind, via: Via) {
 /// printed and `EXERCISE_FILE_SEED` replays it.
 async fn one_file_exerciser(kind: Kind, via: Via) {
     let b = Bench::start(kind, via, "exerciser").await;
-    let seed = std::env::var("EXERCISE_FILE_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or_else(|| fastrand::u64(..1 << 48));
+    let seed = exerciser_seed("one-file exerciser", "EXERCISE_FILE_SEED", 1 << 48);
     let (count, mmap) = match (kind, via) {
         (Kind::Embedded, Via::Mount(_)) => (100_000, "mmap"),
         (_, Via::Mount(_)) => (10_000, "mmap"),
         _ => (10_000, ""),
     };
-    println!("one-file exerciser: seed {seed} (EXERCISE_FILE_SEED={seed} replays it)");
     let out = b.same(&format!(
         r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/exerciser.py" {seed} {count} "$ROOT/one" {mmap}"#
     ));
@@ -1111,6 +1142,99 @@ async fn copies(kind: Kind, via: Via) {
         "{out}"
     );
     assert!(out.contains("same file overlapping EINVAL\n"), "{out}");
+    b.stop().await;
+}
+
+/// The POSIX conformance suite, as root (programs/conformance.py): each
+/// call's success effects and listed errors, identical to a plain
+/// directory's. The program starts in an empty host directory and makes
+/// links, a FIFO, a directory and a file by relative names after `cd` into
+/// LABIOS: nothing may appear on the host.
+async fn conformance(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "conformance").await;
+    let host = b.tmp.path().join("host");
+    std::fs::create_dir(&host).unwrap();
+    let out = b.same(&format!(
+        r#"set -e
+cd "{}"
+mkdir -p "$ROOT"
+python3 "$PROGRAMS/conformance.py" "$ROOT"
+cd "$ROOT/open"
+ln -s f rel-link
+ln f rel-hard
+mkfifo rel-fifo
+mkdir rel-dir
+touch rel-file
+stat -c '%n %F %h' rel-*"#,
+        host.display()
+    ));
+    for line in [
+        "rmdir: dir/.: EINVAL",
+        "rename: a file over a directory: EISDIR",
+        "rename: a directory over a non-empty one: ENOTEMPTY",
+        "open: a 256-byte name: ENAMETOOLONG",
+        "open: through a file: ENOTDIR",
+        "chown: set-id bits after: file 0o755 links 1 size 5 mine",
+        "rel-fifo fifo 1",
+        "rel-hard regular empty file 2",
+        "rel-link symbolic link 1",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from:\n{out}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&host).unwrap().collect();
+    assert!(left.is_empty(), "the program left {left:?} on the host");
+    b.stop().await;
+}
+
+const CONFORMANCE_AS_NOBODY: &str = r#"
+set -e
+mkdir -p "$ROOT/u"
+chmod 777 "$ROOT/u"
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 "$PROGRAMS/conformance.py" "$ROOT/u/c"
+"#;
+
+/// The conformance suite as `nobody` (65534), whose requests `labios
+/// serve` checks as that user's: chown to others, devices and root's group
+/// are EPERM as on ext4.
+fn conformance_as_another_user(mount: bool) {
+    let out = same_for_other_users(mount, CONFORMANCE_AS_NOBODY);
+    for line in [
+        "chown: to 1234:5678: EPERM",
+        "chown: to root's group: EPERM",
+        "mknod: a character device: EPERM",
+        "open: O_WRONLY of a 0444 file: EACCES",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from:\n{out}");
+    }
+}
+
+#[test]
+fn conformance_as_another_user_under_run() {
+    conformance_as_another_user(false)
+}
+
+#[test]
+fn conformance_as_another_user_on_mount() {
+    conformance_as_another_user(true)
+}
+
+/// An open descriptor keeps naming the file it opened when another
+/// process renames it, its directory, or removes another of its names and
+/// puts a new file at the path (programs/open_files.py): reads, writes,
+/// appends, fstat, ftruncate and fchmod go to the opened file, never to
+/// the new one.
+async fn open_files(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "open").await;
+    let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/open_files.py" "$ROOT""#);
+    for line in [
+        "read after rename: b'first file\\n'",
+        "  moved: b'FIRST fi' mode 0o600 links 1",
+        "  log.old: b'line 1\\nline 2\\n' mode 0o644 links 1",
+        "  h2: b'Linked\\n' mode 0o644 links 1",
+        "  d2/f: b'in a directory!' mode 0o644 links 1",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from:\n{out}");
+    }
     b.stop().await;
 }
 
@@ -1439,14 +1563,12 @@ setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 "$PROGRAMS/p
 python3 "$PROGRAMS/perms.py" show "$ROOT/t"
 "#;
 
-/// Another local user, on a `labios serve` opened to every local user
-/// (`all_local_users`): what `nobody` may and may not do to root's files
-/// and directories (modes, owners, times, search and read permission, the
-/// sticky bit, protected hard links) and to its own, decided by the server
-/// from the kernel's word on who connected (or, through a root mount, on
-/// whose request it serves); compared with the same steps on a plain
-/// directory (programs/perms.py).
-async fn another_user(mount: bool) {
+/// Runs `script` (sh, with ROOT and PROGRAMS) on a plain directory and on
+/// a `labios serve` opened to every local user (`all_local_users`), under
+/// `labios run` or on a root `labios mount --allow-other`; returns the
+/// output after checking both match. The script switches to another user
+/// itself (setpriv), so that requests reach LABIOS as that user's.
+fn same_for_other_users(mount: bool, script: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     // `nobody` must reach the socket, the mount and the plain directory.
@@ -1457,7 +1579,7 @@ async fn another_user(mount: bool) {
     let native_root = tmp.path().join("native");
     std::fs::create_dir(&native_root).unwrap();
     let native = Command::new("sh")
-        .args(["-c", PERMS])
+        .args(["-c", script])
         .env("ROOT", &native_root)
         .env("PROGRAMS", PROGRAMS)
         .output()
@@ -1477,29 +1599,17 @@ async fn another_user(mount: bool) {
         m.arg(&mnt);
         let mounted = Mounted::start(m, &mnt);
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", PERMS]).env("ROOT", mnt.join("perms"));
+        cmd.args(["-c", script]).env("ROOT", mnt.join("users"));
         (cmd, Some(mounted))
     } else {
-        let mut cmd = labios_cmd(&["run", "--", "sh", "-c", PERMS]);
-        cmd.env("ROOT", format!("{PREFIX}/perms"));
+        let mut cmd = labios_cmd(&["run", "--", "sh", "-c", script]);
+        cmd.env("ROOT", format!("{PREFIX}/users"));
         (cmd, None)
     };
     let labios = cmd.env("PROGRAMS", PROGRAMS).output().unwrap();
     let stderr = String::from_utf8_lossy(&labios.stderr).into_owned();
     let labios = check(&labios, "run on LABIOS");
-    assert_eq!(
-        labios, native,
-        "differs from the plain directory; stderr:\n{stderr}"
-    );
-    assert!(labios.contains("chmod root's file: EPERM\n"), "{labios}");
-    assert!(
-        labios.contains("read root's private file: EACCES\n"),
-        "{labios}"
-    );
-    assert!(
-        labios.contains("  owner is me: True True 0o644\n"),
-        "{labios}"
-    );
+    assert_same_output(&labios, &native, &stderr);
     let mode = std::fs::metadata(&server.endpoint)
         .unwrap()
         .permissions()
@@ -1510,6 +1620,26 @@ async fn another_user(mount: bool) {
         "the socket is open to every local user"
     );
     drop(mounted);
+    labios
+}
+
+/// Another local user: what `nobody` may and may not do to root's files
+/// and directories (modes, owners, times, search and read permission, the
+/// sticky bit, protected hard links) and to its own, decided by the server
+/// from the kernel's word on who connected (or, through a root mount, on
+/// whose request it serves); compared with the same steps on a plain
+/// directory (programs/perms.py).
+async fn another_user(mount: bool) {
+    let labios = same_for_other_users(mount, PERMS);
+    assert!(labios.contains("chmod root's file: EPERM\n"), "{labios}");
+    assert!(
+        labios.contains("read root's private file: EACCES\n"),
+        "{labios}"
+    );
+    assert!(
+        labios.contains("  owner is me: True True 0o644\n"),
+        "{labios}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

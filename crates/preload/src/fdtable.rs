@@ -15,6 +15,9 @@
 
 use crate::mount::{self, Vpath};
 use crate::real::real;
+use labios_client::FileRef;
+use labios_label::FileId;
+use labios_store::{FileKind, FileMeta};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -24,18 +27,29 @@ use std::sync::Arc;
 
 /// Descriptors past this number are never LABIOS's (open fails with EMFILE).
 pub const MAX_FD: usize = 1 << 16;
-const MAGIC: &str = "LABIOS-FD 1";
+const MAGIC: &str = "LABIOS-FD 2";
 const MEMFD_NAME: &str = "labios";
 
 #[derive(Debug)]
 pub struct OpenFile {
     pub path: Vpath,
+    /// The entry opened, which the descriptor's data calls and fstat go
+    /// to whatever its path names later (renamed, removed, replaced);
+    /// `None` for external storage, which has only paths.
+    pub id: Option<FileId>,
     pub dir: bool,
     /// The open flags; `fcntl(F_SETFL)` may change O_APPEND.
     pub flags: AtomicI32,
 }
 
 impl OpenFile {
+    /// What the descriptor's calls name: the file it opened.
+    pub fn target(&self) -> FileRef<'_> {
+        match self.id {
+            Some(id) => FileRef::Id(id),
+            None => FileRef::Path(&self.path.ns),
+        }
+    }
     pub fn readable(&self) -> bool {
         self.flags.load(Ordering::Relaxed) & libc::O_ACCMODE != libc::O_WRONLY
     }
@@ -82,8 +96,14 @@ pub fn remove(fd: c_int) -> Option<Arc<OpenFile>> {
     FILES.write().remove(&fd)
 }
 
-/// A new descriptor for a LABIOS file; errno on failure.
-pub fn open(path: Vpath, dir: bool, flags: c_int) -> Result<c_int, c_int> {
+/// A new descriptor for the LABIOS entry `meta` at `path`; errno on
+/// failure.
+pub fn open(path: Vpath, meta: &FileMeta, flags: c_int) -> Result<c_int, c_int> {
+    let dir = meta.kind == FileKind::Dir;
+    let id = FileRef::Path(&path.ns)
+        .external()
+        .is_none()
+        .then_some(meta.id);
     let cloexec = if flags & libc::O_CLOEXEC != 0 {
         libc::MFD_CLOEXEC
     } else {
@@ -99,8 +119,9 @@ pub fn open(path: Vpath, dir: bool, flags: c_int) -> Result<c_int, c_int> {
         unsafe { close_real(fd) };
         return Err(libc::EMFILE);
     }
+    let shown_id = id.map_or_else(|| "-".to_string(), |i| i.to_string());
     let record = format!(
-        "{MAGIC}\n{}\n{flags}\n{}\n{}",
+        "{MAGIC}\n{}\n{flags}\n{shown_id}\n{}\n{}",
         u8::from(dir),
         path.full,
         path.ns
@@ -126,6 +147,7 @@ pub fn open(path: Vpath, dir: bool, flags: c_int) -> Result<c_int, c_int> {
         fd,
         Arc::new(OpenFile {
             path,
+            id,
             dir,
             flags: AtomicI32::new(flags),
         }),
@@ -221,17 +243,22 @@ fn read_record(fd: c_int) -> Option<OpenFile> {
     unsafe { close_real(r) };
     buf.truncate(usize::try_from(n).ok()?);
     let text = String::from_utf8(buf).ok()?;
-    let mut lines = text.splitn(5, '\n');
+    let mut lines = text.splitn(6, '\n');
     if lines.next()? != MAGIC {
         return None;
     }
     let dir = lines.next()? == "1";
     let flags = lines.next()?.parse().ok()?;
+    let id = match lines.next()? {
+        "-" => None,
+        n => Some(n.parse().ok()?),
+    };
     let full = lines.next()?.to_string();
     let ns = lines.next()?.to_string();
     mount::normalize(&full)?;
     Some(OpenFile {
         path: Vpath { full, ns },
+        id,
         dir,
         flags: AtomicI32::new(flags),
     })

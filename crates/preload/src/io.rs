@@ -6,7 +6,7 @@ use crate::conn;
 use crate::fdtable::{self, OpenFile};
 use crate::mount::{self, Target, Vpath};
 use bytes::Bytes;
-use labios_client::IoMode;
+use labios_client::{FileRef, IoMode};
 use labios_store::{FileKind, FileMeta, SetAttr};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -179,12 +179,12 @@ fn create_directly(path: &Vpath, flags: c_int, mode: u32) -> Result<Option<c_int
     let Some(m) = made else { return Ok(None) };
     if flags & libc::O_ACCMODE != libc::O_RDONLY && flags & libc::O_TRUNC != 0 && m.size > 0 {
         conn::with(&format!("truncate {}", path.full), |s| {
-            s.truncate(&path.ns, 0)
+            s.truncate(data_of(path, &m), 0)
         })?;
     } else {
         attrs::put([&m]);
     }
-    fdtable::open(path.clone(), false, flags).map(Some)
+    fdtable::open(path.clone(), &m, flags).map(Some)
 }
 
 /// Opens `path`, whose entry (after [`follow`]) is `meta`.
@@ -200,7 +200,7 @@ fn open_entry(
     let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
     let create = flags & libc::O_CREAT != 0;
     let excl = create && flags & libc::O_EXCL != 0;
-    let dir = match meta {
+    let entry = match meta {
         Some(_) if excl => return Err(libc::EEXIST),
         // Not followed (O_NOFOLLOW), as the kernel says of one.
         Some(m) if m.kind == FileKind::Symlink => return Err(libc::ELOOP),
@@ -214,7 +214,7 @@ fn open_entry(
             if writes {
                 return Err(libc::EISDIR);
             }
-            true
+            m
         }
         Some(m) => {
             if excl {
@@ -223,13 +223,14 @@ fn open_entry(
             if flags & libc::O_DIRECTORY != 0 {
                 return Err(libc::ENOTDIR);
             }
+            check_open(&path, &m, flags)?;
             if writes && flags & libc::O_TRUNC != 0 && m.size > 0 {
                 attrs::changed(&path.ns);
                 conn::with(&format!("truncate {}", path.full), |s| {
-                    s.truncate(&path.ns, 0)
+                    s.truncate(data_of(&path, &m), 0)
                 })?;
             }
-            false
+            m
         }
         None if !create => return Err(missing(&path.ns)),
         None => {
@@ -240,10 +241,39 @@ fn open_entry(
                 s.create_mode(&path.ns, mode)
             })?;
             attrs::put([&made]);
-            false
+            made
         }
     };
-    fdtable::open(path, dir, flags)
+    fdtable::open(path, &entry, flags)
+}
+
+/// The permission check of an open of the existing file `m`, made by
+/// `labios serve` as the kernel makes it at open; what it allows then
+/// holds for the descriptor's reads and writes, whatever the mode becomes
+/// ([`labios_client::Client::open_file`]). Root is not checked.
+fn check_open(path: &Vpath, m: &FileMeta, flags: c_int) -> Result<(), Errno> {
+    if unsafe { libc::geteuid() } == 0 || FileRef::Path(&path.ns).external().is_some() {
+        return Ok(());
+    }
+    let access = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => labios_store::access::READ,
+        libc::O_WRONLY => labios_store::access::WRITE,
+        _ => labios_store::access::READ | labios_store::access::WRITE,
+    };
+    conn::with(&format!("open {}", path.full), |s| {
+        s.run(s.client().open_file(m.id, access))
+    })
+    .map(drop)
+}
+
+/// What data calls on the file `meta`, found at `path`, name: the file
+/// itself (by id), so that a rename or removal racing the call cannot send
+/// it to another file; external storage by its path.
+fn data_of<'a>(path: &'a Vpath, meta: &FileMeta) -> FileRef<'a> {
+    match FileRef::Path(&path.ns).external() {
+        Some(p) => FileRef::Path(p),
+        None => FileRef::Id(meta.id),
+    }
 }
 
 /// Reads at `at`, or at the file position (then advanced) when `None`.
@@ -272,7 +302,7 @@ pub fn read_bytes(
     let pos = at.unwrap_or_else(|| fdtable::position(fd));
     let pos = u64::try_from(pos).map_err(|_| libc::EINVAL)?;
     let data = conn::with(&format!("read {}", f.path.full), |s| {
-        s.read(&f.path.ns, pos, len as u64)
+        s.read(f.target(), pos, len as u64)
     })?;
     deliver(&data)?;
     if at.is_none() {
@@ -309,7 +339,7 @@ pub fn write_bytes(
     let what = format!("write {}", f.path.full);
     attrs::changed(&f.path.ns);
     if f.flags.load(std::sync::atomic::Ordering::Relaxed) & libc::O_APPEND != 0 {
-        let pos = conn::with(&what, |s| s.append_in_mode(&f.path.ns, bytes))?;
+        let pos = conn::with(&what, |s| s.append_in_mode(f.target(), bytes))?;
         if at.is_none() {
             fdtable::set_position(fd, (pos + len as u64) as i64);
         }
@@ -317,7 +347,7 @@ pub fn write_bytes(
     }
     let p = at.unwrap_or_else(|| fdtable::position(fd));
     let pos = u64::try_from(p).map_err(|_| libc::EINVAL)?;
-    conn::with(&what, |s| s.write_in_mode(&f.path.ns, pos, bytes))?;
+    conn::with(&what, |s| s.write_in_mode(f.target(), pos, bytes))?;
     if at.is_none() {
         fdtable::set_position(fd, (pos + len as u64) as i64);
     }
@@ -325,7 +355,7 @@ pub fn write_bytes(
 }
 
 pub fn size(f: &OpenFile) -> Result<u64, Errno> {
-    conn::with(&format!("stat {}", f.path.full), |s| s.stat(&f.path.ns))?
+    conn::with(&format!("stat {}", f.path.full), |s| s.stat(f.target()))?
         .map(|m| m.size)
         .ok_or(libc::ENOENT)
 }
@@ -394,9 +424,9 @@ pub fn copy_range(
     let what = format!("copy_file_range {} to {}", from.path.full, to.path.full);
     let n = conn::with(&what, |s| {
         s.run(s.client().copy_range(
-            &from.path.ns,
+            from.target(),
             src as u64,
-            &to.path.ns,
+            to.target(),
             dst as u64,
             len as u64,
         ))
@@ -438,7 +468,7 @@ pub fn fsync(f: &OpenFile) -> Result<(), Errno> {
     if f.dir {
         return Ok(());
     }
-    conn::with(&format!("fsync {}", f.path.full), |s| s.flush(&f.path.ns))
+    conn::with(&format!("fsync {}", f.path.full), |s| s.flush(f.target()))
 }
 
 /// truncate(2): follows a link at the end, into LABIOS or out of it.
@@ -464,7 +494,7 @@ pub fn truncate(path: &Vpath, len: i64) -> Result<(), Errno> {
     let path = &path;
     let len = u64::try_from(len).map_err(|_| libc::EINVAL)?;
     match meta {
-        None => Err(libc::ENOENT),
+        None => Err(missing(&path.ns)),
         Some(m) if m.kind == FileKind::Dir => Err(libc::EISDIR),
         Some(m) if m.kind.is_special() => Err(libc::EINVAL),
         Some(_) => {
@@ -476,12 +506,30 @@ pub fn truncate(path: &Vpath, len: i64) -> Result<(), Errno> {
     }
 }
 
-/// fallocate(2) of an open file ([`labios_client::Client::fallocate`]).
-pub fn fallocate(path: &Vpath, mode: i32, offset: u64, len: u64) -> Result<(), Errno> {
-    attrs::changed(&path.ns);
-    conn::with(&format!("fallocate {}", path.full), |s| {
-        s.fallocate(&path.ns, mode, offset, len)
+/// ftruncate(2): the size of the file the descriptor opened.
+pub fn ftruncate(f: &OpenFile, len: i64) -> Result<(), Errno> {
+    let len = u64::try_from(len).map_err(|_| libc::EINVAL)?;
+    attrs::changed(&f.path.ns);
+    conn::with(&format!("ftruncate {}", f.path.full), |s| {
+        s.truncate(f.target(), len)
     })
+}
+
+/// fallocate(2) of an open file ([`labios_client::Client::fallocate`]).
+pub fn fallocate(f: &OpenFile, mode: i32, offset: u64, len: u64) -> Result<(), Errno> {
+    attrs::changed(&f.path.ns);
+    conn::with(&format!("fallocate {}", f.path.full), |s| {
+        s.fallocate(f.target(), mode, offset, len)
+    })
+}
+
+/// The entry a descriptor opened (`None`: it lost its last name), from
+/// the attribute cache when its path still names it there.
+pub fn fstat(f: &OpenFile) -> Result<Option<FileMeta>, Errno> {
+    if let Some(m) = attrs::get(&f.path.ns).filter(|m| Some(m.id) == f.id) {
+        return Ok(Some(m));
+    }
+    conn::with(&format!("fstat {}", f.path.full), |s| s.stat(f.target()))
 }
 
 pub fn mkdir(path: &Vpath, mode: u32) -> Result<(), Errno> {
@@ -572,10 +620,19 @@ pub fn set_attr(path: Vpath, follow_links: bool, attr: SetAttr) -> Result<(), Er
     .map(|m| attrs::put([&m]))
 }
 
+/// fchmod, fchown and futimens: of the entry the descriptor opened.
+pub fn set_attr_fd(f: &OpenFile, attr: SetAttr) -> Result<(), Errno> {
+    attrs::changed(&f.path.ns);
+    conn::with(&format!("set attributes of {}", f.path.full), |s| {
+        s.set_attr(f.target(), attr)
+    })
+    .map(drop)
+}
+
 /// unlink (`dir` false) or rmdir (`dir` true).
 pub fn remove(path: &Vpath, dir: bool) -> Result<(), Errno> {
     match lookup(path)? {
-        None => Err(libc::ENOENT),
+        None => Err(missing(&path.ns)),
         Some(m) if (m.kind == FileKind::Dir) != dir => {
             Err(if dir { libc::ENOTDIR } else { libc::EISDIR })
         }
@@ -589,7 +646,7 @@ pub fn remove(path: &Vpath, dir: bool) -> Result<(), Errno> {
 
 pub fn rename(from: &Vpath, to: &Vpath) -> Result<(), Errno> {
     match lookup(from)? {
-        None => Err(libc::ENOENT),
+        None => Err(missing(&from.ns)),
         // Onto a directory above it: the kernel's rename trap says
         // ENOTEMPTY before it compares the two kinds.
         Some(_)
@@ -603,6 +660,7 @@ pub fn rename(from: &Vpath, to: &Vpath) -> Result<(), Errno> {
             attrs::changed_tree(&from.ns);
             attrs::changed_tree(&to.ns);
             conn::with(&format!("rename {} {}", from.full, to.full), |s| {
+                check_parent(s, &to.ns)?;
                 s.rename(&from.ns, &to.ns)
             })
         }
@@ -610,6 +668,10 @@ pub fn rename(from: &Vpath, to: &Vpath) -> Result<(), Errno> {
 }
 
 pub fn symlink(target: &str, path: &Vpath) -> Result<(), Errno> {
+    // The kernel resolves an empty path before it makes anything.
+    if target.is_empty() {
+        return Err(libc::ENOENT);
+    }
     attrs::changed(&path.ns);
     conn::with(&format!("symlink {}", path.full), |s| {
         check_parent(s, &path.ns)?;

@@ -55,8 +55,12 @@ fn description(fd: c_int) -> Result<u64, Errno> {
     Ok(DESCRIPTION | st.st_ino)
 }
 
+/// The file a descriptor opened: its locks stay on it when it is renamed.
 fn file_id(f: &OpenFile) -> Result<FileId, Errno> {
-    io::lookup(&f.path)?.map(|m| m.id).ok_or(libc::ENOENT)
+    match f.id {
+        Some(id) => Ok(id),
+        None => io::lookup(&f.path)?.map(|m| m.id).ok_or(libc::ENOENT),
+    }
 }
 
 /// Sends one lock call.

@@ -93,9 +93,10 @@ unsafe fn fill_statx(m: &FileMeta, stx: *mut libc::statx) {
 /// open reports size 0 and no links, as an unlinked file would.
 fn meta_of_fd(fd: c_int) -> Option<Result<FileMeta, Errno>> {
     let f = fdtable::get(fd)?;
-    Some(match io::stat(&f.path) {
-        Err(libc::ENOENT) => Ok(FileMeta {
-            id: 0,
+    Some(match io::fstat(&f) {
+        Ok(Some(m)) => Ok(m),
+        Ok(None) => Ok(FileMeta {
+            id: f.id.unwrap_or(0),
             path: f.path.ns.clone(),
             kind: if f.dir { FileKind::Dir } else { FileKind::File },
             size: 0,
@@ -108,7 +109,7 @@ fn meta_of_fd(fd: c_int) -> Option<Result<FileMeta, Errno>> {
             atime: 0,
             nlink: 0,
         }),
-        r => r,
+        Err(e) => Err(e),
     })
 }
 

@@ -840,7 +840,7 @@ fn ftruncate_fd(fd: c_int, len: i64) -> Option<c_int> {
     if f.dir || !f.writable() {
         return Some(ret(Err(libc::EINVAL)));
     }
-    Some(ret0(io::truncate(&f.path, len)))
+    Some(ret0(io::ftruncate(&f, len)))
 }
 
 #[no_mangle]
@@ -884,7 +884,7 @@ fn allocate_fd(fd: c_int, mode: c_int, off: i64, len: i64) -> Option<Result<(), 
         if f.dir {
             return Err(libc::EISDIR);
         }
-        io::fallocate(&f.path, mode, off, len)
+        io::fallocate(&f, mode, off, len)
     })())
 }
 
@@ -1467,7 +1467,7 @@ unsafe fn utimbuf_attr(times: *const libc::utimbuf) -> Result<SetAttr, Errno> {
 /// The entry a LABIOS descriptor names.
 fn set_attr_fd(fd: c_int, attr: Result<SetAttr, Errno>) -> Result<(), Errno> {
     let f = fdtable::get(fd).ok_or(libc::EBADF)?;
-    io::set_attr(f.path.clone(), false, attr?)
+    io::set_attr_fd(&f, attr?)
 }
 
 macro_rules! attr_path {

@@ -160,6 +160,20 @@ impl Cred {
         (owner, mode)
     }
 
+    /// Checks that the caller may make an entry of `kind` at `path` (its
+    /// directory's permission is checked apart): only root makes a device
+    /// (Linux's CAP_MKNOD), EPERM for anyone else.
+    pub fn check_make(&self, kind: FileKind, path: &str) -> Result<()> {
+        if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) && !self.is_root() {
+            return Err(Error::PermissionDenied(format!(
+                "user {} may not make the {} {path}: {NOT_PERMITTED}",
+                self.uid,
+                kind.word()
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks a change of attributes of `meta` by this caller, as chmod(2),
     /// chown(2) and utimensat(2) say, and returns it as it may be applied:
     /// a mode given by a caller outside the file's group, not root, loses
@@ -263,6 +277,23 @@ mod tests {
         assert!(user(12, 30, &[]).permits(&f, READ | WRITE | EXEC));
         let err = user(11, 20, &[]).check(&f, WRITE).unwrap_err().to_string();
         assert!(err.contains("no write permission on /d/f"), "{err}");
+    }
+
+    #[test]
+    fn only_root_makes_devices() {
+        for kind in [FileKind::CharDevice, FileKind::BlockDevice] {
+            assert!(Cred::root().check_make(kind, "/d/dev").is_ok());
+            let e = user(10, 20, &[]).check_make(kind, "/d/dev").unwrap_err();
+            assert!(e.to_string().ends_with(NOT_PERMITTED), "{e}");
+        }
+        for kind in [
+            FileKind::File,
+            FileKind::Dir,
+            FileKind::Fifo,
+            FileKind::Socket,
+        ] {
+            assert!(user(10, 20, &[]).check_make(kind, "/d/x").is_ok());
+        }
     }
 
     #[test]

@@ -358,6 +358,17 @@ pub trait Inventory: Send + Sync {
     /// Extents overlapping the range, clipped to it, sorted by offset.
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>>;
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>>;
+    /// The file `file`, opened for `access` (`crate::access::READ` and
+    /// `WRITE` bits). Where callers are checked (`labios serve`), the
+    /// check is made now, as the kernel makes it at open, and what it
+    /// allowed holds for the caller's data moves on the file from then on,
+    /// whatever `chmod` does later (a descriptor keeps what its open gave).
+    /// Elsewhere it is [`Inventory::file`]; a missing file is `NotFound`.
+    async fn open(&self, file: FileId, _access: u32) -> Result<FileMeta> {
+        self.file(file)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("file id {file}")))
+    }
 
     // ---- extended attributes -------------------------------------------
     /// Sets extended attribute `name` of `file` to `value`, or removes it

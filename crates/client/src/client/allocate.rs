@@ -6,7 +6,7 @@
 //! wins, as for any write), and the workers that held the older bytes free
 //! them.
 
-use super::Client;
+use super::{Client, FileRef};
 use labios_label::{Error, LabelId, Result};
 
 /// Suffix of the error of a mode LABIOS does not implement (EOPNOTSUPP).
@@ -62,10 +62,17 @@ impl Client {
     /// FALLOC_FL_KEEP_SIZE` and `FALLOC_FL_ZERO_RANGE` (with or without
     /// `FALLOC_FL_KEEP_SIZE`); other modes are refused ([`NOT_SUPPORTED`]).
     /// This client's earlier writes to the file land first.
-    pub async fn fallocate(&self, path: &str, mode: i32, offset: u64, len: u64) -> Result<()> {
+    pub async fn fallocate<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let file = file.into();
         if len == 0 {
             return Err(Error::InvalidArgument(format!(
-                "fallocate of {path}: the length must be positive"
+                "fallocate of {file}: the length must be positive"
             )));
         }
         let how = Allocation::of(mode)?;
@@ -74,20 +81,20 @@ impl Client {
             .filter(|&e| i64::try_from(e).is_ok())
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "fallocate of {path}: offset {offset} + {len} bytes is past the largest file"
+                    "fallocate of {file}: offset {offset} + {len} bytes is past the largest file"
                 ))
             })?;
-        if labios_bridge::is_external(path) {
+        if let Some(path) = file.external() {
             return Err(Error::InvalidArgument(format!(
                 "fallocate of {path}: external storage {NOT_SUPPORTED}"
             )));
         }
         // Current size, and cached writes published: their labels must be
         // older than the zeros' labels, which win over them otherwise.
-        let meta = self.file_to_read(path).await?;
+        let meta = self.file_to_read(file).await?;
         let zeros_end = match how {
             Allocation::Reserve => return Ok(()),
-            Allocation::Extend if end > meta.size => return self.truncate(path, end).await,
+            Allocation::Extend if end > meta.size => return self.truncate(file, end).await,
             Allocation::Extend => return Ok(()),
             Allocation::PunchHole | Allocation::ZeroRange { keep_size: true } => end.min(meta.size),
             Allocation::ZeroRange { keep_size: false } => end,

@@ -3,8 +3,8 @@
 //! there into the target, so the bytes go from worker to worker and never
 //! through the client. Holes of the source are zero labels (no data).
 
-use super::Client;
-use labios_label::{Error, LabelId, LabelState, Pointer, Result};
+use super::{Client, FileRef};
+use labios_label::{Error, LabelId, Pointer, Result};
 use labios_store::warehouse::release;
 
 /// Labels one copy call moves at most: a larger request returns a short
@@ -17,14 +17,15 @@ impl Client {
     /// of `dst` and returns how many (0 at the source's end). This client's
     /// earlier writes to both land first. The ranges of one file must not
     /// overlap (EINVAL, as Linux).
-    pub async fn copy_range(
+    pub async fn copy_range<'a, 'b>(
         &self,
-        src: &str,
+        src: impl Into<FileRef<'a>>,
         src_offset: u64,
-        dst: &str,
+        dst: impl Into<FileRef<'b>>,
         dst_offset: u64,
         len: u64,
     ) -> Result<u64> {
+        let (src, dst) = (src.into(), dst.into());
         let from = self.file_to_read(src).await?;
         let to = self.file_to_read(dst).await?;
         if src_offset >= from.size || len == 0 {
@@ -37,12 +38,14 @@ impl Client {
             .filter(|&e| i64::try_from(e).is_ok())
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "copy to {dst}: offset {dst_offset} + {len} bytes is past the largest file"
+                    "copy to {}: offset {dst_offset} + {len} bytes is past the largest file",
+                    to.path
                 ))
             })?;
         if from.id == to.id && src_offset < dst_offset + len && dst_offset < src_offset + len {
             return Err(Error::InvalidArgument(format!(
-                "copy within {src}: the ranges at {src_offset} and {dst_offset} overlap"
+                "copy within {}: the ranges at {src_offset} and {dst_offset} overlap",
+                from.path
             )));
         }
         // The source's bytes into the warehouse, one read label per piece
@@ -65,14 +68,7 @@ impl Client {
                 reads.push(label);
             }
         }
-        let ids: Vec<LabelId> = reads.iter().map(|l| l.id).collect();
-        self.inner.labels.publish(reads).await?;
-        let statuses = self.inner.labels.wait(&ids).await?;
-        let keys: Vec<String> = statuses
-            .iter()
-            .filter(|s| s.state == LabelState::Complete)
-            .map(|s| self.result_key(s))
-            .collect();
+        let (statuses, keys) = self.run_reads(reads).await?;
         let copied = self
             .write_copied(
                 &to.path, to.id, &statuses, &pieces, src_offset, dst_offset, len,

@@ -33,7 +33,7 @@ impl Client {
         if ops.is_empty() {
             return self.write_at_async(path, offset, data).await;
         }
-        let meta = self.file_for_write(path, 0o644).await?;
+        let meta = self.file_for_write(path.into(), 0o644).await?;
         // Earlier small writes of the file land first.
         self.flush_small(meta.id).await?;
         let mut label = self.inner.labels.new_label(LabelKind::Write);
@@ -72,7 +72,7 @@ impl Client {
                 "a query needs at least one function".into(),
             ));
         }
-        let meta = self.file_to_read(path).await?;
+        let meta = self.file_to_read(path.into()).await?;
         let extents = self.inner.catalog.extents(meta.id, 0, meta.size).await?;
         let capable: HashMap<WorkerId, bool> = self
             .inner

@@ -414,6 +414,9 @@ impl Inventory for RemoteInventory {
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {
         expect!(self.0.call(Request::File { file }).await?, Reply::MaybeMeta(m) => m)
     }
+    async fn open(&self, file: FileId, access: u32) -> Result<FileMeta> {
+        expect!(self.0.call(Request::Open { file, access }).await?, Reply::Meta(m) => m)
+    }
     async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
         let name = name.to_string();
         expect!(self.0.call(Request::SetXattr { file, name, value }).await?, Reply::Unit => ())

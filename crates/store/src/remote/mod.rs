@@ -4,6 +4,7 @@
 //! holds up other calls.
 
 mod client;
+mod opened;
 /// Public only for the fuzz targets of `labios-fuzz`, which feed the
 /// server's frame reader and decoder untrusted bytes; not an API.
 #[doc(hidden)]

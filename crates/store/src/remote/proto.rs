@@ -182,6 +182,13 @@ pub enum Request {
         owner: Option<u64>,
         file: Option<FileId>,
     },
+    /// [`crate::Inventory::open`]: the caller is checked for `access` now,
+    /// and its data moves on the file are not checked again on this
+    /// connection (`super::opened`).
+    Open {
+        file: FileId,
+        access: u32,
+    },
 }
 
 /// One variant per result shape of the trait methods.

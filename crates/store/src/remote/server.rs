@@ -1,5 +1,6 @@
 //! The server side: answers remote proxies from a set of [`Stores`].
 
+use super::opened::Opened;
 use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
     ResponseFrame, Session,
@@ -234,6 +235,7 @@ async fn connection(
     let mut acting = Arc::new(Acting::Trusted);
     let mut peer = peer;
     let mut own_origin = None;
+    let opened = Arc::new(Opened::default());
     loop {
         let body = tokio::select! {
             _ = shutdown.changed() => break,
@@ -284,7 +286,7 @@ async fn connection(
             break;
         };
         let (stores, outbox) = (stores.clone(), outbox.clone());
-        let (grant, origins) = (grant.clone(), origins.clone());
+        let (grant, origins, opened) = (grant.clone(), origins.clone(), opened.clone());
         let (acting, request) = match frame.request {
             Request::As { cred, request } => match acting.as_ref() {
                 Acting::Trusted if cred.is_root() => (acting.clone(), *request),
@@ -302,12 +304,21 @@ async fn connection(
         };
         let request = own_session(request, own_origin.unwrap_or_default());
         tasks.spawn(async move {
-            let result = match posix(&stores, &acting, grant.as_deref(), request).await {
+            let checked = posix(&stores, &acting, grant.as_deref(), &opened, request).await;
+            let result = match checked {
                 Err(e) => Err(e),
-                Ok(request) => match grant {
-                    Some(g) if g.confined => confined(&stores, &g, &origins, request).await,
-                    _ => handle(&stores, request).await,
-                },
+                Ok((request, gives)) => {
+                    let result = match grant {
+                        Some(g) if g.confined => confined(&stores, &g, &origins, request).await,
+                        _ => handle(&stores, request).await,
+                    };
+                    if let (Acting::User(c), Ok(Reply::Meta(m))) = (acting.as_ref(), &result) {
+                        if gives != 0 {
+                            opened.allow(c.uid, m.id, gives);
+                        }
+                    }
+                    result
+                }
             };
             let _ = outbox.send(respond(frame.id, result)).await;
             drop(permit);
@@ -415,6 +426,7 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
             Reply::Extents(i.extents(file, offset, len).await?)
         }
         Request::File { file } => Reply::MaybeMeta(i.file(file).await?),
+        Request::Open { file, access } => Reply::Meta(i.open(file, access).await?),
         Request::SetStatus(st) => i.set_status(st).await.map(|_| Reply::Unit)?,
         Request::Status(id) => Reply::Status(i.status(id).await?),
         Request::Wait { ids, timeout } => Reply::Statuses(i.wait(&ids, timeout).await?),
@@ -494,7 +506,12 @@ async fn may_search(i: &dyn crate::Inventory, cred: &Cred, path: &str) -> Result
 /// files read labels (and pipelines) read, write those write labels
 /// write. Each label is checked when published, not once at open as the
 /// kernel does: a descriptor opened before a chmod follows the new mode.
-async fn may_move_data(i: &dyn crate::Inventory, cred: &Cred, labels: &[Label]) -> Result<()> {
+async fn may_move_data(
+    i: &dyn crate::Inventory,
+    cred: &Cred,
+    opened: &Opened,
+    labels: &[Label],
+) -> Result<()> {
     let mut seen = std::collections::HashMap::new();
     for l in labels {
         let wants = match l.kind {
@@ -505,6 +522,9 @@ async fn may_move_data(i: &dyn crate::Inventory, cred: &Cred, labels: &[Label]) 
         };
         for (file, want) in wants {
             let Some((id, _, _)) = file else { continue };
+            if opened.allows(cred.uid, id, want) {
+                continue;
+            }
             let meta = match seen.get(&id) {
                 Some(m) => m,
                 None => seen.entry(id).or_insert(i.file(id).await?),
@@ -534,12 +554,17 @@ async fn may_unname(i: &dyn crate::Inventory, cred: &Cred, path: &str) -> Result
     }
 }
 
-/// Checks that `cred` may change the data or attributes of file `file`.
+/// Checks that `cred` may change the data or attributes of file `file`;
+/// with `opened`, what an open allowed it counts.
 async fn may_write(
     i: &dyn crate::Inventory,
     cred: &Cred,
     file: labios_label::FileId,
+    opened: Option<&Opened>,
 ) -> Result<()> {
+    if opened.is_some_and(|o| o.allows(cred.uid, file, WRITE)) {
+        return Ok(());
+    }
     match i.file(file).await? {
         Some(m) => cred.check(&m, WRITE),
         None => Ok(()),
@@ -564,23 +589,29 @@ fn searched(request: &Request) -> Vec<&str> {
 /// touches by [`Cred`]'s rules, with the owner of a new entry set to that
 /// user (and the group of a set-group-ID parent). Trusted connections'
 /// requests pass unchanged.
+/// Checks `request` against the POSIX permissions of the user the
+/// connection acts as, and returns it (with the owners the server decides)
+/// and the access to the file it answers with that the user gains for the
+/// connection (`opened`), if any.
 async fn posix(
     s: &Stores,
     acting: &Acting,
     grant: Option<&Grant>,
+    opened: &Opened,
     request: Request,
-) -> Result<Request> {
+) -> Result<(Request, u32)> {
     let Acting::User(cred) = acting else {
-        return Ok(request);
+        return Ok((request, 0));
     };
     let i = s.inventory.as_ref();
     let app = grant.map_or(0, |g| g.app);
     for path in searched(&request) {
         may_search(i, cred, path).await?;
     }
-    Ok(match request {
+    let mut gives = 0;
+    let request = match request {
         Request::Labels(QueueOp::Push { queue, items }) => {
-            may_move_data(i, cred, &items).await?;
+            may_move_data(i, cred, opened, &items).await?;
             Request::Labels(QueueOp::Push { queue, items })
         }
         Request::List { prefix } => {
@@ -594,14 +625,20 @@ async fn posix(
         Request::Create {
             path, kind, mode, ..
         } => {
-            // An existing file is returned to be written.
-            if let Some(m) = i.lookup(&path).await? {
-                if m.kind == FileKind::File && kind == FileKind::File {
+            // An existing file is returned to be written; a new one is
+            // its creator's to read and write, whatever its mode.
+            match i.lookup(&path).await? {
+                Some(m) if m.kind == FileKind::File && kind == FileKind::File => {
                     cred.check(&m, WRITE)?;
+                    gives = WRITE;
                 }
+                Some(_) => {}
+                None if kind == FileKind::File => gives = READ | WRITE,
+                None => {}
             }
             let dir = making_in(i, &path).await?;
             may_make(cred, dir.as_ref())?;
+            cred.check_make(kind, &path)?;
             let (owner, mode) = cred.new_entry(app, dir.as_ref(), kind, mode);
             Request::Create {
                 path,
@@ -645,15 +682,15 @@ async fn posix(
             Request::Rename { from, to }
         }
         Request::SetSize { file, size } => {
-            may_write(i, cred, file).await?;
+            may_write(i, cred, file, Some(opened)).await?;
             Request::SetSize { file, size }
         }
         Request::ReserveAppend { file, len } => {
-            may_write(i, cred, file).await?;
+            may_write(i, cred, file, Some(opened)).await?;
             Request::ReserveAppend { file, len }
         }
         Request::SetXattr { file, name, value } => {
-            may_write(i, cred, file).await?;
+            may_write(i, cred, file, None).await?;
             Request::SetXattr { file, name, value }
         }
         Request::SetAttr { file, attr } => {
@@ -676,8 +713,18 @@ async fn posix(
             }
             Request::Lock(r)
         }
+        Request::Open { file, access } => {
+            let m = i
+                .file(file)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("file id {file}")))?;
+            cred.check(&m, access & (READ | WRITE))?;
+            gives = access & (READ | WRITE);
+            Request::Open { file, access }
+        }
         other => other,
-    })
+    };
+    Ok((request, gives))
 }
 
 fn denied(what: impl std::fmt::Display) -> Error {
