@@ -13,6 +13,7 @@ mod common;
 use common::deploy::{env_of, Deployed, Kind};
 use common::mount::Mounted;
 use common::serve::{Server, BIN};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -140,6 +141,11 @@ impl Bench {
     /// and once with ROOT in LABIOS; IN holds inputs and OUT receives
     /// copies. Returns both outputs after checking they match.
     fn same(&self, script: &str) -> String {
+        self.same_with(script, &[])
+    }
+
+    /// [`Bench::same`] with `env` set for the run on LABIOS only.
+    fn same_with(&self, script: &str, env: &[(OsString, OsString)]) -> String {
         let native_out = self.tmp.path().join("out-native");
         std::fs::create_dir_all(&native_out).unwrap();
         let native = Command::new("sh")
@@ -153,6 +159,7 @@ impl Bench {
         let native = check(&native, "native run");
         let labios = self
             .on_labios(&["sh", "-c", script])
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("ROOT", &self.ns_dir)
             .env("IN", self.input())
             .env("OUT", self.out())
@@ -1222,10 +1229,23 @@ fn conformance_as_another_user_on_mount() {
 /// process renames it, its directory, or removes another of its names and
 /// puts a new file at the path (programs/open_files.py): reads, writes,
 /// appends, fstat, ftruncate and fchmod go to the opened file, never to
-/// the new one.
+/// the new one. On the mount the other process is another client (under
+/// `labios run`), whose changes the mount learns only from LABIOS.
 async fn open_files(kind: Kind, via: Via) {
     let b = Bench::start(kind, via, "open").await;
-    let out = b.same(r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/open_files.py" "$ROOT""#);
+    // On the mount, the other process is another client: `labios run`.
+    let mut env = Vec::new();
+    if let Via::Mount(_) = via {
+        let run = b.labios(&[]);
+        env.extend(
+            run.get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+        );
+        env.push(("OTHER_CMD".into(), format!("{BIN} run --").into()));
+        env.push(("OTHER_ROOT".into(), format!("{PREFIX}/open").into()));
+    }
+    let script = r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/open_files.py" "$ROOT""#;
+    let out = b.same_with(script, &env);
     for line in [
         "read after rename: b'first file\\n'",
         "  moved: b'FIRST fi' mode 0o600 links 1",

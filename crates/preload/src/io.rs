@@ -119,6 +119,83 @@ fn through_links(path: &Vpath, hops: &mut usize) -> Result<Option<Target>, Errno
     Ok(None)
 }
 
+/// `path` with every symbolic link among its directories followed (not
+/// its last component: whether that is followed is the call's), or the
+/// host path a link leads out of LABIOS to.
+fn dirs_followed(path: &Vpath) -> Result<Target, Errno> {
+    let mut hops = 0;
+    let mut path = path.clone();
+    loop {
+        match through_links(&path, &mut hops)? {
+            None => return Ok(Target::Labios(path)),
+            Some(Target::Labios(next)) => path = next,
+            Some(real) => return Ok(real),
+        }
+    }
+}
+
+/// Where a name-acting call (mkdir, unlink, rmdir, symlink, mknod,
+/// rename, link) that failed with `e` on `path` goes instead: the kernel
+/// walks symbolic links among the directories of every path, and one in
+/// the way looks like a missing directory (ENOENT) or a file (ENOTDIR).
+/// `None`: no link is in the way, `e` stands. Costs look-ups only on such
+/// a failure.
+fn retry_through_links(path: &Vpath, e: Errno) -> Result<Option<Target>, Errno> {
+    if !matches!(e, libc::ENOENT | libc::ENOTDIR) {
+        return Ok(None);
+    }
+    match dirs_followed(path) {
+        Ok(Target::Labios(v)) if v.full == path.full => Ok(None),
+        Ok(t) => Ok(Some(t)),
+        Err(libc::ELOOP) => Err(libc::ELOOP),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Runs the name-acting `call` on `path`, again through the symbolic links
+/// among its directories if it finds them in the way, or `host` on the
+/// host path they lead to ([`retry_through_links`]).
+pub fn on_name(
+    path: &Vpath,
+    call: impl Fn(&Vpath) -> Result<(), Errno>,
+    host: impl FnOnce(&std::ffi::CStr) -> Result<(), Errno>,
+) -> Result<(), Errno> {
+    match call(path) {
+        Err(e) => match retry_through_links(path, e)? {
+            Some(Target::Labios(v)) => call(&v),
+            Some(Target::Real(Some(p))) => host(&p),
+            _ => Err(e),
+        },
+        ok => ok,
+    }
+}
+
+/// [`on_name`] of a call naming two paths (rename, link): through links
+/// among the directories of either; one side led out of LABIOS is EXDEV,
+/// as between two file systems.
+pub fn on_names(
+    a: &Vpath,
+    b: &Vpath,
+    call: impl Fn(&Vpath, &Vpath) -> Result<(), Errno>,
+) -> Result<(), Errno> {
+    match call(a, b) {
+        Err(e) => {
+            let ra = retry_through_links(a, e)?;
+            let rb = retry_through_links(b, e)?;
+            if ra.is_none() && rb.is_none() {
+                return Err(e);
+            }
+            let side = |r: Option<Target>, v: &Vpath| match r {
+                None => Ok(v.clone()),
+                Some(Target::Labios(n)) => Ok(n),
+                Some(Target::Real(_)) => Err(libc::EXDEV),
+            };
+            call(&side(ra, a)?, &side(rb, b)?)
+        }
+        ok => ok,
+    }
+}
+
 /// What an open leads to.
 pub enum Opened {
     /// A LABIOS descriptor.

@@ -29,6 +29,15 @@ fn ret0(r: Result<(), Errno>) -> c_int {
     ret(r.map(|()| 0))
 }
 
+/// A libc call's 0 or -1 (errno set) as a result.
+fn done(r: c_int) -> Result<(), Errno> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(fdtable::errno())
+    }
+}
+
 fn rets(r: Result<usize, Errno>) -> ssize_t {
     match r {
         Ok(n) => n as ssize_t,
@@ -75,7 +84,16 @@ pub unsafe extern "C" fn symlinkat(
                 Err(e) => return ret(Err(e)),
             };
             match std::str::from_utf8(target) {
-                Ok(t) => ret0(io::symlink(t, &v)),
+                Ok(t) => ret0(io::on_name(
+                    &v,
+                    |p| io::symlink(t, p),
+                    |host| {
+                        done(real!(symlink: fn(*const c_char, *const c_char) -> c_int)(
+                            target.as_ptr().cast(),
+                            host.as_ptr(),
+                        ))
+                    },
+                )),
                 Err(_) => ret(Err(libc::EINVAL)),
             }
         }
@@ -153,7 +171,10 @@ pub unsafe extern "C" fn linkat(
 ) -> c_int {
     match (labios_path_at(olddirfd, old), labios_path_at(newdirfd, new)) {
         (Ok(_), Ok(_)) if flags & !libc::AT_SYMLINK_FOLLOW != 0 => ret(Err(libc::EINVAL)),
-        (Ok(a), Ok(b)) => ret0(io::link(a, &b, flags & libc::AT_SYMLINK_FOLLOW != 0)),
+        (Ok(a), Ok(b)) => {
+            let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+            ret0(io::on_names(&a, &b, |a, b| io::link(a.clone(), b, follow)))
+        }
         (Err(a), Err(b)) => {
             real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(
                 olddirfd,
@@ -190,7 +211,19 @@ pub unsafe extern "C" fn mknodat(
     dev: libc::dev_t,
 ) -> c_int {
     match labios_path_at(dirfd, path) {
-        Ok(v) => ret0(io::mknod(&v, mode, dev)),
+        Ok(v) => ret0(io::on_name(
+            &v,
+            |p| io::mknod(p, mode, dev),
+            |host| {
+                done(
+                    real!(mknod: fn(*const c_char, mode_t, libc::dev_t) -> c_int)(
+                        host.as_ptr(),
+                        mode,
+                        dev,
+                    ),
+                )
+            },
+        )),
         Err(p) => real!(mknodat: fn(c_int, *const c_char, mode_t, libc::dev_t) -> c_int)(
             dirfd,
             real_path(&p, path),
@@ -1211,7 +1244,17 @@ unsafe fn last_component(path: *const c_char) -> Last {
 /// ENOTEMPTY, unlink EISDIR.
 unsafe fn remove_at(v: &Vpath, path: *const c_char, dir: bool) -> c_int {
     match (last_component(path), dir) {
-        (Last::Name, _) => ret0(io::remove(v, dir)),
+        (Last::Name, _) => ret0(io::on_name(
+            v,
+            |p| io::remove(p, dir),
+            |host| {
+                done(if dir {
+                    real!(rmdir: fn(*const c_char) -> c_int)(host.as_ptr())
+                } else {
+                    real!(unlink: fn(*const c_char) -> c_int)(host.as_ptr())
+                })
+            },
+        )),
         (Last::Dot, true) => ret(Err(libc::EINVAL)),
         (Last::DotDot, true) => ret(Err(libc::ENOTEMPTY)),
         (_, false) => ret(Err(libc::EISDIR)),
@@ -1246,10 +1289,24 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
     }
 }
 
+/// mkdir of a LABIOS path, through links among its directories.
+fn make_dir(v: &Vpath, mode: mode_t) -> Result<(), Errno> {
+    io::on_name(
+        v,
+        |p| io::mkdir(p, mode),
+        |host| unsafe {
+            done(real!(mkdir: fn(*const c_char, mode_t) -> c_int)(
+                host.as_ptr(),
+                mode,
+            ))
+        },
+    )
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
     match labios_path(path) {
-        Ok(v) => ret0(io::mkdir(&v, mode)),
+        Ok(v) => ret0(make_dir(&v, mode)),
         Err(p) => real!(mkdir: fn(*const c_char, mode_t) -> c_int)(real_path(&p, path), mode),
     }
 }
@@ -1257,7 +1314,7 @@ pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
     match labios_path_at(dirfd, path) {
-        Ok(v) => ret0(io::mkdir(&v, mode)),
+        Ok(v) => ret0(make_dir(&v, mode)),
         Err(p) => real!(mkdirat: fn(c_int, *const c_char, mode_t) -> c_int)(
             dirfd,
             real_path(&p, path),
@@ -1282,7 +1339,7 @@ unsafe fn rename_at(
         {
             ret(Err(libc::EBUSY))
         }
-        (Ok(a), Ok(b)) => ret0(io::rename(&a, &b)),
+        (Ok(a), Ok(b)) => ret0(io::on_names(&a, &b, io::rename)),
         (Err(a), Err(b)) => real(real_path(&a, old), real_path(&b, new)),
         _ => ret(Err(across(old, new))),
     }

@@ -402,6 +402,26 @@ for fd in (a, b, ro):
     os.close(fd)
 check("fcntl", "F_GETFL of a closed descriptor", outcome(fcntl.fcntl, a, fcntl.F_GETFL))
 
+# ---- a symbolic link among the directories --------------------------------
+d = fresh("through")
+os.mkdir(f"{d}/real")
+os.symlink("real", f"{d}/ln")
+os.symlink(f"{d}/real", f"{d}/abs")
+check("through", "create", outcome(put, f"{d}/ln/f"))
+check("through", "mkdir", outcome(os.mkdir, f"{d}/ln/sub"))
+check("through", "mkdir by an absolute link", outcome(os.mkdir, f"{d}/abs/sub2"))
+check("through", "symlink", outcome(os.symlink, "f", f"{d}/ln/s"))
+check("through", "link", outcome(os.link, f"{d}/ln/f", f"{d}/abs/h"))
+check("through", "rename", outcome(os.rename, f"{d}/abs/h", f"{d}/ln/h2"))
+check("through", "mkfifo", outcome(os.mkfifo, f"{d}/ln/p"))
+check("through", "unlink", outcome(os.unlink, f"{d}/ln/h2"))
+check("through", "rmdir", outcome(os.rmdir, f"{d}/abs/sub2"))
+check("through", "chmod", outcome(os.chmod, f"{d}/ln/f", 0o600))
+check("through", "the directory holds", sorted(os.listdir(f"{d}/real")))
+os.unlink(f"{d}/abs")  # its target's text differs between the two roots
+os.symlink("loop", f"{d}/loop")
+check("through", "a loop", outcome(os.mkdir, f"{d}/loop/x"))
+
 # ---- what is left --------------------------------------------------------
 for top, dirs, files in sorted(os.walk(root)):
     for name in sorted(dirs + files):

@@ -123,6 +123,9 @@ class Posix:
             os.close(fi)
 
     def rename(self, src, dst):
+        # The model's rename makes the target's missing directories, as the
+        # client API's does; POSIX rename does not (ENOENT).
+        self._parents(dst)
         os.rename(src, dst)
 
     def remove(self, path):
