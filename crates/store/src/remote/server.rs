@@ -1,6 +1,6 @@
 //! The server side: answers remote proxies from a set of [`Stores`].
 
-use super::opened::Opened;
+use super::opened::{Gives, Opened};
 use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
     ResponseFrame, Session,
@@ -313,9 +313,7 @@ async fn connection(
                         _ => handle(&stores, request).await,
                     };
                     if let (Acting::User(c), Ok(Reply::Meta(m))) = (acting.as_ref(), &result) {
-                        if gives != 0 {
-                            opened.allow(c.uid, m.id, gives);
-                        }
+                        opened.answered(c.uid, gives, m);
                     }
                     result
                 }
@@ -504,8 +502,9 @@ async fn may_search(i: &dyn crate::Inventory, cred: &Cred, path: &str) -> Result
 
 /// Checks that `cred` may move the data of labels it publishes: read the
 /// files read labels (and pipelines) read, write those write labels
-/// write. Each label is checked when published, not once at open as the
-/// kernel does: a descriptor opened before a chmod follows the new mode.
+/// write. What an open or create on this connection allowed the user
+/// (`opened`) passes without asking the mode again, as a descriptor keeps
+/// the access its open gave; anything else is checked label by label.
 async fn may_move_data(
     i: &dyn crate::Inventory,
     cred: &Cred,
@@ -587,28 +586,25 @@ fn searched(request: &Request) -> Vec<&str> {
 /// A request as the user it acts as may make it (README "Permissions"):
 /// checked against the permission bits of the entries and directories it
 /// touches by [`Cred`]'s rules, with the owner of a new entry set to that
-/// user (and the group of a set-group-ID parent). Trusted connections'
+/// user (and the group of a set-group-ID parent), and what its answer
+/// gives the user on this connection ([`Gives`]). Trusted connections'
 /// requests pass unchanged.
-/// Checks `request` against the POSIX permissions of the user the
-/// connection acts as, and returns it (with the owners the server decides)
-/// and the access to the file it answers with that the user gains for the
-/// connection (`opened`), if any.
 async fn posix(
     s: &Stores,
     acting: &Acting,
     grant: Option<&Grant>,
     opened: &Opened,
     request: Request,
-) -> Result<(Request, u32)> {
+) -> Result<(Request, Gives)> {
     let Acting::User(cred) = acting else {
-        return Ok((request, 0));
+        return Ok((request, Gives::Nothing));
     };
     let i = s.inventory.as_ref();
     let app = grant.map_or(0, |g| g.app);
     for path in searched(&request) {
         may_search(i, cred, path).await?;
     }
-    let mut gives = 0;
+    let mut gives = Gives::Nothing;
     let request = match request {
         Request::Labels(QueueOp::Push { queue, items }) => {
             may_move_data(i, cred, opened, &items).await?;
@@ -630,10 +626,10 @@ async fn posix(
             match i.lookup(&path).await? {
                 Some(m) if m.kind == FileKind::File && kind == FileKind::File => {
                     cred.check(&m, WRITE)?;
-                    gives = WRITE;
+                    gives = Gives::Access(WRITE);
                 }
                 Some(_) => {}
-                None if kind == FileKind::File => gives = READ | WRITE,
+                None if kind == FileKind::File => gives = Gives::Made,
                 None => {}
             }
             let dir = making_in(i, &path).await?;
@@ -719,7 +715,7 @@ async fn posix(
                 .await?
                 .ok_or_else(|| Error::NotFound(format!("file id {file}")))?;
             cred.check(&m, access & (READ | WRITE))?;
-            gives = access & (READ | WRITE);
+            gives = Gives::Access(access & (READ | WRITE));
             Request::Open { file, access }
         }
         other => other,
