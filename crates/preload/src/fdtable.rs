@@ -96,14 +96,20 @@ pub fn remove(fd: c_int) -> Option<Arc<OpenFile>> {
     FILES.write().remove(&fd)
 }
 
+/// The id by which calls reach the entry `meta` found at `path`; `None`
+/// for external storage, which has only paths.
+pub fn id_of(path: &Vpath, meta: &FileMeta) -> Option<FileId> {
+    FileRef::Path(&path.ns)
+        .external()
+        .is_none()
+        .then_some(meta.id)
+}
+
 /// A new descriptor for the LABIOS entry `meta` at `path`; errno on
 /// failure.
 pub fn open(path: Vpath, meta: &FileMeta, flags: c_int) -> Result<c_int, c_int> {
     let dir = meta.kind == FileKind::Dir;
-    let id = FileRef::Path(&path.ns)
-        .external()
-        .is_none()
-        .then_some(meta.id);
+    let id = id_of(&path, meta);
     let cloexec = if flags & libc::O_CLOEXEC != 0 {
         libc::MFD_CLOEXEC
     } else {
@@ -181,6 +187,15 @@ pub unsafe fn close_real(fd: c_int) -> c_int {
 
 pub fn errno() -> c_int {
     unsafe { *libc::__errno_location() }
+}
+
+/// A libc call's 0 or -1 (errno set) as a result.
+pub fn done(r: c_int) -> Result<(), c_int> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
 }
 
 /// The file position (the memfd's offset).

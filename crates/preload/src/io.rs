@@ -50,23 +50,15 @@ pub fn follow(mut path: Vpath) -> Result<(Target, Option<FileMeta>), Errno> {
     let mut hops = 0;
     loop {
         let meta = match lookup(&path) {
-            // A link among the directories: the kernel walks through it.
-            Err(libc::ENOTDIR) => match through_links(&path, &mut hops)? {
+            // Missing or not a directory: perhaps behind a link among the
+            // directories, which the kernel walks through.
+            found @ (Ok(None) | Err(libc::ENOTDIR)) => match through_links(&path, &mut hops)? {
                 Some(Target::Labios(next)) => {
                     path = next;
                     continue;
                 }
                 Some(real) => return Ok((real, None)),
-                None => return Err(libc::ENOTDIR),
-            },
-            // Missing, or behind a link among the directories.
-            Ok(None) => match through_links(&path, &mut hops)? {
-                Some(Target::Labios(next)) => {
-                    path = next;
-                    continue;
-                }
-                Some(real) => return Ok((real, None)),
-                None => None,
+                None => found?,
             },
             other => other?,
         };
@@ -347,9 +339,9 @@ fn check_open(path: &Vpath, m: &FileMeta, flags: c_int) -> Result<(), Errno> {
 /// itself (by id), so that a rename or removal racing the call cannot send
 /// it to another file; external storage by its path.
 fn data_of<'a>(path: &'a Vpath, meta: &FileMeta) -> FileRef<'a> {
-    match FileRef::Path(&path.ns).external() {
-        Some(p) => FileRef::Path(p),
-        None => FileRef::Id(meta.id),
+    match fdtable::id_of(path, meta) {
+        Some(id) => FileRef::Id(id),
+        None => FileRef::Path(&path.ns),
     }
 }
 
@@ -555,17 +547,12 @@ pub fn truncate(path: &Vpath, len: i64) -> Result<(), Errno> {
         Target::Labios(v) => v,
         Target::Real(None) => return Err(libc::ENOENT),
         Target::Real(Some(p)) => {
-            let r = unsafe {
+            return fdtable::done(unsafe {
                 crate::real::real!(truncate64: fn(*const libc::c_char, i64) -> c_int)(
                     p.as_ptr(),
                     len,
                 )
-            };
-            return if r == 0 {
-                Ok(())
-            } else {
-                Err(fdtable::errno())
-            };
+            });
         }
     };
     let path = &path;

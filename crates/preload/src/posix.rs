@@ -3,7 +3,7 @@
 //! paths) and otherwise calls libc's function unchanged.
 
 use crate::conn;
-use crate::fdtable;
+use crate::fdtable::{self, done};
 use crate::io::{self, Errno};
 use crate::locks;
 use crate::mount::{self, Target, Vpath};
@@ -27,15 +27,6 @@ pub fn ret(r: Result<c_int, Errno>) -> c_int {
 
 fn ret0(r: Result<(), Errno>) -> c_int {
     ret(r.map(|()| 0))
-}
-
-/// A libc call's 0 or -1 (errno set) as a result.
-fn done(r: c_int) -> Result<(), Errno> {
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(fdtable::errno())
-    }
 }
 
 fn rets(r: Result<usize, Errno>) -> ssize_t {
