@@ -654,6 +654,62 @@ async fn nats_and_redis_restart_lose_no_acknowledged_write() {
     verify(&client, &written).await;
 }
 
+/// Regression: a Redis that stopped answering for longer than
+/// `dead_after_ms` held up the workers' heartbeats and the manager's read
+/// of them alike; the read, answered after the stall, showed every
+/// heartbeat from before it, and the manager declared live workers down.
+/// A read of their data in the next moments then failed with "worker N is
+/// down" (seen once in CI after a Redis restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inventory_stall_declares_no_live_worker_down() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::start(&[]);
+    let stores = cluster.stores().await;
+    cluster.wait_all_active(&stores).await;
+    let client = cluster.client().await;
+    let mut written = Vec::new();
+    for i in 0..6 {
+        let path = format!("/stall/{i}");
+        let data = payload(5000 + i, 64 * KIB);
+        client.catalog().open_or_create(&path, 0o644).await.unwrap();
+        client.write_at_sync(&path, 0, data.clone()).await.unwrap();
+        written.push((path, 0, data));
+    }
+    let redis = cluster.redis.child.as_ref().unwrap().id().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &redis])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {redis} failed");
+    };
+    // The fault: Redis answers nobody for 1.6 s (dead_after is 1 s).
+    signal("-STOP");
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    signal("-CONT");
+    let resumed = labios_label::id::now_nanos();
+    for i in 0..WORKERS {
+        cluster
+            .wait_worker(
+                &stores,
+                i as WorkerId,
+                WorkerState::Active,
+                Some(resumed),
+                Duration::from_secs(20),
+            )
+            .await;
+    }
+    verify(&client, &written).await;
+    // A declaration comes at the latest one dead_after after the stall.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let log = cluster.log("manager");
+    assert!(
+        !log.contains("worker is down"),
+        "the manager declared a live worker down after the stall:\n{log}"
+    );
+    verify(&client, &written).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failing_label_is_retried_then_reported_and_the_app_goes_on() {
     let _one = ONE_AT_A_TIME.lock().await;

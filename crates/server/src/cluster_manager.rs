@@ -7,7 +7,9 @@
 //!   ([`ScoreBuckets`]).
 //! - **Dead workers**: a worker publishes its status at least every
 //!   `worker.score_interval_ms`, even when suspended. One silent for
-//!   `manager.dead_after_ms` is declared down: its status is republished as
+//!   `manager.dead_after_ms` is declared down (silence while the inventory
+//!   itself failed or stalled does not count, see [`Watch`]): its status is
+//!   republished as
 //!   Decommissioned (schedulers stop giving it unpinned work) and the manager
 //!   keeps pulling its queue `worker.<id>` while it is down (JetStream hands
 //!   the dead worker's unacknowledged tasks out again after `ack_wait`),
@@ -243,19 +245,24 @@ async fn run(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
     let settled = tokio::time::Instant::now() + Duration::from_millis(inner.config.dead_after_ms);
     let mut ticker = tokio::time::interval(Duration::from_millis(inner.config.interval_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let dead_after = inner.config.dead_after_ms.saturating_mul(1_000_000);
+    let mut watch = Watch::new(now_nanos(), dead_after / 2);
     while !*stopped.borrow() {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = stopped.changed() => break,
         }
+        let asked = now_nanos();
         let statuses = match inner.stores.inventory.workers().await {
             Ok(statuses) => statuses,
             Err(e) => {
+                watch.failed();
                 tracing::warn!("cannot read worker statuses: {e}");
                 continue;
             }
         };
-        let statuses = detect(&inner, statuses).await;
+        watch.answered(asked, now_nanos());
+        let statuses = detect(&inner, statuses, &watch, asked).await;
         {
             // A worker removed from the inventory (retired) is forgotten.
             let known = |id: &WorkerId| statuses.iter().any(|s| s.spec.id == *id);
@@ -303,10 +310,66 @@ async fn run(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
     }
 }
 
+/// When the silence of a worker is evidence that it is dead. Two things
+/// are not:
+///
+/// - The time a read of the statuses took: it shows no heartbeat written
+///   after it was asked, so silence is measured up to the asking.
+/// - An inventory outage: while the inventory failed or stalled the
+///   manager's read, it likely failed or stalled the workers' heartbeats
+///   too (a Redis restart blocks both for a second or more). Silence is
+///   measured only from the moment the inventory answered again, so every
+///   worker gets a whole `dead_after` to be heard after it comes back.
+///   Without this, the first read after a restart showed every worker's
+///   last heartbeat from before the outage and declared live workers down;
+///   reads of their data then failed with "worker N is down".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Watch {
+    /// Nanoseconds since the epoch from which silence counts.
+    since: u64,
+    /// A read failed: the next answer restarts the watch.
+    blind: bool,
+    /// A read slower than this (nanoseconds) was a stall.
+    stall: u64,
+}
+
+impl Watch {
+    fn new(now: u64, stall: u64) -> Watch {
+        Watch {
+            since: now,
+            blind: false,
+            stall,
+        }
+    }
+
+    fn failed(&mut self) {
+        self.blind = true;
+    }
+
+    /// A read asked at `asked` answered at `answered`.
+    fn answered(&mut self, asked: u64, answered: u64) {
+        if self.blind || answered.saturating_sub(asked) > self.stall {
+            self.since = answered;
+            self.blind = false;
+        }
+    }
+
+    /// How long a worker with this last `heartbeat` has been silent for
+    /// certain, as of a read asked at `asked`.
+    fn silence(&self, heartbeat: u64, asked: u64) -> u64 {
+        asked.saturating_sub(heartbeat.max(self.since))
+    }
+}
+
 /// Declares silent workers down and down workers with a fresh heartbeat
-/// back; returns the statuses as they now stand.
-async fn detect(inner: &Inner, mut statuses: Vec<WorkerStatus>) -> Vec<WorkerStatus> {
-    let now = now_nanos();
+/// back; returns the statuses as they now stand. `asked`: when the read of
+/// `statuses` was asked.
+async fn detect(
+    inner: &Inner,
+    mut statuses: Vec<WorkerStatus>,
+    watch: &Watch,
+    asked: u64,
+) -> Vec<WorkerStatus> {
     let dead_after = inner.config.dead_after_ms.saturating_mul(1_000_000);
     for s in &mut statuses {
         let id = s.spec.id;
@@ -323,7 +386,7 @@ async fn detect(inner: &Inner, mut statuses: Vec<WorkerStatus>) -> Vec<WorkerSta
                     s.state = WorkerState::Decommissioned;
                     false
                 }
-                None if now.saturating_sub(s.heartbeat) > dead_after => {
+                None if watch.silence(s.heartbeat, asked) > dead_after => {
                     down.insert(id, (s.heartbeat, Instant::now()));
                     true
                 }
@@ -335,7 +398,7 @@ async fn detect(inner: &Inner, mut statuses: Vec<WorkerStatus>) -> Vec<WorkerSta
             tracing::warn!(
                 worker = id,
                 "worker is down: no heartbeat for {} ms",
-                now.saturating_sub(s.heartbeat) / 1_000_000
+                asked.saturating_sub(s.heartbeat) / 1_000_000
             );
             s.state = WorkerState::Decommissioned;
             // Keeps the old heartbeat: the worker's next publication (a
@@ -564,6 +627,44 @@ async fn wake(inner: &Inner, id: WorkerId) -> Result<Option<Duration>> {
 mod tests {
     use super::*;
     use labios_label::{LabelId, LabelKind};
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn silence_counts_up_to_the_asking_of_the_read() {
+        let mut watch = Watch::new(0, 500 * MS);
+        // A read asked at 1,000 ms that answered 400 ms later shows the
+        // heartbeat of 900 ms: silent 100 ms, not 500.
+        watch.answered(1_000 * MS, 1_400 * MS);
+        assert_eq!(watch.silence(900 * MS, 1_000 * MS), 100 * MS);
+        assert_eq!(watch.since, 0, "a read of 400 ms is no stall");
+    }
+
+    #[test]
+    fn after_an_inventory_outage_silence_counts_from_its_end() {
+        let mut watch = Watch::new(0, 500 * MS);
+        watch.answered(1_000 * MS, 1_001 * MS);
+        watch.failed();
+        watch.failed();
+        // Back at 3,000 ms: a heartbeat of 900 ms is not 2 s of silence.
+        watch.answered(3_000 * MS, 3_001 * MS);
+        assert_eq!(watch.silence(900 * MS, 3_000 * MS), 0);
+        assert_eq!(watch.silence(900 * MS, 4_101 * MS), 1_100 * MS);
+        // Later prompt answers leave the watch where it was.
+        watch.answered(4_000 * MS, 4_002 * MS);
+        assert_eq!(watch.since, 3_001 * MS);
+    }
+
+    #[test]
+    fn a_stalled_read_restarts_the_watch() {
+        let mut watch = Watch::new(0, 500 * MS);
+        // Redis stopped for 1.6 s: the read asked at 1,000 ms answers at
+        // 2,600 ms, and the workers' heartbeats were held up as long.
+        watch.answered(1_000 * MS, 2_600 * MS);
+        assert_eq!(watch.since, 2_600 * MS);
+        assert_eq!(watch.silence(950 * MS, 3_000 * MS), 400 * MS);
+        assert_eq!(watch.silence(2_900 * MS, 3_000 * MS), 100 * MS);
+    }
 
     #[test]
     fn reads_and_labels_addressed_to_a_worker_are_pinned() {
