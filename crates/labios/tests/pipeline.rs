@@ -975,6 +975,18 @@ impl Inventory for HeldLookup {
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {
         self.inner.file(file).await
     }
+    async fn open(&self, file: FileId, access: u32) -> Result<FileMeta> {
+        self.inner.open(file, access).await
+    }
+    async fn hold(&self, file: FileId, session: u64) -> Result<bool> {
+        self.inner.hold(file, session).await
+    }
+    async fn let_go(&self, file: FileId, session: u64) -> Result<Option<FileMeta>> {
+        self.inner.let_go(file, session).await
+    }
+    async fn let_go_session(&self, session: u64) -> Result<Vec<FileMeta>> {
+        self.inner.let_go_session(session).await
+    }
     async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
         self.inner.set_xattr(file, name, value).await
     }

@@ -531,6 +531,7 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     append_cases(i.as_ref(), &root).await;
     symlink_cases(i.as_ref(), &root).await;
     hard_link_cases(i.as_ref(), &root).await;
+    open_file_cases(i.as_ref(), &root).await;
     attribute_cases(i.as_ref(), &root).await;
     special_cases(i.as_ref(), &root).await;
     directory_link_cases(i.as_ref(), &root).await;
@@ -894,6 +895,86 @@ async fn symlink_cases(i: &dyn Inventory, root: &str) {
 
 /// A hard link is another name of the same file: one id, size, extents
 /// and attributes; the file goes with its last name.
+/// A file held open outlives its last name (POSIX unlink of an open file),
+/// by remove and by a rename over it, until its last holder lets go; a
+/// file nobody holds goes with its last name. An inventory that keeps no
+/// open files (`hold` says false) must still remove at once. One session
+/// (a remote connection makes every session its own).
+async fn open_file_cases(i: &dyn Inventory, root: &str) {
+    let dir = format!("{root}/open");
+    let (a, b) = (format!("{dir}/a"), format!("{dir}/b"));
+    let s1 = now_nanos();
+    let f = i
+        .create(&a, FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap();
+    let extent = ext(0, 10, 1, LabelIdGen::new(9).next());
+    i.commit_extent(f.id, extent).await.unwrap();
+    let missing = i.hold(u64::MAX - 3, s1).await;
+    let keeps = i.hold(f.id, s1).await.unwrap();
+    if keeps {
+        assert!(
+            matches!(missing, Err(Error::NotFound(_))),
+            "hold of a missing file: {missing:?}"
+        );
+    }
+    assert!(i.hold(f.id, s1).await.unwrap() == keeps, "held twice");
+    let (gone, _) = i.remove(&a).await.unwrap();
+    assert_eq!(gone.nlink, 0, "the name was its last");
+    assert!(i.lookup(&a).await.unwrap().is_none());
+    if !keeps {
+        assert!(i.file(f.id).await.unwrap().is_none());
+        return;
+    }
+    let kept = i.file(f.id).await.unwrap().expect("held open: kept");
+    assert_eq!((kept.nlink, kept.size), (0, 10));
+    assert!(!i
+        .list(&format!("{dir}/"))
+        .await
+        .unwrap()
+        .iter()
+        .any(|m| m.id == f.id));
+    // Still written and read by id.
+    let more = ext(10, 5, 1, LabelIdGen::new(9).next());
+    i.commit_extent(f.id, more).await.unwrap();
+    assert_eq!(i.extents(f.id, 0, 100).await.unwrap(), vec![extent, more]);
+    // A new file at the path is another file.
+    let g = i
+        .create(&a, FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap();
+    assert_ne!(g.id, f.id);
+    let dropped = i.let_go(f.id, s1).await.unwrap().expect("once per session");
+    assert_eq!((dropped.id, dropped.nlink), (f.id, 0));
+    assert!(i.file(f.id).await.unwrap().is_none());
+    assert!(i.let_go(f.id, s1).await.unwrap().is_none(), "already gone");
+    assert_eq!(i.lookup(&a).await.unwrap().unwrap().id, g.id, "untouched");
+
+    // A rename over a held file keeps it; the session's end lets it go.
+    let h = i
+        .create(&b, FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap();
+    i.hold(h.id, s1).await.unwrap();
+    i.hold(g.id, s1).await.unwrap();
+    i.rename(&a, &b).await.unwrap();
+    assert_eq!(i.file(h.id).await.unwrap().unwrap().nlink, 0);
+    assert_eq!(i.lookup(&b).await.unwrap().unwrap().id, g.id);
+    let gone: Vec<FileId> = i
+        .let_go_session(s1)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(gone, vec![h.id], "g keeps its name");
+    assert!(i.file(h.id).await.unwrap().is_none());
+    // A file held and let go with its names intact stays.
+    assert_eq!(i.file(g.id).await.unwrap().unwrap().nlink, 1);
+    i.remove(&b).await.unwrap();
+    assert!(i.file(g.id).await.unwrap().is_none(), "nobody holds it now");
+}
+
 async fn hard_link_cases(i: &dyn Inventory, root: &str) {
     let dir = format!("{root}/hard");
     let a = format!("{dir}/a");

@@ -361,6 +361,24 @@ impl Inventory for FaultyInventory {
             .around("inventory file", false, self.inner.file(file))
             .await
     }
+    async fn open(&self, file: FileId, access: u32) -> Result<FileMeta> {
+        self.faults
+            .around("inventory open", false, self.inner.open(file, access))
+            .await
+    }
+    async fn hold(&self, file: FileId, session: u64) -> Result<bool> {
+        self.faults
+            .around("inventory hold", false, self.inner.hold(file, session))
+            .await
+    }
+    async fn let_go(&self, file: FileId, session: u64) -> Result<Option<FileMeta>> {
+        self.faults
+            .around("inventory let_go", false, self.inner.let_go(file, session))
+            .await
+    }
+    async fn let_go_session(&self, session: u64) -> Result<Vec<FileMeta>> {
+        self.inner.let_go_session(session).await
+    }
     async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
         self.faults
             .around(

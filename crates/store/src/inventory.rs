@@ -370,6 +370,31 @@ pub trait Inventory: Send + Sync {
             .ok_or_else(|| Error::NotFound(format!("file id {file}")))
     }
 
+    // ---- open files ------------------------------------------------------
+    /// Keeps the regular file `file` whole while `session` (a client) has
+    /// it open, as POSIX keeps an unlinked file until its last close: when
+    /// its last name goes meanwhile, it stays reachable by id with its data
+    /// and `nlink` 0 until the last session holding it lets go. A session
+    /// holds a file once however often it opens it (the client counts its
+    /// own opens). A missing file is `NotFound`.
+    ///
+    /// `Ok(false)`: this inventory keeps no open files (Redis, for now), a
+    /// file goes with its last name.
+    async fn hold(&self, _file: FileId, _session: u64) -> Result<bool> {
+        Ok(false)
+    }
+    /// Ends `session`'s hold of `file`. A file this leaves without a name
+    /// and without a holder goes now, and is returned: its bytes are the
+    /// caller's to free (delete labels), as after a remove.
+    async fn let_go(&self, _file: FileId, _session: u64) -> Result<Option<FileMeta>> {
+        Ok(None)
+    }
+    /// Ends every hold of `session`, whose client is gone; returns the
+    /// files that went, as [`Inventory::let_go`].
+    async fn let_go_session(&self, _session: u64) -> Result<Vec<FileMeta>> {
+        Ok(Vec::new())
+    }
+
     // ---- extended attributes -------------------------------------------
     /// Sets extended attribute `name` of `file` to `value`, or removes it
     /// with `None` (removing an absent one is not an error). They keep what

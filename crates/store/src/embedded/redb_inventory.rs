@@ -20,7 +20,7 @@ use labios_label::{
 };
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use redb::{backends::InMemoryBackend, Database, Durability, ReadableTable, TableDefinition};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
@@ -109,6 +109,11 @@ pub struct RedbInventory {
     writer: Option<JoinHandle<()>>,
     labels: Mutex<Labels>,
     reclaim_after: Duration,
+    /// The sessions holding each file open ([`Inventory::hold`]). In memory
+    /// only: a restart ends every session, and loading drops the files
+    /// that were kept for one alone (see [`Namespace::unname_held`]).
+    /// Taken after a file's lock, never before.
+    holds: Mutex<HashMap<FileId, HashSet<u64>>>,
 }
 
 /// Hands out `next..=limit` from memory; `limit` is durable.
@@ -248,10 +253,23 @@ impl Namespace {
             st.links.is_empty(),
             "forgetting a file that has other names"
         );
+        self.paths.remove(&st.meta.path);
+        ops.push(Op::DelPath(st.meta.path.clone()));
+        st.meta.nlink = 0;
+        self.drop_nameless(st, ops)
+    }
+
+    /// Drops a locked file that has no name left: its record, attributes
+    /// and extents (taken).
+    fn drop_nameless(&mut self, st: &mut FileState, ops: &mut Vec<Op>) -> Vec<Extent> {
+        assert!(
+            st.meta.nlink == 0 && st.links.is_empty(),
+            "dropping file {} with {} names",
+            st.meta.id,
+            st.meta.nlink
+        );
         let id = st.meta.id;
         st.live = false;
-        st.meta.nlink = 0;
-        self.paths.remove(&st.meta.path);
         self.nodes.remove(&id);
         let extents: Vec<Extent> = std::mem::take(&mut st.extents).into_values().collect();
         if st.meta.kind == FileKind::File {
@@ -261,19 +279,46 @@ impl Namespace {
             ops.push(Op::PutXattrs(id, BTreeMap::new()));
         }
         ops.push(Op::DelFile(id));
-        ops.push(Op::DelPath(st.meta.path.clone()));
         extents
     }
 
-    /// Drops the name `path` of a locked file, forgetting the file with its
-    /// last name; returns it as `path` named it, and the extents to reclaim.
-    fn unname(
+    /// Drops the last name `path` of a locked regular file some session
+    /// holds open: it stays, reachable by id with its data and `nlink` 0,
+    /// until the last holder lets go ([`RedbInventory::let_go`]). Its record
+    /// on disk keeps a name no path gives it any more; loading drops such a
+    /// file (holds live in memory, a restart ends every session).
+    fn unname_held(
         &mut self,
         st: &mut FileState,
         path: &str,
         ops: &mut Vec<Op>,
     ) -> (FileMeta, Vec<Extent>) {
+        assert_eq!(
+            self.paths.remove(path),
+            Some(st.meta.id),
+            "{path} names the file"
+        );
+        st.meta.nlink = 0;
+        st.meta.ctime = now_nanos();
+        ops.push(Op::DelPath(path.to_string()));
+        ops.push(Op::file(&st.meta));
+        (st.meta_at(path), Vec::new())
+    }
+
+    /// Drops the name `path` of a locked file, forgetting the file with its
+    /// last name unless it is `held` open ([`Namespace::unname_held`]);
+    /// returns it as `path` named it, and the extents to reclaim.
+    fn unname(
+        &mut self,
+        st: &mut FileState,
+        path: &str,
+        held: bool,
+        ops: &mut Vec<Op>,
+    ) -> (FileMeta, Vec<Extent>) {
         if st.links.is_empty() {
+            if held && st.meta.kind == FileKind::File {
+                return self.unname_held(st, path, ops);
+            }
             let extents = self.forget(st, ops);
             return (st.meta_at(path), extents);
         }
@@ -449,6 +494,9 @@ struct Loaded {
     apps: BTreeMap<AppId, AppRecord>,
     functions: BTreeMap<(AppId, String), Bytes>,
     counters: HashMap<String, Counter>,
+    /// Records of files no path names: kept open past their last name
+    /// before a restart, to be dropped now.
+    nameless: Vec<FileId>,
 }
 
 /// Links of a new entry: a directory's name and its `.`; anything else's
@@ -535,6 +583,7 @@ fn load(db: &Database) -> Result<Loaded> {
         let state = FileState::new(stored.into_meta());
         ns.nodes.insert(id.value(), Arc::new(Mutex::new(state)));
     }
+    let mut named = HashSet::new();
     for e in tx
         .open_table(PATHS)
         .map_err(storage)?
@@ -549,9 +598,16 @@ fn load(db: &Database) -> Result<Loaded> {
                 st.links.push(p.clone());
                 st.meta.nlink += 1;
             }
+            named.insert(id.value());
             ns.paths.insert(p, id.value());
         }
     }
+    let nameless: Vec<FileId> = ns
+        .nodes
+        .keys()
+        .copied()
+        .filter(|id| !named.contains(id))
+        .collect();
     count_subdirs(&ns);
     let mut current: Option<(FileId, &Arc<Node>)> = None;
     for e in tx
@@ -642,6 +698,7 @@ fn load(db: &Database) -> Result<Loaded> {
         apps,
         functions,
         counters,
+        nameless,
     })
 }
 
@@ -667,10 +724,20 @@ impl RedbInventory {
     }
 
     fn with_db(db: Database, wal: Option<Wal>, cfg: InventoryConfig) -> Result<Self> {
-        let loaded = load(&db)?;
+        let mut loaded = load(&db)?;
         let db = Arc::new(db);
         let log = Arc::new(Log::new(wal));
         let writer = write_behind::spawn(db.clone(), log.clone())?;
+        // Their bytes on the workers go with the workers' reconciliation
+        // at start, which frees what no file of the inventory gives.
+        let mut ops = Vec::new();
+        for id in std::mem::take(&mut loaded.nameless) {
+            let node = loaded.ns.nodes.get(&id).expect("listed above").clone();
+            let mut st = node.lock();
+            st.meta.nlink = 0;
+            loaded.ns.drop_nameless(&mut st, &mut ops);
+        }
+        log.append(&mut ops)?;
         Ok(RedbInventory {
             db,
             ns: RwLock::new(loaded.ns),
@@ -687,7 +754,13 @@ impl RedbInventory {
                 sweep_every: 1024,
             }),
             reclaim_after: cfg.reclaim_after,
+            holds: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether a session holds `file` open (its lock is held).
+    fn held(&self, file: FileId) -> bool {
+        self.holds.lock().contains_key(&file)
     }
 
     /// The next value of a counter; reserves a block durably when the
@@ -930,7 +1003,8 @@ impl Inventory for RedbInventory {
             )));
         }
         let mut ops = Vec::new();
-        let removed = ns.unname(&mut st, path, &mut ops);
+        let held = self.held(st.meta.id);
+        let removed = ns.unname(&mut st, path, held, &mut ops);
         let subdirs = if removed.0.kind == FileKind::Dir {
             -1
         } else {
@@ -1030,7 +1104,8 @@ impl Inventory for RedbInventory {
             let mut st = d.lock();
             // A file that keeps other names is not logged for here, so
             // its lock need not be held until the records are appended.
-            let (meta, extents) = ns.unname(&mut st, to, &mut ops);
+            let held = self.held(st.meta.id);
+            let (meta, extents) = ns.unname(&mut st, to, held, &mut ops);
             (meta.nlink == 0).then_some((meta, extents))
         });
         // The names that move: `from` and, for a directory, every name
@@ -1182,6 +1257,67 @@ impl Inventory for RedbInventory {
             .nodes
             .get(&file)
             .map(|n| n.lock().meta.clone()))
+    }
+
+    async fn hold(&self, file: FileId, session: u64) -> Result<bool> {
+        let node = self.data_node(file)?;
+        let st = node.lock();
+        if !st.live {
+            return Err(Error::NotFound(format!("file id {file}")));
+        }
+        self.holds.lock().entry(file).or_default().insert(session);
+        Ok(true)
+    }
+
+    async fn let_go(&self, file: FileId, session: u64) -> Result<Option<FileMeta>> {
+        let Ok(node) = self.data_node(file) else {
+            self.holds.lock().remove(&file);
+            return Ok(None);
+        };
+        {
+            // Most files keep their names: only the namespace's read lock.
+            let st = node.lock();
+            let mut holds = self.holds.lock();
+            let last = match holds.get_mut(&file) {
+                Some(sessions) => {
+                    sessions.remove(&session);
+                    sessions.is_empty()
+                }
+                None => true,
+            };
+            if last {
+                holds.remove(&file);
+            }
+            if !(last && st.live && st.meta.nlink == 0) {
+                return Ok(None);
+            }
+        }
+        self.log.check()?;
+        let mut ns = self.ns.write();
+        let mut st = node.lock();
+        // Held again (by id) meanwhile, or dropped by another let_go.
+        if !st.live || self.held(file) {
+            return Ok(None);
+        }
+        let mut ops = Vec::new();
+        ns.drop_nameless(&mut st, &mut ops);
+        self.log.append(&mut ops)?;
+        Ok(Some(st.meta.clone()))
+    }
+
+    async fn let_go_session(&self, session: u64) -> Result<Vec<FileMeta>> {
+        let files: Vec<FileId> = self
+            .holds
+            .lock()
+            .iter()
+            .filter(|(_, sessions)| sessions.contains(&session))
+            .map(|(file, _)| *file)
+            .collect();
+        let mut gone = Vec::new();
+        for file in files {
+            gone.extend(self.let_go(file, session).await?);
+        }
+        Ok(gone)
     }
 
     async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {

@@ -417,6 +417,17 @@ impl Inventory for RemoteInventory {
     async fn open(&self, file: FileId, access: u32) -> Result<FileMeta> {
         expect!(self.0.call(Request::Open { file, access }).await?, Reply::Meta(m) => m)
     }
+    async fn hold(&self, file: FileId, session: u64) -> Result<bool> {
+        expect!(self.0.call(Request::Hold { file, session }).await?, Reply::Bool(b) => b)
+    }
+    async fn let_go(&self, file: FileId, session: u64) -> Result<Option<FileMeta>> {
+        let r = self.0.call(Request::LetGo { file, session }).await?;
+        expect!(r, Reply::MaybeMeta(m) => m)
+    }
+    async fn let_go_session(&self, session: u64) -> Result<Vec<FileMeta>> {
+        let r = self.0.call(Request::LetGoSession { session }).await?;
+        expect!(r, Reply::Metas(v) => v)
+    }
     async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
         let name = name.to_string();
         expect!(self.0.call(Request::SetXattr { file, name, value }).await?, Reply::Unit => ())

@@ -189,6 +189,22 @@ pub enum Request {
         file: FileId,
         access: u32,
     },
+    /// [`Inventory::hold`] and [`Inventory::let_go`]: the server makes
+    /// `session` the connection's own, and ends its holds when it closes.
+    ///
+    /// [`Inventory::hold`]: crate::Inventory::hold
+    /// [`Inventory::let_go`]: crate::Inventory::let_go
+    Hold {
+        file: FileId,
+        session: u64,
+    },
+    LetGo {
+        file: FileId,
+        session: u64,
+    },
+    LetGoSession {
+        session: u64,
+    },
 }
 
 /// One variant per result shape of the trait methods.

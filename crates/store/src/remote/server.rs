@@ -10,7 +10,7 @@ use crate::access::{Cred, EXEC, READ, WRITE};
 use crate::label_queue::LabelQueue;
 use crate::FileKind;
 use crate::Stores;
-use labios_label::{AppId, Error, Label, LabelKind, Result};
+use labios_label::{AppId, Error, Label, LabelKind, Pointer, Result, StateFlags};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
@@ -334,13 +334,62 @@ async fn connection(
         if let Err(e) = stores.locks.release(origin, None, None).await {
             tracing::warn!("releasing the locks of session {origin}: {e}");
         }
+        // Nor files it kept open past their last name.
+        if let Some(g) = &grant {
+            let_go_of_session(&stores, g, origin).await;
+        }
     }
     drop(outbox);
     let _ = writer.await;
 }
 
-/// Lock requests act for the connection's own session: a client names
-/// only owners within it.
+/// Ends the holds of session `origin`, whose connection closed (its
+/// process may have been killed): the files that go with them have their
+/// bytes freed on every worker by delete labels, as a client's remove
+/// would have them, signed as the session's application.
+async fn let_go_of_session(stores: &Stores, grant: &Grant, origin: u64) {
+    let gone = match stores.inventory.let_go_session(origin).await {
+        Ok(gone) if gone.is_empty() => return,
+        Ok(gone) => gone,
+        Err(e) => {
+            tracing::warn!("ending the open files of session {origin}: {e}");
+            return;
+        }
+    };
+    let workers = match stores.inventory.workers().await {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("freeing the files session {origin} kept open: {e}");
+            return;
+        }
+    };
+    let ids = labios_label::LabelIdGen::new(origin);
+    let mut labels = Vec::with_capacity(gone.len() * workers.len());
+    for file in &gone {
+        for w in &workers {
+            let mut label = Label::new(ids.next(), LabelKind::Delete, grant.app);
+            label.flags = StateFlags::default().with(StateFlags::QUEUED);
+            label.source = Pointer::File {
+                path: file.path.clone(),
+                file: file.id,
+                offset: 0,
+                len: 0,
+            };
+            label.destination = Pointer::Worker(w.spec.id);
+            if !grant.secret.is_empty() {
+                labios_label::auth::sign(&mut label, grant.secret.as_bytes());
+            }
+            labels.push(label);
+        }
+    }
+    let queue = crate::client_queue(grant.app);
+    if let Err(e) = stores.labels.push(&queue, labels).await {
+        tracing::warn!("freeing the files session {origin} kept open: {e}");
+    }
+}
+
+/// Lock and hold requests act for the connection's own session: a client
+/// names only owners within it.
 fn own_session(request: Request, session: u64) -> Request {
     match request {
         Request::Lock(mut r) => {
@@ -356,6 +405,9 @@ fn own_session(request: Request, session: u64) -> Request {
             owner,
             file,
         },
+        Request::Hold { file, .. } => Request::Hold { file, session },
+        Request::LetGo { file, .. } => Request::LetGo { file, session },
+        Request::LetGoSession { .. } => Request::LetGoSession { session },
         other => other,
     }
 }
@@ -425,6 +477,9 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
         }
         Request::File { file } => Reply::MaybeMeta(i.file(file).await?),
         Request::Open { file, access } => Reply::Meta(i.open(file, access).await?),
+        Request::Hold { file, session } => Reply::Bool(i.hold(file, session).await?),
+        Request::LetGo { file, session } => Reply::MaybeMeta(i.let_go(file, session).await?),
+        Request::LetGoSession { session } => Reply::Metas(i.let_go_session(session).await?),
         Request::SetStatus(st) => i.set_status(st).await.map(|_| Reply::Unit)?,
         Request::Status(id) => Reply::Status(i.status(id).await?),
         Request::Wait { ids, timeout } => Reply::Statuses(i.wait(&ids, timeout).await?),
@@ -853,6 +908,7 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
             own_file(app, i.file(*file).await?)?;
         }
         Request::Lock(r) | Request::LockConflict(r) => own_file(app, i.file(r.file).await?)?,
+        Request::Hold { file, .. } => own_file(app, i.file(*file).await?)?,
         Request::SetStatus(_) | Request::PutWorker(_) | Request::RemoveWorker(_) => {
             return Err(denied(
                 "label statuses and workers are reserved to LABIOS itself",
