@@ -183,6 +183,16 @@ impl Session {
     }
 
     /// The entry `file` names, or `None` if there is none.
+    /// [`Client::hold`]: a descriptor keeps its file past its last name.
+    pub fn hold(&self, file: labios_label::FileId) -> Result<()> {
+        self.run(self.client.hold(file))
+    }
+
+    /// [`Client::let_go`], when a descriptor closes.
+    pub fn let_go(&self, file: labios_label::FileId) -> Result<()> {
+        self.run(self.client.let_go(file))
+    }
+
     pub fn stat<'a>(&self, file: impl Into<FileRef<'a>>) -> Result<Option<FileMeta>> {
         match self.run(self.client.stat(file)) {
             Ok(meta) => Ok(Some(meta)),

@@ -43,6 +43,7 @@ mod copy;
 mod external;
 mod file_ref;
 mod locks;
+mod open_files;
 
 pub use allocate::NOT_SUPPORTED;
 pub use file_ref::FileRef;
@@ -91,6 +92,8 @@ struct Inner {
     origin: u64,
     /// Lock calls waiting for a lock, cancelled when their owner releases.
     lock_waiters: Mutex<Vec<Arc<locks::Waiter>>>,
+    /// How often this client holds each file open ([`Client::hold`]).
+    held: tokio::sync::Mutex<HashMap<FileId, u32>>,
 }
 
 /// A background flush that any number of waits can await at once.
@@ -190,6 +193,7 @@ impl Client {
                 mounts,
                 origin,
                 lock_waiters: Mutex::new(Vec::new()),
+                held: tokio::sync::Mutex::new(HashMap::new()),
             }),
         })
     }

@@ -66,6 +66,9 @@ pub struct LabiosFs {
     next_listing: AtomicU64,
     next_handle: AtomicU64,
     lock_owners: crate::locks::Owners,
+    /// The file each open handle holds ([`Client::hold`]): an unlinked
+    /// file lives, by its node, until its last handle is released.
+    held: Mutex<HashMap<u64, FileId>>,
 }
 
 impl LabiosFs {
@@ -80,7 +83,19 @@ impl LabiosFs {
             next_listing: AtomicU64::new(1),
             next_handle: AtomicU64::new(1),
             lock_owners: crate::locks::Owners::default(),
+            held: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A handle for an open of `meta`, which holds a regular file until
+    /// the handle is released.
+    fn open_handle(&self, meta: &FileMeta, flags: i32) -> Result<(FileHandle, FopenFlags), Errno> {
+        let (fh, open) = self.handle(flags);
+        if meta.kind == FileKind::File {
+            self.call("open", &meta.path, self.client.hold(meta.id))?;
+            self.held.lock().insert(fh.0, meta.id);
+        }
+        Ok((fh, open))
     }
 
     /// Notes who made the request this thread now serves: a caller other
@@ -388,6 +403,12 @@ impl Filesystem for LabiosFs {
             for owner in owners {
                 self.unlock(file, owner);
             }
+        }
+        let held = self.held.lock().remove(&fh.0);
+        if let Some(file) = held {
+            // The kernel's release has no error to give: the session's end
+            // lets go of what a failure here left held.
+            let _ = self.call("release", &file.to_string(), self.client.let_go(file));
         }
         reply.ok()
     }
@@ -709,12 +730,9 @@ impl Filesystem for LabiosFs {
             if meta.kind == FileKind::Dir {
                 return Err(Errno::EISDIR);
             }
-            Ok(())
+            self.open_handle(&meta, flags.0)
         });
-        reply_with!(reply, result, |()| {
-            let (fh, open) = self.handle(flags.0);
-            reply.opened(fh, open)
-        })
+        reply_with!(reply, result, |(fh, open)| reply.opened(fh, open))
     }
 
     fn read(
@@ -967,10 +985,10 @@ impl Filesystem for LabiosFs {
         let mode = mode & 0o7777 & !umask;
         let result = self
             .child_of(parent, name)
-            .and_then(|p| self.call("create", &p, self.client.create_mode(&p, mode)));
-        reply_with!(reply, result, |meta| {
+            .and_then(|p| self.call("create", &p, self.client.create_mode(&p, mode)))
+            .and_then(|meta| Ok((self.open_handle(&meta, flags)?, meta)));
+        reply_with!(reply, result, |((fh, open), meta)| {
             self.nodes.remember(&meta);
-            let (fh, open) = self.handle(flags);
             reply.created(
                 &self.settings.cache_timeout,
                 &self.attr(&meta),

@@ -1258,6 +1258,87 @@ async fn open_files(kind: Kind, via: Via) {
     b.stop().await;
 }
 
+/// A file removed while open lives on until its last descriptor closes,
+/// then its space is freed (programs/unlinked_open.py): removed by its own
+/// process, by another (another client on the mount) and replaced by a
+/// rename; fstat shows no link, reads and writes go on, a new file takes
+/// the path. The embedded deployment only: the distributed one keeps no
+/// open files yet (README "Not yet").
+async fn unlinked_open(kind: Kind, via: Via) {
+    let b = Bench::start(kind, via, "unlinked").await;
+    assert!(
+        matches!(b.site, Site::Serve(_)),
+        "the embedded deployment only"
+    );
+    let workers = b.tmp.path().join("data").join("workers");
+    let before = allocated(&workers);
+    let mut env = Vec::new();
+    if let Via::Mount(_) = via {
+        let run = b.labios(&[]);
+        env.extend(
+            run.get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+        );
+        env.push(("OTHER_CMD".into(), format!("{BIN} run --").into()));
+        env.push(("OTHER_ROOT".into(), format!("{PREFIX}/unlinked").into()));
+    }
+    let script = r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/unlinked_open.py" "$ROOT""#;
+    let out = b.same_with(script, &env);
+    for line in [
+        "fstat after unlink: links 0 size 1048576",
+        "reads back: True",
+        "written after unlink: 1048580 b'tail'",
+        "through a dup after close: b'\\x00\\x01\\x02\\x03'",
+        "after their unlink: links 0 b'KEPT while open\\n'",
+        "after a rename over it: links 0 b'old a\\n'",
+        "left: []",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from:\n{out}");
+    }
+    // Every file is gone: the workers give their space back (deletes run
+    // in the background after the last close).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = allocated(&workers);
+        if now <= before + (64 << 10) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workers still hold {now} bytes, {before} before the files were made"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    b.stop().await;
+}
+
+/// Bytes allocated to the files under `dir`.
+fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        total += if meta.is_dir() {
+            allocated(&entry.path())
+        } else {
+            meta.blocks() * 512
+        };
+    }
+    total
+}
+
+mod unlinked_open {
+    use super::{Kind, Via};
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn embedded() {
+        super::unlinked_open(Kind::Embedded, Via::Run(false)).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mount_embedded() {
+        super::unlinked_open(Kind::Embedded, Via::Mount(false)).await
+    }
+}
+
 /// fcntl, OFD and flock locks between processes (programs/locks.py):
 /// conflicts, shared read locks, F_GETLK, splits, close releasing the
 /// process's locks, a wait granted on release, EDEADLK, and the locks of a

@@ -52,7 +52,16 @@ fn connected() -> Result<&'static Session, Error> {
     crate::attrs::configure(session.client().config().attr_cache_ms);
     let session = Box::into_raw(Box::new(session));
     SESSION.store(session, Ordering::Release);
-    Ok(unsafe { &*session })
+    let session = unsafe { &*session };
+    crate::fdtable::hold_all(session);
+    Ok(session)
+}
+
+/// The address of this process's session; 0 before it connects (and in a
+/// child after `fork` until it connects anew). Sessions are never freed,
+/// so an address is never another session's.
+pub fn current() -> usize {
+    SESSION.load(Ordering::Acquire) as usize
 }
 
 /// Its destructor runs with this thread's other thread-locals (the async

@@ -13,6 +13,7 @@
 //! read and EPERM for a write, never the record's text as if it were the
 //! file's bytes.
 
+use crate::conn;
 use crate::mount::{self, Vpath};
 use crate::real::real;
 use labios_client::FileRef;
@@ -22,7 +23,7 @@ use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::raw::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Descriptors past this number are never LABIOS's (open fails with EMFILE).
@@ -40,6 +41,23 @@ pub struct OpenFile {
     pub dir: bool,
     /// The open flags; `fcntl(F_SETFL)` may change O_APPEND.
     pub flags: AtomicI32,
+    /// The session (its address) that holds the file open for this
+    /// description ([`labios_c::Session::hold`]), so that it outlives its
+    /// last name until the description's last descriptor closes; 0: none.
+    /// A child after `fork`, or a program after `exec`, holds it anew in
+    /// its own session when it connects ([`hold_all`]).
+    held_by: AtomicUsize,
+}
+
+impl Drop for OpenFile {
+    /// The description's last descriptor closed: the hold ends, in the
+    /// session that made it (not in a forked child's new one).
+    fn drop(&mut self) {
+        let held = *self.held_by.get_mut();
+        if let Some(id) = self.id.filter(|_| held != 0 && held == conn::current()) {
+            let _ = conn::with(&format!("close {}", self.path.full), |s| s.let_go(id));
+        }
+    }
 }
 
 impl OpenFile {
@@ -110,6 +128,21 @@ pub fn id_of(path: &Vpath, meta: &FileMeta) -> Option<FileId> {
 pub fn open(path: Vpath, meta: &FileMeta, flags: c_int) -> Result<c_int, c_int> {
     let dir = meta.kind == FileKind::Dir;
     let id = id_of(&path, meta);
+    let held_by = match id.filter(|_| meta.kind == FileKind::File) {
+        Some(id) => conn::with(&format!("open {}", path.full), |s| {
+            s.hold(id).map(|()| s as *const _ as usize)
+        })?,
+        None => 0,
+    };
+    // Built first: a failure below drops it, which ends the hold.
+    let file = Arc::new(OpenFile {
+        path,
+        id,
+        dir,
+        flags: AtomicI32::new(flags),
+        held_by: AtomicUsize::new(held_by),
+    });
+    let path = &file.path;
     let cloexec = if flags & libc::O_CLOEXEC != 0 {
         libc::MFD_CLOEXEC
     } else {
@@ -149,15 +182,7 @@ pub fn open(path: Vpath, meta: &FileMeta, flags: c_int) -> Result<c_int, c_int> 
         unsafe { close_real(fd) };
         return Err(libc::EIO);
     }
-    insert(
-        fd,
-        Arc::new(OpenFile {
-            path,
-            id,
-            dir,
-            flags: AtomicI32::new(flags),
-        }),
-    );
+    insert(fd, file);
     Ok(fd)
 }
 
@@ -276,7 +301,25 @@ fn read_record(fd: c_int) -> Option<OpenFile> {
         id,
         dir,
         flags: AtomicI32::new(flags),
+        held_by: AtomicUsize::new(0),
     })
+}
+
+/// Holds, in the newly connected session `s`, the files of the
+/// descriptors this process has from before it (inherited across `fork`
+/// or `exec`), so that they outlive their last name here too. A file gone
+/// already is not held: its descriptor's calls say ENOENT.
+pub fn hold_all(s: &labios_c::Session) {
+    let me = s as *const _ as usize;
+    let files: Vec<Arc<OpenFile>> = FILES.read().values().cloned().collect();
+    for f in &files {
+        let Some(id) = f.id.filter(|_| !f.dir) else {
+            continue;
+        };
+        if f.held_by.load(Ordering::Acquire) != me && s.hold(id).is_ok() {
+            f.held_by.store(me, Ordering::Release);
+        }
+    }
 }
 
 /// Fork must not copy the table while another thread changes it.

@@ -62,7 +62,7 @@ impl Client {
     }
 
     /// The entry `file` names now. A file id whose file lost its last name
-    /// is `NotFound`.
+    /// is `NotFound`, unless a client holds it open ([`Client::hold`]).
     pub(super) async fn entry(&self, file: FileRef<'_>) -> Result<FileMeta> {
         match file {
             FileRef::Path(p) => self.inner.catalog.stat(p).await,
