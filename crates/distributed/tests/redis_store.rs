@@ -202,6 +202,53 @@ async fn redis_inventory_conformance() {
     conformance::inventory_reclaim_suite(i, Duration::from_millis(4_000)).await;
 }
 
+/// A file held open lives past its last name while its client's process
+/// renews the hold's lease, however many leases long; once that client is
+/// gone without letting go (killed: here dropped, which stops renewing),
+/// the lease lapses and `drop_unheld` drops the file, once, returning it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_file_of_a_killed_client_goes_when_its_lease_lapses() {
+    let s = Server::start(&[]);
+    let cfg = RedisConfig {
+        hold_lease_ms: 1_000,
+        ..config(vec![s.url()], "lease")
+    };
+    let holder = RedisInventory::connect(&cfg).await.unwrap();
+    let other = RedisInventory::connect(&cfg).await.unwrap();
+    let f = other
+        .create("/l/f", FileKind::File, 0o644, labios_store::Owner::root(3))
+        .await
+        .unwrap();
+    assert!(holder.hold(f.id, 77).await.unwrap());
+    other.remove("/l/f").await.unwrap();
+    // Three leases: renewed all along.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(3_000) {
+        assert!(other.drop_unheld().await.unwrap().is_empty());
+        assert_eq!(other.file(f.id).await.unwrap().unwrap().nlink, 0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(holder);
+    let t = Instant::now();
+    let gone = loop {
+        let gone = other.drop_unheld().await.unwrap();
+        if !gone.is_empty() {
+            break gone;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the lease never lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!((gone.len(), gone[0].id, gone[0].nlink), (1, f.id, 0));
+    assert!(other.file(f.id).await.unwrap().is_none());
+    assert!(
+        other.drop_unheld().await.unwrap().is_empty(),
+        "dropped once"
+    );
+}
+
 /// Reference model: the newest label covering each byte.
 fn expand(extents: &[Extent], size: usize) -> Vec<Option<(LabelId, u32)>> {
     let mut v = vec![None; size];

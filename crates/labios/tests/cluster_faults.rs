@@ -276,6 +276,16 @@ impl Cluster {
         self.workers[i] = Some(self.spawn(&format!("worker-{i}"), &["worker", &i.to_string()]));
     }
 
+    /// Bytes allocated to the files of every worker's device.
+    fn allocated(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        (0..WORKERS)
+            .flat_map(|i| common::files_under(&self.worker_dir(i).join("files")))
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.blocks() * 512)
+            .sum()
+    }
+
     fn worker_dir(&self, i: usize) -> PathBuf {
         self.config
             .data_dir
@@ -708,6 +718,57 @@ async fn inventory_stall_declares_no_live_worker_down() {
         "the manager declared a live worker down after the stall:\n{log}"
     );
     verify(&client, &written).await;
+}
+
+/// A client killed while it holds open a file it removed (a file removed
+/// while open lives until its last close) never lets go of it: once its
+/// hold's lease lapses, the manager drops the file and frees its bytes on
+/// the workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn file_a_killed_client_kept_open_is_freed_by_the_manager() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::start(&[("LABIOS_REDIS__HOLD_LEASE_MS", "1000")]);
+    let stores = cluster.stores().await;
+    cluster.wait_all_active(&stores).await;
+    let _app = cluster.client().await;
+    let allocated = || cluster.allocated();
+    let before = allocated();
+    let script = "import os, time\n\
+        fd = os.open('/labios/kept', os.O_RDWR | os.O_CREAT, 0o644)\n\
+        os.write(fd, b'x' * (1 << 20))\n\
+        os.unlink('/labios/kept')\n\
+        print('holding', os.getpid(), flush=True)\n\
+        time.sleep(600)\n";
+    let mut run = Some(cluster.spawn("holder", &["run", "--", "python3", "-c", script]));
+    let t = Instant::now();
+    let pid = loop {
+        let log = cluster.log("holder");
+        if let Some(pid) = log.lines().find_map(|l| l.strip_prefix("holding ")) {
+            break pid.trim().to_string();
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "holder log:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        allocated() >= before + (1 << 20),
+        "the open file's bytes are kept"
+    );
+    let killed = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    assert!(killed.success());
+    kill9(&mut run);
+    let t = Instant::now();
+    while allocated() > before + (64 << 10) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "workers still hold {} bytes, {before} before; manager log:\n{}",
+            allocated(),
+            cluster.log("manager")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cluster
+        .log("manager")
+        .contains("freed a file its dead client left open"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1163,13 +1224,7 @@ impl Crashing {
 
     /// Bytes allocated on every worker's device.
     async fn allocated(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        let cluster = self.cluster.lock().await;
-        (0..WORKERS)
-            .flat_map(|i| common::files_under(&cluster.worker_dir(i).join("files")))
-            .filter_map(|p| std::fs::metadata(p).ok())
-            .map(|m| m.blocks() * 512)
-            .sum()
+        self.cluster.lock().await.allocated()
     }
 
     /// Waits until `labios NAME` has said `marker` in its log more than

@@ -137,6 +137,24 @@ impl Bench {
         }
     }
 
+    /// The environment for a script whose "other process" (its
+    /// `OTHER_CMD`, `OTHER_ROOT`) must be another client: on the mount,
+    /// `labios run` on the test's directory `name` in the namespace; under
+    /// `labios run` every process already is one.
+    fn other_client(&self, name: &str) -> Vec<(OsString, OsString)> {
+        let mut env = Vec::new();
+        if let Via::Mount(_) = self.via {
+            let run = self.labios(&[]);
+            env.extend(
+                run.get_envs()
+                    .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+            );
+            env.push(("OTHER_CMD".into(), format!("{BIN} run --").into()));
+            env.push(("OTHER_ROOT".into(), format!("{PREFIX}/{name}").into()));
+        }
+        env
+    }
+
     /// Runs `script` with `sh`, once natively with ROOT a plain directory
     /// and once with ROOT in LABIOS; IN holds inputs and OUT receives
     /// copies. Returns both outputs after checking they match.
@@ -306,6 +324,7 @@ macro_rules! mounted {
 everywhere!(
     conformance,
     open_files,
+    unlinked_open,
     tree_exerciser,
     one_file_exerciser,
     copies,
@@ -1233,17 +1252,7 @@ fn conformance_as_another_user_on_mount() {
 /// `labios run`), whose changes the mount learns only from LABIOS.
 async fn open_files(kind: Kind, via: Via) {
     let b = Bench::start(kind, via, "open").await;
-    // On the mount, the other process is another client: `labios run`.
-    let mut env = Vec::new();
-    if let Via::Mount(_) = via {
-        let run = b.labios(&[]);
-        env.extend(
-            run.get_envs()
-                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
-        );
-        env.push(("OTHER_CMD".into(), format!("{BIN} run --").into()));
-        env.push(("OTHER_ROOT".into(), format!("{PREFIX}/open").into()));
-    }
+    let env = b.other_client("open");
     let script = r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/open_files.py" "$ROOT""#;
     let out = b.same_with(script, &env);
     for line in [
@@ -1262,26 +1271,15 @@ async fn open_files(kind: Kind, via: Via) {
 /// then its space is freed (programs/unlinked_open.py): removed by its own
 /// process, by another (another client on the mount) and replaced by a
 /// rename; fstat shows no link, reads and writes go on, a new file takes
-/// the path. The embedded deployment only: the distributed one keeps no
-/// open files yet (README "Not yet").
+/// the path.
 async fn unlinked_open(kind: Kind, via: Via) {
     let b = Bench::start(kind, via, "unlinked").await;
-    assert!(
-        matches!(b.site, Site::Serve(_)),
-        "the embedded deployment only"
-    );
-    let workers = b.tmp.path().join("data").join("workers");
+    let workers = match &b.site {
+        Site::Serve(_) => b.tmp.path().join("data").join("workers"),
+        Site::Cluster(d) => d.data_dir().join("workers"),
+    };
     let before = allocated(&workers);
-    let mut env = Vec::new();
-    if let Via::Mount(_) = via {
-        let run = b.labios(&[]);
-        env.extend(
-            run.get_envs()
-                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
-        );
-        env.push(("OTHER_CMD".into(), format!("{BIN} run --").into()));
-        env.push(("OTHER_ROOT".into(), format!("{PREFIX}/unlinked").into()));
-    }
+    let env = b.other_client("unlinked");
     let script = r#"mkdir -p "$ROOT" && python3 "$PROGRAMS/unlinked_open.py" "$ROOT""#;
     let out = b.same_with(script, &env);
     for line in [
@@ -1325,18 +1323,6 @@ fn allocated(dir: &Path) -> u64 {
         };
     }
     total
-}
-
-mod unlinked_open {
-    use super::{Kind, Via};
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn embedded() {
-        super::unlinked_open(Kind::Embedded, Via::Run(false)).await
-    }
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn mount_embedded() {
-        super::unlinked_open(Kind::Embedded, Via::Mount(false)).await
-    }
 }
 
 /// fcntl, OFD and flock locks between processes (programs/locks.py):

@@ -26,6 +26,11 @@
 //!   stale, they fail with "worker N is down": the application gets a clear
 //!   error rather than a wait bounded only by its own (long) timeout, and
 //!   can retry once the worker is back (its data is on its disk).
+//! - **Files dead clients left open**: a file removed while open lives
+//!   until its last holder lets go; a client killed holding one never
+//!   does, and once its lease lapsed the manager (every second) drops the
+//!   file and frees its bytes with delete labels signed as its owner
+//!   application ([`labios_store::Inventory::drop_unheld`]).
 //! - **Restarts**: a restarted worker publishes its status on start; a
 //!   heartbeat newer than the one it died with puts it back in the pool and
 //!   the manager stops taking from its queue.
@@ -58,6 +63,8 @@ use tokio::task::JoinHandle;
 const DRAIN_BATCH: usize = 64;
 /// How long a drain pull waits for a first task: short, the loop comes back.
 const DRAIN_WAIT: Duration = Duration::from_millis(20);
+/// How often the manager looks for files dead clients left open.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// How long a woken worker has to show up Active in the inventory.
 const WAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a pending wake-up looks at the inventory.
@@ -97,6 +104,8 @@ struct Inner {
     redispatched: AtomicU64,
     failed_pinned: AtomicU64,
     relaunched: AtomicU64,
+    /// The origin of the labels the manager makes (ids no client has).
+    origin: u64,
 }
 
 /// A running cluster worker manager.
@@ -122,7 +131,9 @@ impl ClusterManager {
                 "manager.launch is set but no launcher was given".into(),
             ));
         }
+        let origin = stores.inventory.next_id("origin").await?;
         let inner = Arc::new(Inner {
+            origin,
             stores,
             statuses: Mutex::new((HashMap::new(), ScoreBuckets::new(config.buckets))),
             launcher,
@@ -247,6 +258,7 @@ async fn run(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let dead_after = inner.config.dead_after_ms.saturating_mul(1_000_000);
     let mut watch = Watch::new(now_nanos(), dead_after / 2);
+    let mut swept = Instant::now();
     while !*stopped.borrow() {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -289,6 +301,10 @@ async fn run(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
             }
         }
         relaunch_dead(&inner, &down).await;
+        if swept.elapsed() >= SWEEP_EVERY {
+            swept = Instant::now();
+            free_unheld(&inner).await;
+        }
         if inner.config.elastic() && tokio::time::Instant::now() >= settled {
             let live: Vec<WorkerStatus> = statuses
                 .iter()
@@ -409,6 +425,37 @@ async fn detect(
         }
     }
     statuses
+}
+
+/// Frees the files kept open past their last name for clients that died
+/// holding them (their lease lapsed): dropped from the inventory, their
+/// bytes freed by delete labels signed as their application. A failure
+/// leaves the bytes to the worker's reconciliation at its next start.
+async fn free_unheld(inner: &Inner) {
+    let gone = match inner.stores.inventory.drop_unheld().await {
+        Ok(gone) => gone,
+        Err(e) => {
+            tracing::warn!("cannot look for files their clients left open: {e}");
+            return;
+        }
+    };
+    for file in &gone {
+        let secret = match inner.stores.inventory.app(file.owner).await {
+            Ok(Some(app)) => app.secret,
+            _ => String::new(),
+        };
+        let one = std::slice::from_ref(file);
+        if let Err(e) =
+            labios_store::free_files(&inner.stores, one, file.owner, &secret, inner.origin).await
+        {
+            tracing::warn!(
+                file = file.id,
+                "cannot free a file its client left open: {e}"
+            );
+        } else {
+            tracing::info!(file = file.id, "freed a file its dead client left open");
+        }
+    }
 }
 
 /// Whether a task needs one worker's local data (see the module docs): a

@@ -378,8 +378,8 @@ pub trait Inventory: Send + Sync {
     /// holds a file once however often it opens it (the client counts its
     /// own opens). A missing file is `NotFound`.
     ///
-    /// `Ok(false)`: this inventory keeps no open files (Redis, for now), a
-    /// file goes with its last name.
+    /// `Ok(false)`: this inventory keeps no open files, a file goes with
+    /// its last name.
     async fn hold(&self, _file: FileId, _session: u64) -> Result<bool> {
         Ok(false)
     }
@@ -392,6 +392,14 @@ pub trait Inventory: Send + Sync {
     /// Ends every hold of `session`, whose client is gone; returns the
     /// files that went, as [`Inventory::let_go`].
     async fn let_go_session(&self, _session: u64) -> Result<Vec<FileMeta>> {
+        Ok(Vec::new())
+    }
+    /// Drops the files kept past their last name for sessions that ended
+    /// without letting go (a killed client whose lease ran out) and returns
+    /// them, for their bytes to be freed. Where sessions end only through
+    /// [`Inventory::let_go_session`] (`labios serve` calls it when a
+    /// connection closes), there are none.
+    async fn drop_unheld(&self) -> Result<Vec<FileMeta>> {
         Ok(Vec::new())
     }
 

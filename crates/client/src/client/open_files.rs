@@ -13,8 +13,9 @@ impl Client {
     /// [`Client::let_go`]. Counted: only the first hold of a file asks the
     /// inventory. A missing file is `NotFound`.
     ///
-    /// The distributed deployment keeps no open files yet: there a file
-    /// goes with its last name whatever holds it (README "Not yet").
+    /// The hold is this client's session's: it ends with the client (its
+    /// connection to `labios serve` closing, or its Redis lease lapsing
+    /// when its process dies), and a file kept for it alone then goes.
     pub async fn hold(&self, file: FileId) -> Result<()> {
         // Held across the inventory call, so that a first hold and a last
         // let-go of one file reach the inventory in the order they count.

@@ -53,17 +53,56 @@ end
 local function nlink_of(r)
   return tonumber(fget(r, 'nlink') or '1')
 end
+-- Open files: holds:<id> is the set of sessions holding file id open; a
+-- session lives while its lease hlease:<session> does (its process renews
+-- it); holding:<session> lists its files, and 'nameless' the files kept
+-- open past their last name ('nlink' 0).
+--
+-- Whether a live session holds file `id`; sessions whose lease expired
+-- (their process died) leave the set.
+local function held(id)
+  local hk = P .. 'holds:' .. id
+  local live = false
+  for _, s in ipairs(redis.call('SMEMBERS', hk)) do
+    if redis.call('EXISTS', P .. 'hlease:' .. s) == 1 then
+      live = true
+    else
+      redis.call('SREM', hk, s)
+    end
+  end
+  return live
+end
+-- Drops file `id` with everything of it; returns its extents.
+local function drop_file(id)
+  local ext = redis.call('ZRANGE', P .. 'x:' .. id, 0, -1)
+  redis.call('DEL', P .. 'x:' .. id, P .. 'xattr:' .. id, P .. 'file:' .. id, P .. 'links:' .. id,
+    P .. 'holds:' .. id)
+  redis.call('SREM', P .. 'nameless', id)
+  return ext
+end
+-- A file kept open past its last name, nobody holding it any more: dropped,
+-- and its record returned (nil otherwise).
+local function drop_if_let_go(id)
+  local r = rec(id)
+  if not r or fget(r, 'nlink') ~= '0' or held(id) then return nil end
+  drop_file(id)
+  return r
+end
 -- Drops the name `path` of file `id` (record `r`), the file itself with its
--- last name. Returns the record as `path` showed it, with its remaining link
--- count, and the extents to reclaim (none while names remain).
+-- last name unless a live session holds it open (then it stays, by id, with
+-- 'nlink' 0). Returns the record as `path` showed it, with its remaining
+-- link count, and the extents to reclaim (none while it stays).
 local function unname(id, r, path, now)
   redis.call('DEL', P .. 'path:' .. path)
   redis.call('ZREM', P .. 'paths', path)
   local n = nlink_of(r)
   if n <= 1 or fget(r, 'kind') == 'd' then
-    local ext = redis.call('ZRANGE', P .. 'x:' .. id, 0, -1)
-    redis.call('DEL', P .. 'x:' .. id, P .. 'xattr:' .. id, P .. 'file:' .. id, P .. 'links:' .. id)
-    return at(r, path, '0'), ext
+    if fget(r, 'kind') == 'f' and held(id) then
+      redis.call('HSET', P .. 'file:' .. id, 'nlink', '0', 'ctime', now)
+      redis.call('SADD', P .. 'nameless', id)
+      return rec_at(id, path), {}
+    end
+    return at(r, path, '0'), drop_file(id)
   end
   local fk, lk = P .. 'file:' .. id, P .. 'links:' .. id
   if fget(r, 'path') == path then
@@ -499,6 +538,57 @@ return 1
 pub const LABEL_COUNT: &str = r#"
 redis.call('ZREMRANGEBYSCORE', P .. 'labels', '-inf', now_ms())
 return redis.call('ZCARD', P .. 'labels')
+"#;
+
+/// ARGV: file id, session, lease (ms).
+pub const HOLD: &str = r#"
+local id, s, lease = ARGV[1], ARGV[2], ARGV[3]
+if not rec(id) then return {'notfound', 'file id ' .. id} end
+redis.call('SADD', P .. 'holds:' .. id, s)
+redis.call('SET', P .. 'hlease:' .. s, '1', 'PX', lease)
+redis.call('SADD', P .. 'holding:' .. s, id)
+redis.call('PEXPIRE', P .. 'holding:' .. s, lease)
+return {'ok'}
+"#;
+
+/// ARGV: file id, session. Returns the record of a file that went.
+pub const LET_GO: &str = r#"
+local id, s = ARGV[1], ARGV[2]
+redis.call('SREM', P .. 'holds:' .. id, s)
+redis.call('SREM', P .. 'holding:' .. s, id)
+local r = drop_if_let_go(id)
+if r then return {'ok', r} end
+return {'ok'}
+"#;
+
+/// ARGV: session. Ends its holds and lease; returns the records of the
+/// files that went.
+pub const LET_GO_SESSION: &str = r#"
+local s = ARGV[1]
+redis.call('DEL', P .. 'hlease:' .. s)
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', P .. 'holding:' .. s)) do
+  redis.call('SREM', P .. 'holds:' .. id, s)
+  local r = drop_if_let_go(id)
+  if r then out[#out + 1] = r end
+end
+redis.call('DEL', P .. 'holding:' .. s)
+return {'ok', out}
+"#;
+
+/// Drops the files kept open past their last name for sessions whose
+/// lease expired; returns their records.
+pub const DROP_UNHELD: &str = r#"
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', P .. 'nameless')) do
+  if not rec(id) then
+    redis.call('SREM', P .. 'nameless', id)
+  else
+    local r = drop_if_let_go(id)
+    if r then out[#out + 1] = r end
+  end
+end
+return {'ok', out}
 "#;
 
 /// ARGV: labels (hex32) to forget.

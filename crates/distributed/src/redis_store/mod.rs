@@ -29,6 +29,13 @@
 //!   (`reclaim_after_ms` once final, a day before), `{ns}:labels`: sorted
 //!   set id -> expiry (ms, server clock) that `label_count` trims and counts.
 //! - channel `{ns}:done`: a label id, published when its status turns final.
+//! - Open files ([`Inventory::hold`]): `{ns}:holds:<id>`, the set of
+//!   sessions holding file `id` open; `{ns}:hlease:<session>`, a key that
+//!   lives `hold_lease_ms` past its process's last renewal (a session whose
+//!   key is gone is dead, and leaves the holds sets the scripts meet it
+//!   in); `{ns}:holding:<session>`, its files; `{ns}:nameless`, the files
+//!   kept open past their last name (record `nlink` 0, no path names them),
+//!   which [`Inventory::drop_unheld`] drops once no live session holds them.
 //!
 //! # Atomicity
 //! Every inventory change is one Lua script (see `lua.rs`), so newest-label-
@@ -125,6 +132,10 @@ pub struct RedisConfig {
     pub home: Option<usize>,
     /// Prefix of every key, so deployments can share servers.
     pub namespace: String,
+    /// How long a client's holds of open files (a file removed while open
+    /// lives until its last close) outlive the client: its process renews
+    /// them every third of this while it runs; a killed one's lapse.
+    pub hold_lease_ms: u64,
 }
 
 impl Default for RedisConfig {
@@ -139,6 +150,7 @@ impl Default for RedisConfig {
             max_bytes: 1 << 30,
             put_timeout_ms: 30_000,
             reclaim_after_ms: 60_000,
+            hold_lease_ms: 10_000,
             op_timeout_ms: 5_000,
             node_local: false,
             home: None,
@@ -816,6 +828,10 @@ struct Scripts {
     label_count: Script,
     forget: Script,
     count_subdirs: Script,
+    hold: Script,
+    let_go: Script,
+    let_go_session: Script,
+    drop_unheld: Script,
 }
 
 impl Scripts {
@@ -840,6 +856,10 @@ impl Scripts {
             label_count: s(lua::LABEL_COUNT),
             forget: s(lua::FORGET),
             count_subdirs: s(lua::COUNT_SUBDIRS),
+            hold: s(lua::HOLD),
+            let_go: s(lua::LET_GO),
+            let_go_session: s(lua::LET_GO_SESSION),
+            drop_unheld: s(lua::DROP_UNHELD),
         }
     }
 }
@@ -865,11 +885,19 @@ pub struct RedisInventory {
     scripts: Scripts,
     watchers: Arc<Watchers>,
     listener: tokio::task::JoinHandle<()>,
+    /// How long a session's holds of open files outlive its last renewal.
+    hold_lease: Duration,
+    /// Sessions of this process holding files open: how many, and the task
+    /// renewing their lease every third of it while they do.
+    holding: Mutex<HashMap<u64, (usize, tokio::task::JoinHandle<()>)>>,
 }
 
 impl Drop for RedisInventory {
     fn drop(&mut self) {
         self.listener.abort();
+        for (_, (_, renewal)) in self.holding.lock().drain() {
+            renewal.abort();
+        }
     }
 }
 
@@ -911,6 +939,8 @@ impl RedisInventory {
             scripts: Scripts::new(),
             watchers,
             listener,
+            hold_lease: Duration::from_millis(cfg.hold_lease_ms.max(1)),
+            holding: Mutex::new(HashMap::new()),
         };
         // Until subscribed, wait falls back on polling; give it a moment so
         // that the first waits are prompt.
@@ -961,6 +991,61 @@ impl RedisInventory {
             self.link.addr,
             if key.starts_with('{') { "" } else { &self.p }
         ))
+    }
+
+    /// Decodes the list of file records a script returned at `at`.
+    fn metas(&self, v: &[Value], at: usize) -> Result<Vec<FileMeta>> {
+        let recs: Vec<Value> = match v.get(at) {
+            Some(x) => redis::from_redis_value(x)
+                .map_err(|e| self.malformed("file records", &e.to_string()))?,
+            None => Vec::new(),
+        };
+        recs.iter().map(|r| self.meta(r)).collect()
+    }
+
+    /// One more file `session` holds: the first starts renewing its lease.
+    fn count_hold(&self, session: u64) {
+        let mut holding = self.holding.lock();
+        if let Some((n, _)) = holding.get_mut(&session) {
+            *n += 1;
+            return;
+        }
+        let (link, lease) = (self.link.clone(), self.hold_lease);
+        let keys = [
+            format!("{}hlease:{session}", self.p),
+            format!("{}holding:{session}", self.p),
+        ];
+        let renewal = tokio::spawn(async move {
+            let ms = lease.as_millis() as u64;
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                let mut pipe = redis::pipe();
+                pipe.cmd("SET")
+                    .arg(&keys[0])
+                    .arg("1")
+                    .arg("PX")
+                    .arg(ms)
+                    .ignore();
+                pipe.cmd("PEXPIRE").arg(&keys[1]).arg(ms).ignore();
+                if let Err(e) = link.pipe::<()>(&pipe).await {
+                    tracing::warn!("renewing the open files of session {session}: {e}");
+                }
+            }
+        });
+        holding.insert(session, (1, renewal));
+    }
+
+    /// One file fewer `session` holds (`all`: none any more).
+    fn count_let_go(&self, session: u64, all: bool) {
+        let mut holding = self.holding.lock();
+        if let Some((n, _)) = holding.get_mut(&session) {
+            *n = n.saturating_sub(1);
+            if *n == 0 || all {
+                if let Some((_, renewal)) = holding.remove(&session) {
+                    renewal.abort();
+                }
+            }
+        }
     }
 
     /// Decodes a file record (flat HGETALL array).
@@ -1255,13 +1340,7 @@ impl Inventory for RedisInventory {
 
     async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
         let v = self.run(&self.scripts.list, &[prefix.as_bytes()]).await?;
-        let recs: Vec<Value> = match v.first() {
-            Some(x) => {
-                redis::from_redis_value(x).map_err(|e| self.malformed("paths", &e.to_string()))?
-            }
-            None => Vec::new(),
-        };
-        recs.iter().map(|r| self.meta(r)).collect()
+        self.metas(&v, 0)
     }
 
     async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)> {
@@ -1694,6 +1773,44 @@ impl Inventory for RedisInventory {
                     .arg(1),
             )
             .await
+    }
+
+    /// The session's lease lives `redis.hold_lease_ms` past its last
+    /// renewal: a killed client's files are dropped by the next
+    /// [`Inventory::drop_unheld`] after that (the manager's).
+    async fn hold(&self, file: FileId, session: u64) -> Result<bool> {
+        let (id, s) = (file.to_string(), session.to_string());
+        let lease = (self.hold_lease.as_millis() as u64).to_string();
+        self.run(
+            &self.scripts.hold,
+            &[id.as_bytes(), s.as_bytes(), lease.as_bytes()],
+        )
+        .await?;
+        self.count_hold(session);
+        Ok(true)
+    }
+
+    async fn let_go(&self, file: FileId, session: u64) -> Result<Option<FileMeta>> {
+        let (id, s) = (file.to_string(), session.to_string());
+        let v = self
+            .run(&self.scripts.let_go, &[id.as_bytes(), s.as_bytes()])
+            .await?;
+        self.count_let_go(session, false);
+        v.first().map(|r| self.meta(r)).transpose()
+    }
+
+    async fn let_go_session(&self, session: u64) -> Result<Vec<FileMeta>> {
+        let s = session.to_string();
+        let v = self
+            .run(&self.scripts.let_go_session, &[s.as_bytes()])
+            .await?;
+        self.count_let_go(session, true);
+        self.metas(&v, 0)
+    }
+
+    async fn drop_unheld(&self) -> Result<Vec<FileMeta>> {
+        let v = self.run(&self.scripts.drop_unheld, &[]).await?;
+        self.metas(&v, 0)
     }
 
     /// Durability is Redis's own (append-only file, see the module doc):

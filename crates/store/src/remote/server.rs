@@ -10,7 +10,7 @@ use crate::access::{Cred, EXEC, READ, WRITE};
 use crate::label_queue::LabelQueue;
 use crate::FileKind;
 use crate::Stores;
-use labios_label::{AppId, Error, Label, LabelKind, Pointer, Result, StateFlags};
+use labios_label::{AppId, Error, Label, LabelKind, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
@@ -344,47 +344,14 @@ async fn connection(
 }
 
 /// Ends the holds of session `origin`, whose connection closed (its
-/// process may have been killed): the files that go with them have their
-/// bytes freed on every worker by delete labels, as a client's remove
-/// would have them, signed as the session's application.
+/// process may have been killed), and frees the files that go with them.
 async fn let_go_of_session(stores: &Stores, grant: &Grant, origin: u64) {
-    let gone = match stores.inventory.let_go_session(origin).await {
-        Ok(gone) if gone.is_empty() => return,
-        Ok(gone) => gone,
-        Err(e) => {
-            tracing::warn!("ending the open files of session {origin}: {e}");
-            return;
-        }
+    let freed = match stores.inventory.let_go_session(origin).await {
+        Ok(gone) => crate::free_files(stores, &gone, grant.app, &grant.secret, origin).await,
+        Err(e) => Err(e),
     };
-    let workers = match stores.inventory.workers().await {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!("freeing the files session {origin} kept open: {e}");
-            return;
-        }
-    };
-    let ids = labios_label::LabelIdGen::new(origin);
-    let mut labels = Vec::with_capacity(gone.len() * workers.len());
-    for file in &gone {
-        for w in &workers {
-            let mut label = Label::new(ids.next(), LabelKind::Delete, grant.app);
-            label.flags = StateFlags::default().with(StateFlags::QUEUED);
-            label.source = Pointer::File {
-                path: file.path.clone(),
-                file: file.id,
-                offset: 0,
-                len: 0,
-            };
-            label.destination = Pointer::Worker(w.spec.id);
-            if !grant.secret.is_empty() {
-                labios_label::auth::sign(&mut label, grant.secret.as_bytes());
-            }
-            labels.push(label);
-        }
-    }
-    let queue = crate::client_queue(grant.app);
-    if let Err(e) = stores.labels.push(&queue, labels).await {
-        tracing::warn!("freeing the files session {origin} kept open: {e}");
+    if let Err(e) = freed {
+        tracing::warn!("ending the open files of session {origin}: {e}");
     }
 }
 
