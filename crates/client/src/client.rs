@@ -92,8 +92,9 @@ struct Inner {
     origin: u64,
     /// Lock calls waiting for a lock, cancelled when their owner releases.
     lock_waiters: Mutex<Vec<Arc<locks::Waiter>>>,
-    /// How often this client holds each file open ([`Client::hold`]).
-    held: tokio::sync::Mutex<HashMap<FileId, u32>>,
+    /// How often this client holds each file open ([`Client::hold`]),
+    /// each count behind a lock of its own (see `open_files`).
+    held: Mutex<HashMap<FileId, open_files::Slot>>,
 }
 
 /// A background flush that any number of waits can await at once.
@@ -193,7 +194,7 @@ impl Client {
                 mounts,
                 origin,
                 lock_waiters: Mutex::new(Vec::new()),
-                held: tokio::sync::Mutex::new(HashMap::new()),
+                held: Mutex::new(HashMap::new()),
             }),
         })
     }

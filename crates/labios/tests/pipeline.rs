@@ -12,7 +12,7 @@ mod common;
 use bytes::Bytes;
 use common::deploy::{Deployed, Kind};
 use common::{data, files_under};
-use labios_client::{ClientConfig, IoMode};
+use labios_client::{ClientConfig, FileRef, IoMode};
 use labios_label::{
     AppId, FileId, LabelId, LabelStatus, Result, WorkerId, WorkerState, WorkerStatus,
 };
@@ -38,6 +38,7 @@ both!(
     cached_writes_on_their_way_to_the_queue_are_waited_for,
     a_lookup_that_raced_a_landing_write_is_read_again,
     a_background_flush_one_wait_joins_still_holds_back_another_read,
+    holds_are_counted_and_a_last_let_go_runs_before_the_next_hold,
 );
 
 const ODD_SIZES: [usize; 8] = [0, 1, 65_535, 65_536, 65_537, 1_048_575, 1_048_577, 10 << 20];
@@ -1037,5 +1038,42 @@ impl Inventory for HeldLookup {
     }
     async fn sync(&self) -> Result<()> {
         self.inner.sync().await
+    }
+}
+
+/// A client's holds of one file are counted: a remove keeps the file until
+/// the last let-go; a let-go returns at once (its inventory call runs in
+/// the background) and a hold right after it waits for that call, so the
+/// file held again is kept through a remove; the last let-go of a file
+/// removed meanwhile frees it.
+async fn holds_are_counted_and_a_last_let_go_runs_before_the_next_hold(kind: Kind) {
+    let d = Deployed::start(kind, |_| {}).await;
+    let client = d.client().await;
+    let other = d.client().await;
+    for round in 0..20 {
+        let path = format!("/held/{round}");
+        client
+            .write_at_sync(path.as_str(), 0, Bytes::from_static(b"kept"))
+            .await
+            .unwrap();
+        let id = client.stat(path.as_str()).await.unwrap().id;
+        client.hold(id).await.unwrap();
+        client.hold(id).await.unwrap();
+        client.let_go(id).await.unwrap();
+        client.let_go(id).await.unwrap();
+        client.hold(id).await.unwrap();
+        other.remove(&path).await.unwrap();
+        let kept = client.read_at(FileRef::Id(id), 0, 4).await.unwrap();
+        assert_eq!(&kept[..], b"kept", "round {round}: held again, kept");
+        assert_eq!(client.stat(FileRef::Id(id)).await.unwrap().nlink, 0);
+        client.let_go(id).await.unwrap();
+        let t = Instant::now();
+        while client.stat(FileRef::Id(id)).await.is_ok() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "round {round}: never let go"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
