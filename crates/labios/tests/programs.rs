@@ -1289,6 +1289,7 @@ async fn unlinked_open(kind: Kind, via: Via) {
         "through a dup after close: b'\\x00\\x01\\x02\\x03'",
         "after their unlink: links 0 b'KEPT while open\\n'",
         "after a rename over it: links 0 b'old a\\n'",
+        "the child reads: b'inherited\\n' links 0",
         "left: []",
     ] {
         assert!(out.contains(line), "{line:?} missing from:\n{out}");

@@ -47,14 +47,20 @@ pub struct OpenFile {
     /// A child after `fork`, or a program after `exec`, holds it anew in
     /// its own session when it connects ([`hold_all`]).
     held_by: AtomicUsize,
+    /// A child was forked while the description was open: the child may
+    /// use it after this process closed it, before its own session holds
+    /// the file, so this process's hold lasts until its session ends.
+    forked: AtomicBool,
 }
 
 impl Drop for OpenFile {
     /// The description's last descriptor closed: the hold ends, in the
-    /// session that made it (not in a forked child's new one).
+    /// session that made it (not in a forked child's new one), unless a
+    /// child shares the description ([`OpenFile::forked`]).
     fn drop(&mut self) {
         let held = *self.held_by.get_mut();
-        if let Some(id) = self.id.filter(|_| held != 0 && held == conn::current()) {
+        let ends = held != 0 && held == conn::current() && !*self.forked.get_mut();
+        if let Some(id) = self.id.filter(|_| ends) {
             let _ = conn::with(&format!("close {}", self.path.full), |s| s.let_go(id));
         }
     }
@@ -141,6 +147,7 @@ pub fn open(path: Vpath, meta: &FileMeta, flags: c_int) -> Result<c_int, c_int> 
         dir,
         flags: AtomicI32::new(flags),
         held_by: AtomicUsize::new(held_by),
+        forked: AtomicBool::new(false),
     });
     let path = &file.path;
     let cloexec = if flags & libc::O_CLOEXEC != 0 {
@@ -302,6 +309,7 @@ fn read_record(fd: c_int) -> Option<OpenFile> {
         dir,
         flags: AtomicI32::new(flags),
         held_by: AtomicUsize::new(0),
+        forked: AtomicBool::new(false),
     })
 }
 
@@ -322,9 +330,15 @@ pub fn hold_all(s: &labios_c::Session) {
     }
 }
 
-/// Fork must not copy the table while another thread changes it.
+/// Fork must not copy the table while another thread changes it. Every
+/// open description is now shared with the child (see [`OpenFile`]'s
+/// `forked`).
 pub fn lock_for_fork() {
-    std::mem::forget(FILES.write());
+    let files = FILES.write();
+    for f in files.values() {
+        f.forked.store(true, Ordering::Release);
+    }
+    std::mem::forget(files);
 }
 
 /// # Safety

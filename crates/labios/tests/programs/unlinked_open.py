@@ -79,4 +79,21 @@ print("after a rename over it: links", os.fstat(fd).st_nlink, os.pread(fd, 100, 
 print("the path:", open(a, "rb").read())
 os.close(fd)
 os.unlink(a)
+# Inherited by a forked child that reads it after the parent removed the
+# file and closed its own descriptor.
+shared = f"{root}/shared"
+put(shared, b"inherited\n")
+fd = os.open(shared, os.O_RDONLY)
+go_r, go_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(go_w)
+    os.read(go_r, 1)
+    print("the child reads:", os.pread(fd, 100, 0), "links", os.fstat(fd).st_nlink, flush=True)
+    os._exit(0)
+os.close(go_r)
+os.unlink(shared)
+os.close(fd)
+os.write(go_w, b"x")
+os.waitpid(pid, 0)
 print("left:", sorted(os.listdir(root)))
