@@ -326,3 +326,90 @@ async fn requests_on_behalf_of_a_user_are_checked_as_theirs() {
     assert_eq!(root.mode, 0o777);
     assert!(i.file(roots.id).await.unwrap().is_some());
 }
+
+/// A user's request is checked and carried out in one step: a `chmod`
+/// racing with it lands wholly before (and the request is refused) or
+/// wholly after (and the request was allowed on what was true). Every
+/// inventory call waits a random while first (seeded), so that without
+/// the server's order the chmod would often land between a create's
+/// check and the create. A create after the chmod shows as a directory
+/// whose mtime (set by the create) is not older than its ctime (set by
+/// both).
+#[tokio::test]
+async fn a_check_and_its_change_are_one_step() {
+    use labios_store::access::Cred;
+    use labios_store::faults::{wrap, FaultConfig};
+    use labios_store::remote::acting_as;
+    use labios_store::{Owner, SetAttr};
+    let dir = tempfile::tempdir().unwrap();
+    let config = FaultConfig {
+        seed: 18,
+        delay_ppm: 1_000_000,
+        max_delay_ms: 3,
+        ..FaultConfig::default()
+    };
+    let (slow, _) = wrap(stores(), &config);
+    let listener = Listener::bind(&Endpoint::Unix(dir.path().join("s.sock")))
+        .await
+        .unwrap();
+    let endpoint = listener.endpoint().unwrap();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve(listener, slow, auth(), stopped));
+    let (s, _) = connect(&endpoint, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+    let i = s.inventory.clone();
+    let nobody = Cred {
+        uid: 65534,
+        gid: 65534,
+        groups: Vec::new(),
+    };
+    let close = SetAttr {
+        mode: Some(0o755),
+        ..SetAttr::default()
+    };
+    let (mut before, mut after) = (0, 0);
+    for round in 0..160 {
+        let d = i
+            .create(&format!("/d{round}"), FileKind::Dir, 0o777, Owner::root(7))
+            .await
+            .unwrap();
+        let x = format!("/d{round}/x");
+        let make = acting_as(
+            nobody.clone(),
+            i.create(&x, FileKind::File, 0o644, Owner::root(7)),
+        );
+        // Sent first in even rounds, second in odd ones; in even rounds the
+        // chmod follows at a varying distance, to fall anywhere in the
+        // create's check.
+        let (made, closed) = if round % 2 == 0 {
+            let stagger = Duration::from_micros(250 * (round as u64 / 2 % 24));
+            let chmod = async {
+                tokio::time::sleep(stagger).await;
+                i.set_attr(d.id, close).await
+            };
+            tokio::join!(make, chmod)
+        } else {
+            let (closed, made) = tokio::join!(i.set_attr(d.id, close), make);
+            (made, closed)
+        };
+        closed.unwrap();
+        let d = i.file(d.id).await.unwrap().unwrap();
+        match made {
+            Ok(_) => {
+                assert!(
+                    d.mtime < d.ctime,
+                    "round {round}: nobody's create in /d{round} landed after the chmod to 0755 \
+                     that should have refused it (mtime {} ctime {})",
+                    d.mtime,
+                    d.ctime
+                );
+                before += 1;
+            }
+            Err(Error::PermissionDenied(_)) => after += 1,
+            Err(e) => panic!("round {round}: {e}"),
+        }
+    }
+    // Both orders were tried, or the test showed nothing.
+    assert!(before > 0 && after > 0, "before {before} after {after}");
+}

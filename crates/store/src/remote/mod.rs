@@ -5,6 +5,7 @@
 
 mod client;
 mod opened;
+mod order;
 /// Public only for the fuzz targets of `labios-fuzz`, which feed the
 /// server's frame reader and decoder untrusted bytes; not an API.
 #[doc(hidden)]

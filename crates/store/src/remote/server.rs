@@ -1,6 +1,7 @@
 //! The server side: answers remote proxies from a set of [`Stores`].
 
 use super::opened::{Gives, Opened};
+use super::order::CheckOrder;
 use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
     ResponseFrame, Session,
@@ -120,6 +121,7 @@ pub async fn serve(
 ) -> Result<()> {
     let mut conns = JoinSet::new();
     let origins = Origins::default();
+    let order = CheckOrder::default();
     loop {
         if *shutdown.borrow() {
             break;
@@ -135,6 +137,7 @@ pub async fn serve(
                         stores.clone(),
                         auth.clone(),
                         origins.clone(),
+                        order.clone(),
                         shutdown.clone(),
                     ));
                 }
@@ -223,6 +226,7 @@ async fn connection(
     stores: Stores,
     auth: AuthFn,
     origins: Origins,
+    order: CheckOrder,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (outbox, rx) = mpsc::channel::<Vec<u8>>(OUTBOX);
@@ -286,7 +290,12 @@ async fn connection(
             break;
         };
         let (stores, outbox) = (stores.clone(), outbox.clone());
-        let (grant, origins, opened) = (grant.clone(), origins.clone(), opened.clone());
+        let (grant, origins, opened, order) = (
+            grant.clone(),
+            origins.clone(),
+            opened.clone(),
+            order.clone(),
+        );
         let (acting, request) = match frame.request {
             Request::As { cred, request } => match acting.as_ref() {
                 Acting::Trusted if cred.is_root() => (acting.clone(), *request),
@@ -304,6 +313,9 @@ async fn connection(
         };
         let request = own_session(request, own_origin.unwrap_or_default());
         tasks.spawn(async move {
+            let turn = order
+                .turn(&request, matches!(acting.as_ref(), Acting::User(_)))
+                .await;
             let checked = posix(&stores, &acting, grant.as_deref(), &opened, request).await;
             let result = match checked {
                 Err(e) => Err(e),
@@ -318,6 +330,8 @@ async fn connection(
                     result
                 }
             };
+            // A client slow to read its answers must not hold up others.
+            drop(turn);
             let _ = outbox.send(respond(frame.id, result)).await;
             drop(permit);
         });

@@ -1,0 +1,78 @@
+//! Makes a request's permission check and its change one step, as the
+//! kernel does by holding a directory's lock across both: without it, a
+//! `chmod` of a directory, or a rename that changes what a name points to,
+//! landing between the check of a request and its change could let the
+//! request through on what was true a moment before.
+//!
+//! Every change of the namespace or of an entry's attributes (what checks
+//! read) runs alone; the checked requests of other users run together with
+//! each other, between such changes. Requests nobody checks and that change
+//! nothing a check reads (data reads, label statuses, warehouse keys) take
+//! no part. The order is kept by one `labios serve` process: every request
+//! of the embedded deployment and of a node gateway (`labios serve` over a
+//! distributed deployment) passes through one.
+
+use super::proto::{QueueOp, Request};
+use std::sync::Arc;
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+/// One server's order of checks and changes.
+#[derive(Clone, Default)]
+pub struct CheckOrder(Arc<RwLock<()>>);
+
+/// A request's place in the order, held until its change is made.
+pub enum Turn {
+    /// A change of what checks read: nothing else checked runs meanwhile.
+    Alone {
+        _held: OwnedRwLockWriteGuard<()>,
+    },
+    /// A checked request that changes nothing checks read.
+    Shared {
+        _held: OwnedRwLockReadGuard<()>,
+    },
+    Free,
+}
+
+impl CheckOrder {
+    /// Waits for `request`'s turn; `checked` when its sender's requests
+    /// are checked (a user's, not a trusted connection's).
+    pub async fn turn(&self, request: &Request, checked: bool) -> Turn {
+        if changes_what_checks_read(request) {
+            Turn::Alone {
+                _held: self.0.clone().write_owned().await,
+            }
+        } else if checked && !may_wait(request) {
+            Turn::Shared {
+                _held: self.0.clone().read_owned().await,
+            }
+        } else {
+            Turn::Free
+        }
+    }
+}
+
+/// Namespace changes and attribute changes: what permission checks read
+/// (modes, owners, and which entry a path names).
+fn changes_what_checks_read(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::Create { .. }
+            | Request::Symlink { .. }
+            | Request::Link { .. }
+            | Request::Remove { .. }
+            | Request::Rename { .. }
+            | Request::SetAttr { .. }
+    )
+}
+
+/// Requests that may wait without bound once checked (a blocking record
+/// lock, a label push under backpressure): held in the order, they would
+/// stop every namespace change behind them. Their checks are of a file by
+/// id, as the kernel checks a descriptor's access when it is opened, and a
+/// mode change after the check does not undo them there either.
+fn may_wait(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::Lock(_) | Request::Labels(QueueOp::Push { .. })
+    )
+}
