@@ -83,12 +83,9 @@ impl Session {
             .map_err(|e| Error::Unavailable(format!("cannot start the session runtime: {e}")))?;
         let mut config = Config::load(options.config.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("{e:#}")))?;
+        // In the distributed deployment, an endpoint is the node gateway
+        // (`labios serve`) the session goes through.
         if let Some(endpoint) = options.endpoint {
-            if config.deployment == labios::config::Deployment::Distributed {
-                return Err(Error::InvalidArgument(format!(
-                    "endpoint {endpoint} given, but the configuration is a distributed deployment (clients reach NATS and Redis, not an endpoint): drop one of them"
-                )));
-            }
             config.endpoint = Some(endpoint);
         }
         if let Some(mode) = options.mode {

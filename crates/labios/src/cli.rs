@@ -341,26 +341,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// A client: of the `labios serve` at the configured endpoint (embedded
-/// deployment), or straight on NATS and Redis (distributed deployment).
+/// A client: of the `labios serve` at the configured endpoint (the embedded
+/// deployment's, or a node gateway of the distributed deployment when the
+/// configuration names an endpoint), or else straight on NATS and Redis
+/// with the configuration's service credentials, trusted as root is.
 pub async fn connect_client(
     config: &Config,
     key: Option<String>,
     secret: Option<String>,
 ) -> anyhow::Result<Client> {
+    let gateway = config.endpoint.is_some();
     match config.deployment {
-        Deployment::Embedded => {
-            let endpoint = Endpoint::parse(&config.endpoint())?;
-            let (stores, session) = connect(&endpoint, key, secret).await?;
-            Ok(Client::with_secret(
-                stores,
-                session.app,
-                &session.secret,
-                session.origin,
-                config.client_settings(),
-            )?)
-        }
-        Deployment::Distributed => {
+        Deployment::Distributed if !gateway => {
             let stores = distributed_stores(config).await?;
             let admin = Administrator::new(stores.inventory.clone());
             let app = admin
@@ -375,6 +367,17 @@ pub async fn connect_client(
                 app,
                 &secret,
                 origin,
+                config.client_settings(),
+            )?)
+        }
+        _ => {
+            let endpoint = Endpoint::parse(&config.endpoint())?;
+            let (stores, session) = connect(&endpoint, key, secret).await?;
+            Ok(Client::with_secret(
+                stores,
+                session.app,
+                &session.secret,
+                session.origin,
                 config.client_settings(),
             )?)
         }

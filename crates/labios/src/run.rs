@@ -115,7 +115,7 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<ExitStatus>
     let served = runtime_for(&config, "labios run", "this program").await?;
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args);
-    if config.deployment == Deployment::Embedded {
+    if config.deployment == Deployment::Embedded || config.endpoint.is_some() {
         cmd.env("LABIOS_ENDPOINT", config.endpoint());
     }
     let preload = match std::env::var("LD_PRELOAD") {

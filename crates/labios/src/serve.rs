@@ -1,7 +1,12 @@
-//! `labios serve`: the embedded runtime plus the local endpoint through which
-//! programs on this machine (or over TCP) reach it.
+//! `labios serve`: the local endpoint through which programs on this
+//! machine (or over TCP) reach LABIOS, checked as their users (README
+//! "Permissions"). In the embedded deployment it runs the runtime itself;
+//! in the distributed one it is a node's gateway to the cluster: it reaches
+//! NATS and Redis with the service credentials of its configuration, which
+//! the users whose programs connect to it never hold.
 
-use crate::config::Config;
+use crate::config::{Config, Deployment};
+use crate::deployment::distributed_stores;
 use crate::runtime::Runtime;
 use anyhow::Context;
 use labios_core::administrator::{self, Administrator, DEFAULT_APP, SERVICE_KEY};
@@ -39,23 +44,31 @@ fn write_service_secret(data_dir: &Path) -> anyhow::Result<Arc<str>> {
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let mut signals = crate::processes::StopSignal::install()?;
     let served = Served::start(config).await?;
-    println!(
-        "labios serve: listening on {} (data in {}, {} workers)",
-        served.endpoint,
-        served.runtime.config.data_dir.display(),
-        served.runtime.config.workers.len()
-    );
+    match &served.runtime {
+        Some(runtime) => println!(
+            "labios serve: listening on {} (data in {}, {} workers)",
+            served.endpoint,
+            runtime.config.data_dir.display(),
+            runtime.config.workers.len()
+        ),
+        None => println!(
+            "labios serve: listening on {} (gateway to the distributed deployment)",
+            served.endpoint
+        ),
+    }
     signals.recv().await;
     signals.or_again("labios serve", served.shutdown()).await?;
     eprintln!("labios serve: stopped cleanly");
     Ok(())
 }
 
-/// An embedded runtime answering on its endpoint (`labios serve`, and
-/// `labios run` when nothing serves the endpoint yet).
+/// LABIOS answering on an endpoint (`labios serve`, and `labios run` when
+/// nothing serves the endpoint of the embedded deployment yet).
 pub struct Served {
     pub endpoint: Endpoint,
-    pub runtime: Runtime,
+    /// The embedded runtime; none for a gateway to the distributed
+    /// deployment, whose dispatchers and workers run elsewhere.
+    pub runtime: Option<Runtime>,
     stop: watch::Sender<bool>,
     server: tokio::task::JoinHandle<labios_label::Result<()>>,
 }
@@ -63,22 +76,32 @@ pub struct Served {
 impl Served {
     pub async fn start(config: Config) -> anyhow::Result<Served> {
         let endpoint = Endpoint::parse(&config.endpoint())?;
-        let runtime = Runtime::start(config).await?;
+        let (runtime, stores, admin) = match config.deployment {
+            Deployment::Embedded => {
+                let runtime = Runtime::start(config.clone()).await?;
+                let (stores, admin) = (runtime.stores.clone(), runtime.admin.clone());
+                (Some(runtime), stores, admin)
+            }
+            Deployment::Distributed => {
+                config.validate()?;
+                std::fs::create_dir_all(&config.data_dir).with_context(|| {
+                    format!("cannot create data directory {}", config.data_dir.display())
+                })?;
+                let stores = distributed_stores(&config).await?;
+                let admin = Arc::new(Administrator::new(stores.inventory.clone()));
+                (None, stores, admin)
+            }
+        };
         let listener = Listener::bind(&endpoint).await?;
-        if let (true, Endpoint::Unix(path)) = (runtime.config.all_local_users, &endpoint) {
+        if let (true, Endpoint::Unix(path)) = (config.all_local_users, &endpoint) {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
                 .with_context(|| format!("opening {} to every local user", path.display()))?;
         }
-        let service = write_service_secret(&runtime.config.data_dir)?;
+        let service = write_service_secret(&config.data_dir)?;
         let (stop, stopped) = watch::channel(false);
-        let auth = session_auth(runtime.admin.clone(), Some(service));
-        let server = tokio::spawn(remote::serve(
-            listener,
-            runtime.stores.clone(),
-            auth,
-            stopped,
-        ));
+        let auth = session_auth(admin, Some(service));
+        let server = tokio::spawn(remote::serve(listener, stores, auth, stopped));
         Ok(Served {
             endpoint,
             runtime,
@@ -91,7 +114,10 @@ impl Served {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
         let _ = self.server.await;
-        self.runtime.shutdown().await
+        match self.runtime {
+            Some(runtime) => runtime.shutdown().await,
+            None => Ok(()),
+        }
     }
 }
 

@@ -1222,8 +1222,8 @@ setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 "$PROGRAMS/c
 /// The conformance suite as `nobody` (65534), whose requests `labios
 /// serve` checks as that user's: chown to others, devices and root's group
 /// are EPERM as on ext4.
-fn conformance_as_another_user(mount: bool) {
-    let out = same_for_other_users(mount, CONFORMANCE_AS_NOBODY);
+async fn conformance_as_another_user(kind: Kind, mount: bool) {
+    let out = same_for_other_users(kind, mount, CONFORMANCE_AS_NOBODY).await;
     for line in [
         "chown: to 1234:5678: EPERM",
         "chown: to root's group: EPERM",
@@ -1234,14 +1234,19 @@ fn conformance_as_another_user(mount: bool) {
     }
 }
 
-#[test]
-fn conformance_as_another_user_under_run() {
-    conformance_as_another_user(false)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_as_another_user_under_run() {
+    conformance_as_another_user(Kind::Embedded, false).await
 }
 
-#[test]
-fn conformance_as_another_user_on_mount() {
-    conformance_as_another_user(true)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_as_another_user_on_mount() {
+    conformance_as_another_user(Kind::Embedded, true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_as_another_user_through_a_cluster_gateway() {
+    conformance_as_another_user(Kind::Cluster, false).await
 }
 
 /// An open descriptor keeps naming the file it opened when another
@@ -1655,15 +1660,25 @@ python3 "$PROGRAMS/perms.py" show "$ROOT/t"
 /// a `labios serve` opened to every local user (`all_local_users`), under
 /// `labios run` or on a root `labios mount --allow-other`; returns the
 /// output after checking both match. The script switches to another user
-/// itself (setpriv), so that requests reach LABIOS as that user's.
-fn same_for_other_users(mount: bool, script: &str) -> String {
+/// itself (setpriv), so that requests reach LABIOS as that user's. On a
+/// cluster, the `labios serve` is its node gateway, and every program
+/// reaches the cluster through it.
+async fn same_for_other_users(kind: Kind, mount: bool, script: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     // `nobody` must reach the socket, the mount and the plain directory.
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let config = tmp.path().join("labios.toml");
     std::fs::write(&config, "all_local_users = true\n").unwrap();
-    let server = Server::start_configured(&tmp.path().join("data"), Some(&config));
+    let cluster = match kind {
+        Kind::Embedded => None,
+        Kind::Cluster => Some(Deployed::start(Kind::Cluster, |_| {}).await),
+    };
+    let env = cluster
+        .as_ref()
+        .map(|d| env_of(d.config()))
+        .unwrap_or_default();
+    let server = Server::start_with(&tmp.path().join("data"), Some(&config), env.clone());
     let native_root = tmp.path().join("native");
     std::fs::create_dir(&native_root).unwrap();
     let native = Command::new("sh")
@@ -1676,6 +1691,7 @@ fn same_for_other_users(mount: bool, script: &str) -> String {
     let labios_cmd = |args: &[&str]| {
         let mut cmd = Command::new(BIN);
         cmd.args(args)
+            .envs(env.iter().cloned())
             .env("LABIOS_ENDPOINT", &server.endpoint)
             .env_remove("LABIOS_KEY")
             .env_remove("LABIOS_SECRET");
@@ -1708,6 +1724,10 @@ fn same_for_other_users(mount: bool, script: &str) -> String {
         "the socket is open to every local user"
     );
     drop(mounted);
+    server.stop();
+    if let Some(d) = cluster {
+        d.shutdown().await;
+    }
     labios
 }
 
@@ -1717,8 +1737,8 @@ fn same_for_other_users(mount: bool, script: &str) -> String {
 /// from the kernel's word on who connected (or, through a root mount, on
 /// whose request it serves); compared with the same steps on a plain
 /// directory (programs/perms.py).
-async fn another_user(mount: bool) {
-    let labios = same_for_other_users(mount, PERMS);
+async fn another_user(kind: Kind, mount: bool) {
+    let labios = same_for_other_users(kind, mount, PERMS).await;
     assert!(labios.contains("chmod root's file: EPERM\n"), "{labios}");
     assert!(
         labios.contains("read root's private file: EACCES\n"),
@@ -1732,10 +1752,20 @@ async fn another_user(mount: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_user_under_run() {
-    another_user(false).await
+    another_user(Kind::Embedded, false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_under_run_through_a_cluster_gateway() {
+    another_user(Kind::Cluster, false).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_user_on_mount() {
-    another_user(true).await
+    another_user(Kind::Embedded, true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_on_mount_through_a_cluster_gateway() {
+    another_user(Kind::Cluster, true).await
 }

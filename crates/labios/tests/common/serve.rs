@@ -23,6 +23,8 @@ pub struct Server {
     pub endpoint: PathBuf,
     /// The configuration file the server and every CLI call read.
     config: Option<PathBuf>,
+    /// Configuration variables the server and every CLI call get.
+    env: Vec<(String, String)>,
     stopped: bool,
 }
 
@@ -33,6 +35,13 @@ impl Server {
 
     /// A server, and CLI calls, reading the configuration file `config`.
     pub fn start_configured(data: &Path, config: Option<&Path>) -> Server {
+        Server::start_with(data, config, Vec::new())
+    }
+
+    /// A server, and CLI calls, reading the configuration file `config`
+    /// and the configuration variables `env` (a distributed deployment's
+    /// make it that deployment's node gateway).
+    pub fn start_with(data: &Path, config: Option<&Path>, env: Vec<(String, String)>) -> Server {
         let endpoint = data.join("labios.sock");
         let mut cmd = Command::new(BIN);
         if let Some(config) = config {
@@ -41,6 +50,7 @@ impl Server {
         for k in model_settings() {
             cmd.env_remove(k);
         }
+        cmd.envs(env.iter().cloned());
         let child = cmd
             .args(["serve", "--data-dir"])
             .arg(data)
@@ -62,6 +72,7 @@ impl Server {
             child,
             endpoint,
             config: config.map(Path::to_path_buf),
+            env,
             stopped: false,
         }
     }
@@ -77,6 +88,7 @@ impl Server {
         for k in model_settings() {
             cmd.env_remove(k);
         }
+        cmd.envs(self.env.iter().cloned());
         cmd.args(args)
             .env("LABIOS_ENDPOINT", &self.endpoint)
             .env_remove("LABIOS_KEY")
