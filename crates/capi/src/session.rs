@@ -10,7 +10,7 @@ use labios::cli::connect_client;
 use labios::config::Config;
 use labios_client::{Client, FileRef, Handle, IoMode};
 use labios_label::{Error, Operation, Result};
-use labios_store::{FileKind, FileMeta};
+use labios_store::{FileKind, FileMeta, RenameHow};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
@@ -298,6 +298,12 @@ impl Session {
 
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
         self.run(self.client.rename(from, to))
+    }
+
+    /// rename with `renameat2`'s choice about an entry at `to`
+    /// ([`Client::rename_as`]).
+    pub fn rename_as(&self, from: &str, to: &str, how: RenameHow) -> Result<()> {
+        self.run(self.client.rename_as(from, to, how))
     }
 
     pub fn truncate<'a>(&self, file: impl Into<FileRef<'a>>, size: u64) -> Result<()> {

@@ -17,7 +17,7 @@ use labios_label::{
 };
 use labios_store::inventory::reserved_xattr;
 use labios_store::warehouse::release;
-use labios_store::{FileKind, FileMeta, SetAttr, Stores};
+use labios_store::{FileKind, FileMeta, RenameHow, SetAttr, Stores};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1205,6 +1205,13 @@ impl Client {
     /// name landing in the moved file so). An inventory call is done or not
     /// when it returns.
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        self.rename_as(from, to, RenameHow::Replace).await
+    }
+
+    /// [`Client::rename`] with `how` deciding about an entry at `to`
+    /// (`renameat2`'s flags): kept, with `AlreadyExists`, or swapped with
+    /// `from` in one atomic step, whatever the kinds of the two.
+    pub async fn rename_as(&self, from: &str, to: &str, how: RenameHow) -> Result<()> {
         let meta = self
             .inner
             .catalog
@@ -1219,17 +1226,26 @@ impl Client {
         }
         if let Some(dest) = inventory.lookup(&to).await? {
             let dest = self.inner.catalog.owned(dest)?;
-            replaceable(&meta, &dest)?;
-            if dest.kind == FileKind::Dir && dest.id != meta.id {
-                // POSIX lets a directory replace an empty one; removing a
-                // non-empty one fails (ENOTEMPTY) and changes nothing.
-                inventory.remove(&to).await?;
+            match how {
+                RenameHow::Replace => {
+                    replaceable(&meta, &dest)?;
+                    if dest.kind == FileKind::Dir && dest.id != meta.id {
+                        // POSIX lets a directory replace an empty one;
+                        // removing a non-empty one fails (ENOTEMPTY) and
+                        // changes nothing.
+                        inventory.remove(&to).await?;
+                    }
+                }
+                RenameHow::Exchange if dest.kind == FileKind::File => {
+                    self.settle(dest.id).await?;
+                }
+                _ => {}
             }
         }
         if meta.kind == FileKind::File {
             self.settle(meta.id).await?;
         }
-        let replaced = inventory.rename(&meta.path, &to).await?;
+        let replaced = inventory.rename_as(&meta.path, &to, how).await?;
         if let Some((gone, _)) = replaced.filter(|(m, _)| m.kind == FileKind::File) {
             self.publish_to_every_worker(LabelKind::Delete, &gone)
                 .await?;

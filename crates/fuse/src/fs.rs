@@ -20,6 +20,7 @@ use labios_label::FileId;
 use labios_store::access::{Cred, READ, WRITE};
 use labios_store::locks::{LockKind, LockSpace, TO_EOF};
 use labios_store::remote::acting_as;
+use labios_store::RenameHow;
 use labios_store::{FileKind, FileMeta, SetAttr, SetTime};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -690,18 +691,22 @@ impl Filesystem for LabiosFs {
         let result = (|| {
             let from = self.child_of(parent, name)?;
             let to = self.child_of(newparent, newname)?;
-            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-                return Err(Errno::EINVAL);
+            let exchange = RenameFlags::RENAME_EXCHANGE;
+            let how = match (
+                flags.contains(exchange),
+                flags.contains(RenameFlags::RENAME_NOREPLACE),
+            ) {
+                (true, true) => return Err(Errno::EINVAL),
+                (true, false) => RenameHow::Exchange,
+                (false, true) => RenameHow::NoReplace,
+                (false, false) => RenameHow::Replace,
+            };
+            self.call("rename", &from, self.client.rename_as(&from, &to, how))?;
+            if how == RenameHow::Exchange {
+                self.nodes.exchanged(&from, &to);
+            } else {
+                self.name_left(self.nodes.renamed(&from, &to));
             }
-            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-                match self.stat(&to) {
-                    Ok(_) => return Err(Errno::EEXIST),
-                    Err(e) if e == Errno::ENOENT => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            self.call("rename", &from, self.client.rename(&from, &to))?;
-            self.name_left(self.nodes.renamed(&from, &to));
             Ok(())
         })();
         reply_with!(reply, result, |()| reply.ok())

@@ -158,22 +158,44 @@ impl Nodes {
     pub fn renamed(&self, from: &str, to: &str) -> Option<INodeNo> {
         let replaced = self.removed(to);
         let mut t = self.table.lock();
+        let moves = t.moves(from, to);
+        t.apply(moves);
+        replaced
+    }
+
+    /// The entries at `a` and `b` swapped names (`RENAME_EXCHANGE`), with
+    /// the trees under them.
+    pub fn exchanged(&self, a: &str, b: &str) {
+        let mut t = self.table.lock();
+        let mut moves = t.moves(a, b);
+        moves.extend(t.moves(b, a));
+        t.apply(moves);
+    }
+}
+
+impl Table {
+    /// What a move of `from` to `to` renames: the node known at `from`
+    /// and those under it, as (old path, new path, node).
+    fn moves(&self, from: &str, to: &str) -> Vec<(String, String, u64)> {
         let inside = format!("{from}/");
-        let moved: Vec<(String, u64)> = t
-            .by_path
+        self.by_path
             .iter()
             .filter(|(p, _)| *p == from || p.starts_with(&inside))
-            .map(|(p, n)| (p.clone(), *n))
-            .collect();
-        for (old, node) in moved {
-            let new = format!("{to}{}", &old[from.len()..]);
-            t.by_path.remove(&old);
-            t.by_path.insert(new.clone(), node);
-            if let Some(n) = t.nodes.get_mut(&node) {
+            .map(|(p, n)| (p.clone(), format!("{to}{}", &p[from.len()..]), *n))
+            .collect()
+    }
+
+    /// Makes `moves`, every old path going before a new one is taken.
+    fn apply(&mut self, moves: Vec<(String, String, u64)>) {
+        for (old, _, _) in &moves {
+            self.by_path.remove(old);
+        }
+        for (_, new, node) in moves {
+            self.by_path.insert(new.clone(), node);
+            if let Some(n) = self.nodes.get_mut(&node) {
                 n.path = Some(new);
             }
         }
-        replaced
     }
 }
 
@@ -213,6 +235,18 @@ mod tests {
             "/dx",
             "a sibling sharing a prefix stays"
         );
+    }
+
+    #[test]
+    fn exchanged_trees_swap_their_paths() {
+        let nodes = Nodes::default();
+        let d = nodes.remember(&meta(5, "/x/d"));
+        let inner = nodes.remember(&meta(6, "/x/d/inner"));
+        let f = nodes.remember(&meta(7, "/y/f"));
+        nodes.exchanged("/x/d", "/y/f");
+        assert_eq!(nodes.path(d).unwrap(), "/y/f");
+        assert_eq!(nodes.path(inner).unwrap(), "/y/f/inner");
+        assert_eq!(nodes.path(f).unwrap(), "/x/d");
     }
 
     #[test]

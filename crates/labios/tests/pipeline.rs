@@ -958,8 +958,13 @@ impl Inventory for HeldLookup {
     async fn remove(&self, path: &str) -> Result<(FileMeta, Vec<Extent>)> {
         self.inner.remove(path).await
     }
-    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
-        self.inner.rename(from, to).await
+    async fn rename_as(
+        &self,
+        from: &str,
+        to: &str,
+        how: labios_store::RenameHow,
+    ) -> Result<Option<(FileMeta, Vec<Extent>)>> {
+        self.inner.rename_as(from, to, how).await
     }
     async fn set_size(&self, file: FileId, size: u64) -> Result<()> {
         self.inner.set_size(file, size).await

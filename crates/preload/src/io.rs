@@ -7,7 +7,7 @@ use crate::fdtable::{self, OpenFile};
 use crate::mount::{self, Target, Vpath};
 use bytes::Bytes;
 use labios_client::{FileRef, IoMode};
-use labios_store::{FileKind, FileMeta, SetAttr};
+use labios_store::{FileKind, FileMeta, RenameHow, SetAttr};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -708,24 +708,30 @@ pub fn remove(path: &Vpath, dir: bool) -> Result<(), Errno> {
     }
 }
 
-pub fn rename(from: &Vpath, to: &Vpath) -> Result<(), Errno> {
+/// rename, or `renameat2` with its flags as `how`.
+pub fn rename_as(from: &Vpath, to: &Vpath, how: RenameHow) -> Result<(), Errno> {
     match lookup(from)? {
         None => Err(missing(&from.ns)),
         // Onto a directory above it: the kernel's rename trap says
-        // ENOTEMPTY before it compares the two kinds.
+        // ENOTEMPTY before it compares the two kinds (EINVAL for an
+        // exchange, which would put the directory inside itself).
         Some(_)
             if from
                 .ns
                 .starts_with(&format!("{}/", to.ns.trim_end_matches('/'))) =>
         {
-            Err(libc::ENOTEMPTY)
+            Err(if how == RenameHow::Exchange {
+                libc::EINVAL
+            } else {
+                libc::ENOTEMPTY
+            })
         }
         Some(_) => {
             attrs::changed_tree(&from.ns);
             attrs::changed_tree(&to.ns);
             conn::with(&format!("rename {} {}", from.full, to.full), |s| {
                 check_parent(s, &to.ns)?;
-                s.rename(&from.ns, &to.ns)
+                s.rename_as(&from.ns, &to.ns, how)
             })
         }
     }

@@ -9,7 +9,7 @@ use crate::locks;
 use crate::mount::{self, Target, Vpath};
 use crate::ownfds;
 use crate::real::real;
-use labios_store::{SetAttr, SetTime};
+use labios_store::{RenameHow, SetAttr, SetTime};
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t};
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_uint, c_ulong, c_void};
@@ -1321,6 +1321,7 @@ unsafe fn rename_at(
     old: *const c_char,
     newdir: c_int,
     new: *const c_char,
+    how: RenameHow,
     real: impl FnOnce(*const c_char, *const c_char) -> c_int,
 ) -> c_int {
     match (labios_path_at(olddir, old), labios_path_at(newdir, new)) {
@@ -1330,7 +1331,7 @@ unsafe fn rename_at(
         {
             ret(Err(libc::EBUSY))
         }
-        (Ok(a), Ok(b)) => ret0(io::on_names(&a, &b, io::rename)),
+        (Ok(a), Ok(b)) => ret0(io::on_names(&a, &b, |a, b| io::rename_as(a, b, how))),
         (Err(a), Err(b)) => real(real_path(&a, old), real_path(&b, new)),
         _ => ret(Err(across(old, new))),
     }
@@ -1338,9 +1339,14 @@ unsafe fn rename_at(
 
 #[no_mangle]
 pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
-    rename_at(libc::AT_FDCWD, old, libc::AT_FDCWD, new, |a, b| {
-        real!(rename: fn(*const c_char, *const c_char) -> c_int)(a, b)
-    })
+    rename_at(
+        libc::AT_FDCWD,
+        old,
+        libc::AT_FDCWD,
+        new,
+        RenameHow::Replace,
+        |a, b| real!(rename: fn(*const c_char, *const c_char) -> c_int)(a, b),
+    )
 }
 
 #[no_mangle]
@@ -1350,7 +1356,7 @@ pub unsafe extern "C" fn renameat(
     newdir: c_int,
     new: *const c_char,
 ) -> c_int {
-    rename_at(olddir, old, newdir, new, |a, b| {
+    rename_at(olddir, old, newdir, new, RenameHow::Replace, |a, b| {
         real!(renameat: fn(c_int, *const c_char, c_int, *const c_char) -> c_int)(
             olddir, a, newdir, b,
         )
@@ -1365,13 +1371,22 @@ pub unsafe extern "C" fn renameat2(
     new: *const c_char,
     flags: c_uint,
 ) -> c_int {
-    if flags != 0 {
-        if let (Ok(_), _) | (_, Ok(_)) = (labios_path_at(olddir, old), labios_path_at(newdir, new))
-        {
-            return ret(Err(libc::EINVAL));
+    let how = match flags {
+        0 => RenameHow::Replace,
+        libc::RENAME_NOREPLACE => RenameHow::NoReplace,
+        libc::RENAME_EXCHANGE => RenameHow::Exchange,
+        // Both, or RENAME_WHITEOUT (overlayfs's, for root only): EINVAL,
+        // as ext4 says to the first and to a user.
+        _ => {
+            if let (Ok(_), _) | (_, Ok(_)) =
+                (labios_path_at(olddir, old), labios_path_at(newdir, new))
+            {
+                return ret(Err(libc::EINVAL));
+            }
+            RenameHow::Replace
         }
-    }
-    rename_at(olddir, old, newdir, new, |a, b| {
+    };
+    rename_at(olddir, old, newdir, new, how, |a, b| {
         real!(renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int)(
             olddir, a, newdir, b, flags,
         )

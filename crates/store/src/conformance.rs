@@ -8,7 +8,8 @@ use crate::inventory::{
 };
 use crate::warehouse::staged_bound;
 use crate::{
-    AppRecord, Extent, FileKind, Inventory, LabelQueue, Owner, SetAttr, SetTime, Warehouse,
+    AppRecord, Extent, FileKind, Inventory, LabelQueue, Owner, RenameHow, SetAttr, SetTime,
+    Warehouse,
 };
 use bytes::Bytes;
 use labios_label::id::now_nanos;
@@ -535,6 +536,7 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     attribute_cases(i.as_ref(), &root).await;
     special_cases(i.as_ref(), &root).await;
     directory_link_cases(i.as_ref(), &root).await;
+    rename_how_cases(i.as_ref(), &root).await;
     i.sync().await.unwrap();
 }
 
@@ -603,6 +605,109 @@ async fn directory_link_cases(i: &dyn Inventory, root: &str) {
         (3, 3),
         "moved deeper"
     );
+}
+
+/// `renameat2`'s flags: no-replace refuses any entry at the destination,
+/// and an exchange swaps two trees (a directory with a file, across
+/// parents), keeping ids, hard links and link counts right.
+async fn rename_how_cases(i: &dyn Inventory, root: &str) {
+    let at = |p: &str| format!("{root}/how/{p}");
+    let make =
+        |p: String, kind| async move { i.create(&p, kind, 0o755, Owner::root(1)).await.unwrap() };
+    let id = |p: String| async move { i.lookup(&p).await.unwrap().map(|m| m.id) };
+    let links = |p: String| async move { i.lookup(&p).await.unwrap().unwrap().nlink };
+    let f = make(at("x/f"), FileKind::File).await;
+    let d = make(at("y/d"), FileKind::Dir).await;
+    let inner = make(at("y/d/inner"), FileKind::File).await;
+    // A second name of `f` inside `d`'s tree, and one of `inner` beside `f`.
+    i.link(&at("x/f"), &at("y/d/f-too")).await.unwrap();
+    i.link(&at("y/d/inner"), &at("x/inner-too")).await.unwrap();
+    let g = make(at("x/g"), FileKind::File).await;
+
+    let err = i
+        .rename_as(&at("x/g"), &at("x/f"), RenameHow::NoReplace)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
+    let err = i
+        .rename_as(&at("x/f"), &at("y/d/f-too"), RenameHow::NoReplace)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::AlreadyExists(_)),
+        "another name: {err}"
+    );
+    i.rename_as(&at("x/g"), &at("x/h"), RenameHow::NoReplace)
+        .await
+        .unwrap();
+    assert_eq!(id(at("x/h")).await, Some(g.id));
+
+    let err = i
+        .rename_as(&at("x/f"), &at("x/none"), RenameHow::Exchange)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    for (a, b) in [(at("y"), at("y/d")), (at("y/d"), at("y"))] {
+        let err = i.rename_as(&a, &b, RenameHow::Exchange).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{a} {b}: {err}");
+    }
+    let (x, y) = (links(at("x")).await, links(at("y")).await);
+    i.rename_as(&at("x/f"), &at("y/d"), RenameHow::Exchange)
+        .await
+        .unwrap();
+    assert_eq!(
+        id(at("x/f")).await,
+        Some(d.id),
+        "the directory took f's name"
+    );
+    assert_eq!(id(at("y/d")).await, Some(f.id), "the file took d's name");
+    assert_eq!(
+        id(at("x/f/inner")).await,
+        Some(inner.id),
+        "its tree with it"
+    );
+    assert_eq!(id(at("x/f/f-too")).await, Some(f.id));
+    assert_eq!(id(at("y/d/inner")).await, None);
+    assert_eq!(id(at("x/inner-too")).await, Some(inner.id));
+    assert_eq!(
+        (links(at("x")).await, links(at("y")).await),
+        (x + 1, y - 1),
+        "the subdirectory changed parents"
+    );
+    assert_eq!(links(at("y/d")).await, 2, "f keeps its two names");
+    let mut names: Vec<_> = i
+        .list(&at(""))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.path[at("").len()..].to_string())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "x",
+            "x/f",
+            "x/f/f-too",
+            "x/f/inner",
+            "x/h",
+            "x/inner-too",
+            "y",
+            "y/d"
+        ]
+    );
+    // Two names of one file: nothing changes.
+    i.rename_as(&at("y/d"), &at("x/f/f-too"), RenameHow::Exchange)
+        .await
+        .unwrap();
+    assert_eq!(id(at("y/d")).await, Some(f.id));
+    // And back, across the same parents: everything where it was.
+    i.rename_as(&at("y/d"), &at("x/f"), RenameHow::Exchange)
+        .await
+        .unwrap();
+    assert_eq!(id(at("x/f")).await, Some(f.id));
+    assert_eq!(id(at("y/d/inner")).await, Some(inner.id));
+    assert_eq!((links(at("x")).await, links(at("y")).await), (x, y));
 }
 
 /// FIFOs, devices and sockets are entries of their kind that hold no data

@@ -15,7 +15,9 @@
 //!
 //! Off unless configured (`[faults] seed` non-zero): never for production.
 
-use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
+use crate::inventory::{
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, RenameHow, SetAttr,
+};
 use crate::label_queue::{Delivery, LabelQueue};
 use crate::warehouse::Warehouse;
 use crate::Stores;
@@ -319,9 +321,18 @@ impl Inventory for FaultyInventory {
             .around("inventory remove", true, self.inner.remove(path))
             .await
     }
-    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
+    async fn rename_as(
+        &self,
+        from: &str,
+        to: &str,
+        how: RenameHow,
+    ) -> Result<Option<(FileMeta, Vec<Extent>)>> {
         self.faults
-            .around("inventory rename", true, self.inner.rename(from, to))
+            .around(
+                "inventory rename",
+                true,
+                self.inner.rename_as(from, to, how),
+            )
             .await
     }
     async fn set_size(&self, file: FileId, size: u64) -> Result<()> {

@@ -215,6 +215,21 @@ impl SetAttr {
 pub const LINK_MAX: u32 = 65_000;
 
 /// `len` bytes at `offset` of a file live on `worker`, written by `label`.
+/// What a rename does with an entry at its destination: Linux's
+/// `renameat2` flags, which programs use to move without clobbering and to
+/// swap two trees atomically.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RenameHow {
+    /// Replaces it, as `rename(2)`.
+    #[default]
+    Replace,
+    /// Refuses with `AlreadyExists` (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swaps the two names, which must both exist; either may be a
+    /// directory (`RENAME_EXCHANGE`). Nothing is removed.
+    Exchange,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Extent {
     pub offset: u64,
@@ -331,7 +346,20 @@ pub trait Inventory: Send + Sync {
     /// Atomically moves a name; an existing destination name is replaced,
     /// and the file it named is returned with its extents when that was its
     /// last name. Two names of one file: nothing changes (as POSIX says).
-    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>>;
+    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
+        self.rename_as(from, to, RenameHow::Replace).await
+    }
+    /// [`Inventory::rename`] with `how` deciding about an entry at `to`:
+    /// with [`RenameHow::NoReplace`] one is `AlreadyExists` (also another
+    /// name of the same file), with [`RenameHow::Exchange`] a missing one
+    /// is `NotFound`, either name inside the other `InvalidArgument`, and
+    /// two names of one file change nothing.
+    async fn rename_as(
+        &self,
+        from: &str,
+        to: &str,
+        how: RenameHow,
+    ) -> Result<Option<(FileMeta, Vec<Extent>)>>;
     /// Sets the size (truncate/extend); extents past the new size are cut.
     async fn set_size(&self, file: FileId, size: u64) -> Result<()>;
     /// Changes mode, owner, group or times in one atomic step, by the rules

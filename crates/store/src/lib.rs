@@ -17,7 +17,9 @@ pub mod remote;
 pub mod warehouse;
 
 pub use auth::LabelVerifier;
-pub use inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr, SetTime};
+pub use inventory::{
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, RenameHow, SetAttr, SetTime,
+};
 pub use label_queue::{Delivery, LabelQueue};
 pub use warehouse::Warehouse;
 

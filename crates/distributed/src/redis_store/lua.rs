@@ -134,6 +134,24 @@ local function id_of(path)
   if v then return v end
   return nil
 end
+-- Moves name `from` of file `id` (of kind `kind`) to `to`, and for a
+-- directory every name under it.
+local function move_tree(from, to, kind, id)
+  if kind == 'd' then
+    local pre = from .. '/'
+    local kids = redis.call('ZRANGEBYLEX', P .. 'paths', '[' .. pre, '[' .. pre .. '\255')
+    for _, p in ipairs(kids) do
+      local cid = redis.call('GET', P .. 'path:' .. p)
+      local np = to .. string.sub(p, #from + 1)
+      if cid then
+        move_name(cid, p, np)
+      else
+        redis.call('ZREM', P .. 'paths', p)
+      end
+    end
+  end
+  move_name(id, from, to)
+end
 -- Kind codes: as FileKind's Debug names them, and in words.
 local KIND_NAMES = {f = 'File', d = 'Dir', l = 'Symlink', p = 'Fifo', c = 'CharDevice',
   b = 'BlockDevice', s = 'Socket'}
@@ -326,14 +344,37 @@ touch_parent(path, now, -dir_delta(fget(r, 'kind')))
 return {'ok', gone, ext}
 "#;
 
-/// ARGV: from, to, now, missing-ancestor candidates of `to`...
+/// ARGV: from, to, now, how (r: replace, n: no replace, x: exchange),
+/// missing-ancestor candidates of `to`...
 pub const RENAME: &str = r#"
-local from, to, now = ARGV[1], ARGV[2], ARGV[3]
+local from, to, now, how = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local id = id_of(from)
 if not id then return {'notfound', from} end
+local oid = id_of(to)
+if how == 'n' and oid then return {'exists', to .. ' exists'} end
+if how == 'x' then
+  if not oid then return {'notfound', to} end
+  if oid == id then return {'ok'} end
+  local r, o = rec(id), rec(oid)
+  if not r or not o then
+    return {'storage', from .. ' or ' .. to .. ' names a missing file'}
+  end
+  local ka, kb = fget(r, 'kind'), fget(o, 'kind')
+  -- No path starts with '#': the first tree waits there while the second
+  -- takes its place.
+  local aside = '#' .. from
+  move_tree(from, aside, ka, id)
+  move_tree(to, from, kb, oid)
+  move_tree(aside, to, ka, id)
+  redis.call('HSET', P .. 'file:' .. id, 'ctime', now)
+  redis.call('HSET', P .. 'file:' .. oid, 'ctime', now)
+  local delta = dir_delta(kb) - dir_delta(ka)
+  touch_parent(from, now, delta)
+  touch_parent(to, now, -delta)
+  return {'ok'}
+end
 if from == to then return {'ok'} end
 local r = rec(id)
-local oid = id_of(to)
 -- Two names of one file: POSIX leaves both in place.
 if oid == id then return {'ok'} end
 if not r then return {'storage', 'key ' .. P .. 'path:' .. from .. ' names missing file ' .. id} end
@@ -346,7 +387,7 @@ if oid then
   end
   old = o
 end
-local err = check_parents(4, to)
+local err = check_parents(5, to)
 if err then return err end
 local oext
 if old then
@@ -357,21 +398,8 @@ elseif oid then
   redis.call('DEL', P .. 'path:' .. to)
   redis.call('ZREM', P .. 'paths', to)
 end
-make_parents(4, owner_of(r), now)
-if kind == 'd' then
-  local pre = from .. '/'
-  local kids = redis.call('ZRANGEBYLEX', P .. 'paths', '[' .. pre, '[' .. pre .. '\255')
-  for _, p in ipairs(kids) do
-    local cid = redis.call('GET', P .. 'path:' .. p)
-    local np = to .. string.sub(p, #from + 1)
-    if cid then
-      move_name(cid, p, np)
-    else
-      redis.call('ZREM', P .. 'paths', p)
-    end
-  end
-end
-move_name(id, from, to)
+make_parents(5, owner_of(r), now)
+move_tree(from, to, kind, id)
 redis.call('HSET', P .. 'file:' .. id, 'ctime', now)
 touch_parent(from, now, -dir_delta(kind))
 touch_parent(to, now, dir_delta(kind))

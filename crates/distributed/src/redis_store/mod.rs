@@ -89,7 +89,7 @@ use labios_label::{
 use labios_store::inventory::{check_link_target, check_xattr, LINK_MAX, XATTR_TOTAL_MAX};
 use labios_store::warehouse::staged_bound;
 use labios_store::{
-    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr, SetTime, Warehouse,
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, RenameHow, SetAttr, SetTime, Warehouse,
 };
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -1360,7 +1360,12 @@ impl Inventory for RedisInventory {
         Ok((meta, ext))
     }
 
-    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
+    async fn rename_as(
+        &self,
+        from: &str,
+        to: &str,
+        how: RenameHow,
+    ) -> Result<Option<(FileMeta, Vec<Extent>)>> {
         check_path(from)?;
         check_path(to)?;
         if from == "/" || to == "/" {
@@ -1371,8 +1376,18 @@ impl Inventory for RedisInventory {
                 "cannot move {from} into itself ({to})"
             )));
         }
+        if how == RenameHow::Exchange && from.starts_with(&format!("{to}/")) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot exchange {from} with a directory holding it ({to})"
+            )));
+        }
+        let how: &[u8] = match how {
+            RenameHow::Replace => b"r",
+            RenameHow::NoReplace => b"n",
+            RenameHow::Exchange => b"x",
+        };
         let now = now_nanos().to_string();
-        let mut args: Vec<&[u8]> = vec![from.as_bytes(), to.as_bytes(), now.as_bytes()];
+        let mut args: Vec<&[u8]> = vec![from.as_bytes(), to.as_bytes(), now.as_bytes(), how];
         args.extend(ancestors(to).into_iter().map(str::as_bytes));
         let v = self.run(&self.scripts.rename, &args).await?;
         match v.as_slice() {

@@ -86,6 +86,7 @@ fn seeds() -> Vec<Vec<u8>> {
         Request::Rename {
             from: "/data/f".into(),
             to: "/data/g".into(),
+            how: labios_store::RenameHow::Exchange,
         },
         Request::CommitExtent {
             file: 9,

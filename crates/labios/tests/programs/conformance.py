@@ -1,5 +1,5 @@
 """POSIX conformance, call by call: for open, creat, mkdir, rmdir, unlink,
-rename, link, symlink, readlink, chmod, chown, lchown, truncate,
+rename (and Linux's renameat2), link, symlink, readlink, chmod, chown, lchown, truncate,
 ftruncate, utimensat, mknod, mkfifo, fallocate, flock and fcntl, the
 effects of a success (mode, owner, times, link counts, the parent's times)
 and the errors the specification lists. `conformance.py ROOT` prints one
@@ -213,6 +213,48 @@ check("rename", "the moved directory", f"{desc(f'{d}/empty')} {sorted(os.listdir
 check("rename", "a directory into another", outcome(os.rename, f"{d}/empty/inner", f"{d}/full/inner"))
 check("rename", "link counts after", f"{desc(f'{d}/empty')} / {desc(f'{d}/full')}")
 check("rename", "left", sorted(os.listdir(d)))
+
+# ---- renameat2: RENAME_NOREPLACE, RENAME_EXCHANGE -------------------------
+NOREPLACE, EXCHANGE, AT_FDCWD = 1, 2, -100
+
+
+def renameat2(a, b, flags):
+    if libc.renameat2(AT_FDCWD, a.encode(), AT_FDCWD, b.encode(), flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+d = fresh("renameat2")
+os.mkdir(f"{d}/x")
+os.mkdir(f"{d}/y")
+put(f"{d}/x/f", b"f's bytes")
+put(f"{d}/x/g", b"g's bytes")
+os.link(f"{d}/x/f", f"{d}/x/f2")
+os.mkdir(f"{d}/y/d")
+put(f"{d}/y/d/inner", b"inner")
+os.mkdir(f"{d}/y/d/sub")
+check("renameat2", "no-replace over a file", outcome(renameat2, f"{d}/x/g", f"{d}/x/f", NOREPLACE))
+check("renameat2", "no-replace over another name", outcome(renameat2, f"{d}/x/f", f"{d}/x/f2", NOREPLACE))
+check("renameat2", "no-replace over a directory", outcome(renameat2, f"{d}/x/g", f"{d}/y/d", NOREPLACE))
+check("renameat2", "no-replace to a new name", outcome(renameat2, f"{d}/x/g", f"{d}/x/h", NOREPLACE))
+check("renameat2", "moved", f"{read(f'{d}/x/h')!r} {sorted(os.listdir(f'{d}/x'))}")
+check("renameat2", "both flags", outcome(renameat2, f"{d}/x/h", f"{d}/x/f", NOREPLACE | EXCHANGE))
+check("renameat2", "exchange with a missing name", outcome(renameat2, f"{d}/x/h", f"{d}/x/none", EXCHANGE))
+check("renameat2", "exchange a missing name", outcome(renameat2, f"{d}/x/none", f"{d}/x/h", EXCHANGE))
+check("renameat2", "exchange a directory with its child", outcome(renameat2, f"{d}/y", f"{d}/y/d", EXCHANGE))
+check("renameat2", "exchange a child with its directory", outcome(renameat2, f"{d}/y/d", f"{d}/y", EXCHANGE))
+aged(f"{d}/x", f"{d}/y", f"{d}/x/h", f"{d}/y/d")
+check("renameat2", "exchange a file and a directory", outcome(renameat2, f"{d}/x/h", f"{d}/y/d", EXCHANGE))
+check("renameat2", "the directory at the file's name", f"{desc(f'{d}/x/h')} {sorted(os.listdir(f'{d}/x/h'))}")
+check("renameat2", "its tree with it", read(f"{d}/x/h/inner"))
+check("renameat2", "the file at the directory's name", f"{desc(f'{d}/y/d')} {read(f'{d}/y/d')!r}")
+check("renameat2", "parents", f"{desc(f'{d}/x')} {moved(f'{d}/x')} / {desc(f'{d}/y')} {moved(f'{d}/y')}")
+check("renameat2", "exchanged times", f"{moved(f'{d}/x/h')} {moved(f'{d}/y/d')}")
+check("renameat2", "two names of one file", outcome(renameat2, f"{d}/x/f", f"{d}/x/f2", EXCHANGE))
+check("renameat2", "both stay", f"{desc(f'{d}/x/f')} {desc(f'{d}/x/f2')}")
+check("renameat2", "exchange two files", outcome(renameat2, f"{d}/x/f", f"{d}/y/d", EXCHANGE))
+check("renameat2", "swapped", f"{read(f'{d}/x/f')!r} {read(f'{d}/y/d')!r} {desc(f'{d}/x/f2')}")
+check("renameat2", "left", f"{sorted(os.listdir(f'{d}/x'))} {sorted(os.listdir(f'{d}/y'))}")
 
 # ---- link ----------------------------------------------------------------
 d = fresh("link")

@@ -9,7 +9,7 @@ mod tests;
 
 use crate::inventory::{
     check_link_target, check_xattr, AppRecord, Extent, FileKind, FileMeta, Inventory, Owner,
-    SetAttr, LINK_MAX, LINK_TARGET,
+    RenameHow, SetAttr, LINK_MAX, LINK_TARGET,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -208,6 +208,77 @@ impl Namespace {
     /// The directory holding `path` changed: its mtime and ctime are `now`,
     /// and it gained (`subdirs` 1) or lost (-1) a subdirectory, whose `..`
     /// is one of its links.
+    /// The names a move of `from` (of kind `kind`, file `id`) to `to`
+    /// changes: `from` and, for a directory, every name under it, each as
+    /// (old name, new name, file).
+    fn moves(
+        &self,
+        from: &str,
+        to: &str,
+        kind: FileKind,
+        id: FileId,
+    ) -> Vec<(String, String, FileId)> {
+        let mut names = vec![(from.to_string(), id)];
+        if kind == FileKind::Dir {
+            let prefix = child_prefix(from);
+            names.extend(
+                self.paths
+                    .range::<str, _>(from_prefix(&prefix))
+                    .take_while(|(p, _)| p.starts_with(&prefix))
+                    .map(|(p, id)| (p.clone(), *id)),
+            );
+        }
+        names
+            .into_iter()
+            .map(|(old, id)| {
+                let new = format!("{to}{}", &old[from.len()..]);
+                (old, new, id)
+            })
+            .collect()
+    }
+
+    /// Makes `moves` in one step (every old name goes before any new one
+    /// is made, so that two trees may swap), with the ctime of `touched`
+    /// now. Each file whose names change stays locked (once, however many
+    /// of its names move) until its records are logged, so that no later
+    /// commit_extent logs its metadata first.
+    fn apply_moves(
+        &mut self,
+        moves: Vec<(String, String, FileId)>,
+        touched: &[FileId],
+        now: u64,
+        ops: &mut Vec<Op>,
+    ) {
+        let nodes: BTreeMap<FileId, Arc<Node>> = moves
+            .iter()
+            .filter_map(|(_, _, id)| self.nodes.get(id).map(|n| (*id, n.clone())))
+            .collect();
+        let mut guards: BTreeMap<FileId, MutexGuard<'_, FileState>> =
+            nodes.iter().map(|(id, n)| (*id, n.lock())).collect();
+        for (old, _, id) in &moves {
+            if guards.contains_key(id) {
+                self.paths.remove(old);
+                ops.push(Op::DelPath(old.clone()));
+            }
+        }
+        for (old, new, id) in moves {
+            let Some(st) = guards.get_mut(&id) else {
+                continue;
+            };
+            self.paths.insert(new.clone(), id);
+            st.rename(&old, &new);
+            ops.push(Op::PutPath(new, id));
+        }
+        for id in touched {
+            if let Some(st) = guards.get_mut(id) {
+                st.meta.ctime = now;
+            }
+        }
+        for st in guards.values() {
+            ops.push(Op::file(&st.meta));
+        }
+    }
+
     fn touch_parent(&self, path: &str, now: u64, subdirs: i32, ops: &mut Vec<Op>) {
         if let Some(dir) = parent(path).and_then(|p| self.node(p)) {
             let mut d = dir.lock();
@@ -703,6 +774,32 @@ fn load(db: &Database) -> Result<Loaded> {
 }
 
 impl RedbInventory {
+    /// Swaps names `a` and `b` (of the nodes given, which differ) and,
+    /// for directories, every name under them.
+    fn exchange(
+        &self,
+        ns: &mut Namespace,
+        (a, na): (&str, &Arc<Node>),
+        (b, nb): (&str, &Arc<Node>),
+    ) -> Result<()> {
+        let (ka, ia) = {
+            let st = na.lock();
+            (st.meta.kind, st.meta.id)
+        };
+        let (kb, ib) = {
+            let st = nb.lock();
+            (st.meta.kind, st.meta.id)
+        };
+        let mut moves = ns.moves(a, b, ka, ia);
+        moves.extend(ns.moves(b, a, kb, ib));
+        let (now, mut ops) = (now_nanos(), Vec::new());
+        ns.apply_moves(moves, &[ia, ib], now, &mut ops);
+        let delta = i32::from(kb == FileKind::Dir) - i32::from(ka == FileKind::Dir);
+        ns.touch_parent(a, now, delta, &mut ops);
+        ns.touch_parent(b, now, -delta, &mut ops);
+        self.log.append(&mut ops)
+    }
+
     /// Opens (or creates) the inventory file at `path`, recovering whatever
     /// was synced before.
     pub fn open(path: &Path, cfg: InventoryConfig) -> Result<Self> {
@@ -1055,7 +1152,12 @@ impl Inventory for RedbInventory {
         Ok(st.meta_at(to))
     }
 
-    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
+    async fn rename_as(
+        &self,
+        from: &str,
+        to: &str,
+        how: RenameHow,
+    ) -> Result<Option<(FileMeta, Vec<Extent>)>> {
         check_path(from)?;
         check_path(to)?;
         if from == "/" || to == "/" {
@@ -1066,17 +1168,35 @@ impl Inventory for RedbInventory {
                 "cannot move {from} into itself ({to})"
             )));
         }
+        if how == RenameHow::Exchange && from.starts_with(&child_prefix(to)) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot exchange {from} with a directory holding it ({to})"
+            )));
+        }
         self.log.check()?;
         let mut ns = self.ns.write();
         let src = ns
             .node(from)
             .cloned()
             .ok_or_else(|| Error::NotFound(from.to_string()))?;
+        let dest = ns.node(to).cloned();
+        match (how, &dest) {
+            (RenameHow::NoReplace, Some(_)) => {
+                return Err(Error::AlreadyExists(format!("{to} exists")))
+            }
+            (RenameHow::Exchange, None) => return Err(Error::NotFound(to.to_string())),
+            (RenameHow::Exchange, Some(d)) => {
+                if !Arc::ptr_eq(d, &src) {
+                    self.exchange(&mut ns, (from, &src), (to, d))?;
+                }
+                return Ok(None);
+            }
+            _ => {}
+        }
         if from == to {
             return Ok(None);
         }
         let kind = src.lock().meta.kind;
-        let dest = ns.node(to).cloned();
         if let Some(d) = &dest {
             if Arc::ptr_eq(d, &src) {
                 // Two names of one file: POSIX leaves both in place.
@@ -1108,46 +1228,10 @@ impl Inventory for RedbInventory {
             let (meta, extents) = ns.unname(&mut st, to, held, &mut ops);
             (meta.nlink == 0).then_some((meta, extents))
         });
-        // The names that move: `from` and, for a directory, every name
-        // under it. Each file whose names change stays locked (once, however
-        // many of its names move) until its records are in the log, so that
-        // no later commit_extent logs its metadata first.
         let src_id = src.lock().meta.id;
-        let mut names = vec![(from.to_string(), src_id)];
-        if kind == FileKind::Dir {
-            let prefix = child_prefix(from);
-            names.extend(
-                ns.paths
-                    .range::<str, _>(from_prefix(&prefix))
-                    .take_while(|(p, _)| p.starts_with(&prefix))
-                    .map(|(p, id)| (p.clone(), *id)),
-            );
-        }
-        let nodes: BTreeMap<FileId, Arc<Node>> = names
-            .iter()
-            .filter_map(|(_, id)| ns.nodes.get(id).map(|n| (*id, n.clone())))
-            .collect();
-        let mut guards: BTreeMap<FileId, MutexGuard<'_, FileState>> =
-            nodes.iter().map(|(id, n)| (*id, n.lock())).collect();
-        for (old, id) in names {
-            let Some(st) = guards.get_mut(&id) else {
-                continue;
-            };
-            let new = format!("{to}{}", &old[from.len()..]);
-            ns.paths.remove(&old);
-            ns.paths.insert(new.clone(), id);
-            st.rename(&old, &new);
-            ops.push(Op::DelPath(old));
-            ops.push(Op::PutPath(new, id));
-        }
+        let moves = ns.moves(from, to, kind, src_id);
         let now = now_nanos();
-        if let Some(st) = guards.get_mut(&src_id) {
-            st.meta.ctime = now;
-        }
-        for st in guards.values() {
-            ops.push(Op::file(&st.meta));
-        }
-        drop(guards);
+        ns.apply_moves(moves, &[src_id], now, &mut ops);
         if parent(from) == parent(to) {
             ns.touch_parent(from, now, 0, &mut ops);
         } else {

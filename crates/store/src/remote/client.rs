@@ -6,7 +6,9 @@ use super::proto::{
 };
 use super::Endpoint;
 use crate::access::Cred;
-use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
+use crate::inventory::{
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, RenameHow, SetAttr,
+};
 use crate::label_queue::{Delivery, LabelQueue};
 use crate::locks::{HeldLock, LockRequest, Locks};
 use crate::warehouse::Warehouse;
@@ -386,12 +388,18 @@ impl Inventory for RemoteInventory {
         let r = self.0.call(Request::Remove { path: path.into() }).await?;
         expect!(r, Reply::Removed(m, e) => (m, e))
     }
-    async fn rename(&self, from: &str, to: &str) -> Result<Option<(FileMeta, Vec<Extent>)>> {
+    async fn rename_as(
+        &self,
+        from: &str,
+        to: &str,
+        how: RenameHow,
+    ) -> Result<Option<(FileMeta, Vec<Extent>)>> {
         let r = self
             .0
             .call(Request::Rename {
                 from: from.into(),
                 to: to.into(),
+                how,
             })
             .await?;
         expect!(r, Reply::Renamed(v) => v)

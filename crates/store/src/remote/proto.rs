@@ -2,7 +2,7 @@
 //! being a `labios_label::codec` encoding of a [`Request`] or [`Response`].
 
 use crate::access::Cred;
-use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Owner, SetAttr};
+use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Owner, RenameHow, SetAttr};
 use crate::locks::{HeldLock, LockRequest};
 use bytes::Bytes;
 use labios_label::codec::{MAGIC, VERSION};
@@ -97,6 +97,7 @@ pub enum Request {
     Rename {
         from: String,
         to: String,
+        how: RenameHow,
     },
     SetSize {
         file: FileId,

@@ -9,8 +9,8 @@ use super::proto::{
 use super::Endpoint;
 use crate::access::{Cred, EXEC, READ, WRITE};
 use crate::label_queue::LabelQueue;
-use crate::FileKind;
 use crate::Stores;
+use crate::{FileKind, RenameHow};
 use labios_label::{AppId, Error, Label, LabelKind, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -447,7 +447,7 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
             let (m, e) = i.remove(&path).await?;
             Reply::Removed(m, e)
         }
-        Request::Rename { from, to } => Reply::Renamed(i.rename(&from, &to).await?),
+        Request::Rename { from, to, how } => Reply::Renamed(i.rename_as(&from, &to, how).await?),
         Request::SetSize { file, size } => i.set_size(file, size).await.map(|_| Reply::Unit)?,
         Request::CommitExtent { file, extent } => {
             i.commit_extent(file, extent).await.map(|_| Reply::Unit)?
@@ -613,7 +613,7 @@ fn searched(request: &Request) -> Vec<&str> {
         | Request::Create { path, .. }
         | Request::Symlink { path, .. }
         | Request::Remove { path } => vec![path],
-        Request::Link { from, to } | Request::Rename { from, to } => vec![from, to],
+        Request::Link { from, to } | Request::Rename { from, to, .. } => vec![from, to],
         Request::List { prefix } => vec![prefix],
         _ => Vec::new(),
     }
@@ -700,18 +700,25 @@ async fn posix(
             may_unname(i, cred, &path).await?;
             Request::Remove { path }
         }
-        Request::Rename { from, to } => {
-            may_unname(i, cred, &from).await?;
-            may_make(cred, making_in(i, &to).await?.as_ref())?;
-            may_unname(i, cred, &to).await?;
-            // A directory moving elsewhere changes its `..`: it must be
-            // writable too, as on Linux.
-            if parent_of(&from) != parent_of(&to) {
-                if let Some(m) = i.lookup(&from).await?.filter(|m| m.kind == FileKind::Dir) {
-                    cred.check(&m, WRITE)?;
+        Request::Rename { from, to, how } => {
+            // An exchange moves each name to the other's place.
+            let moving: &[(&str, &str)] = match how {
+                RenameHow::Exchange => &[(&from, &to), (&to, &from)],
+                _ => &[(&from, &to)],
+            };
+            for (a, b) in moving {
+                may_unname(i, cred, a).await?;
+                may_make(cred, making_in(i, b).await?.as_ref())?;
+                may_unname(i, cred, b).await?;
+                // A directory moving elsewhere changes its `..`: it must
+                // be writable too, as on Linux.
+                if parent_of(a) != parent_of(b) {
+                    if let Some(m) = i.lookup(a).await?.filter(|m| m.kind == FileKind::Dir) {
+                        cred.check(&m, WRITE)?;
+                    }
                 }
             }
-            Request::Rename { from, to }
+            Request::Rename { from, to, how }
         }
         Request::SetSize { file, size } => {
             may_write(i, cred, file, Some(opened)).await?;
@@ -875,7 +882,7 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
         Request::Remove { path } | Request::Link { from: path, .. } => {
             own_file(app, i.lookup(path).await?)?
         }
-        Request::Rename { from, to } => {
+        Request::Rename { from, to, .. } => {
             own_file(app, i.lookup(from).await?)?;
             own_file(app, i.lookup(to).await?)?;
         }

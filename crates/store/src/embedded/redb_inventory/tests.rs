@@ -129,15 +129,26 @@ async fn churn(inv: &RedbInventory, rng: &mut fastrand::Rng, labels: &[LabelId],
                 }
             }
             85..=87 => {
-                let _ = inv.rename(&path(rng), &path(rng)).await;
+                let how = [
+                    RenameHow::Replace,
+                    RenameHow::NoReplace,
+                    RenameHow::Exchange,
+                ];
+                let how = how[rng.usize(0..3)];
+                let _ = inv.rename_as(&path(rng), &path(rng), how).await;
             }
             88..=89 => {
                 let _ = inv.link(&path(rng), &path(rng)).await;
             }
             90..=91 => {
                 let (a, b) = (rng.u8(0..3), rng.u8(0..3));
+                let how = if rng.bool() {
+                    RenameHow::Replace
+                } else {
+                    RenameHow::Exchange
+                };
                 let _ = inv
-                    .rename(&format!("/d{a}/s{b}"), &format!("/d{b}/s{a}x"))
+                    .rename_as(&format!("/d{a}/s{b}"), &format!("/d{b}/s{a}x"), how)
                     .await;
             }
             92..=95 => {
