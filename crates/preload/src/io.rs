@@ -851,7 +851,60 @@ pub fn capacity(path: &Vpath) -> Result<(u64, u64), Errno> {
     conn::with(&format!("statfs {}", path.full), |s| s.capacity())
 }
 
-/// Whether the entry exists (access, chmod and friends).
+/// Whether the entry exists (chmod and friends).
 pub fn exists(path: &Vpath) -> Result<(), Errno> {
     stat(path).map(|_| ())
+}
+
+/// access(2) and its variants: whether this process may read, write or
+/// execute (`mode`, of R_OK, W_OK, X_OK; F_OK: exists) the entry `path`
+/// leads to, decided from its mode by the rules `labios serve` applies
+/// (`Cred::permits`) with the process's real user and groups (`effective`:
+/// its effective ones, as eaccess and AT_EACCESS), as the kernel does. It
+/// answers only what a call would meet: every call that acts is checked
+/// by the server again. `Some(host)`: a link leads out of LABIOS to
+/// `host`, whose access libc decides.
+pub fn access(
+    path: &Vpath,
+    mode: c_int,
+    effective: bool,
+    nofollow: bool,
+) -> Result<Option<std::ffi::CString>, Errno> {
+    if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
+        return Err(libc::EINVAL);
+    }
+    let meta = if nofollow {
+        stat(path)?
+    } else {
+        match follow(path.clone())? {
+            (Target::Labios(_), Some(m)) => m,
+            (Target::Labios(p), None) => return Err(missing(&p.ns)),
+            (Target::Real(Some(host)), _) => return Ok(Some(host)),
+            (Target::Real(None), _) => return Err(libc::ENOENT),
+        }
+    };
+    if mode == libc::F_OK || process_cred(effective).permits(&meta, mode as u32) {
+        Ok(None)
+    } else {
+        Err(libc::EACCES)
+    }
+}
+
+/// This process's user, group and supplementary groups: the real ones,
+/// or the effective ones.
+fn process_cred(effective: bool) -> labios_store::access::Cred {
+    // SAFETY: these calls only read the process's credentials; getgroups
+    // writes at most `n` entries into a buffer of `n`.
+    unsafe {
+        let (uid, gid) = if effective {
+            (libc::geteuid(), libc::getegid())
+        } else {
+            (libc::getuid(), libc::getgid())
+        };
+        let n = libc::getgroups(0, std::ptr::null_mut()).max(0);
+        let mut groups = vec![0; n as usize];
+        let got = libc::getgroups(n, groups.as_mut_ptr()).max(0);
+        groups.truncate(got as usize);
+        labios_store::access::Cred { uid, gid, groups }
+    }
 }

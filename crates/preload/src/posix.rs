@@ -1393,27 +1393,46 @@ pub unsafe extern "C" fn renameat2(
     })
 }
 
+/// access on a LABIOS path ([`io::access`]); `real` answers for a host
+/// path a link leads to.
+unsafe fn access_at(
+    v: &Vpath,
+    mode: c_int,
+    flags: c_int,
+    real: impl FnOnce(*const c_char) -> c_int,
+) -> c_int {
+    let effective = flags & libc::AT_EACCESS != 0;
+    let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
+    match io::access(v, mode, effective, nofollow) {
+        Ok(Some(host)) => real(host.as_ptr()),
+        other => ret0(other.map(|_| ())),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    let real = |p| real!(access: fn(*const c_char, c_int) -> c_int)(p, mode);
     match labios_path(path) {
-        Ok(v) => ret0(io::exists(&v)),
-        Err(p) => real!(access: fn(*const c_char, c_int) -> c_int)(real_path(&p, path), mode),
+        Ok(v) => access_at(&v, mode, 0, real),
+        Err(p) => real(real_path(&p, path)),
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    let real = |p| real!(euidaccess: fn(*const c_char, c_int) -> c_int)(p, mode);
     match labios_path(path) {
-        Ok(v) => ret0(io::exists(&v)),
-        Err(p) => real!(euidaccess: fn(*const c_char, c_int) -> c_int)(real_path(&p, path), mode),
+        Ok(v) => access_at(&v, mode, libc::AT_EACCESS, real),
+        Err(p) => real(real_path(&p, path)),
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    let real = |p| real!(eaccess: fn(*const c_char, c_int) -> c_int)(p, mode);
     match labios_path(path) {
-        Ok(v) => ret0(io::exists(&v)),
-        Err(p) => real!(eaccess: fn(*const c_char, c_int) -> c_int)(real_path(&p, path), mode),
+        Ok(v) => access_at(&v, mode, libc::AT_EACCESS, real),
+        Err(p) => real(real_path(&p, path)),
     }
 }
 
@@ -1425,7 +1444,14 @@ pub unsafe extern "C" fn faccessat(
     flags: c_int,
 ) -> c_int {
     match labios_path_at(dirfd, path) {
-        Ok(v) => ret0(io::exists(&v)),
+        Ok(v) => access_at(&v, mode, flags, |p| {
+            real!(faccessat: fn(c_int, *const c_char, c_int, c_int) -> c_int)(
+                libc::AT_FDCWD,
+                p,
+                mode,
+                flags,
+            )
+        }),
         Err(p) => real!(faccessat: fn(c_int, *const c_char, c_int, c_int) -> c_int)(
             dirfd,
             real_path(&p, path),

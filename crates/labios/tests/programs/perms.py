@@ -3,6 +3,7 @@ tree; `perms.py try ROOT` (as an unprivileged user) tries what that user
 may and may not do to root's entries and its own, printing each outcome;
 `perms.py show ROOT` prints the tree with modes and owners. Run on a plain
 directory and on LABIOS, the outputs must match."""
+import ctypes
 import errno
 import os
 import stat
@@ -90,6 +91,21 @@ elif mode == "try":
     outcome("unlink mine in a sticky directory:", os.unlink, f"{root}/sticky/mine")
     outcome("mkdir in an open directory:", os.mkdir, f"{root}/open/d", 0o777)
     print("  mkdir mode:", oct(os.stat(f"{root}/open/d").st_mode & 0o7777))
+    for what, path in [
+        ("root's readable file", f"{c}/f"),
+        ("root's private file", f"{c}/private"),
+        ("root's open directory", f"{root}/open"),
+        ("root's closed directory", c),
+        ("a file in a directory I may not search", f"{root}/locked/f"),
+        ("my file", f"{root}/open/mine"),
+        ("a missing file", f"{c}/missing"),
+    ]:
+        can = [n for n, m in [("r", os.R_OK), ("w", os.W_OK), ("x", os.X_OK)] if os.access(path, m)]
+        exists = os.access(path, os.F_OK)
+        print(f"  access to {what}: exists {exists} may {''.join(can) or '-'}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    bad = libc.access(f"{c}/f".encode(), 0o10)
+    print("  access with a bad mode:", bad, errno.errorcode.get(ctypes.get_errno(), "-"))
 else:
     for top, dirs, files in sorted(os.walk(root)):
         for name in sorted(dirs + files):
