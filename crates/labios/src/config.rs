@@ -92,6 +92,11 @@ pub struct WorkerDecl {
     /// weak or shared node may decline them.
     #[serde(default = "yes")]
     pub functions: bool,
+    /// The worker's I/O stack, its backend last: `["file"]` (a sparse file
+    /// per LABIOS file, the default) or `["memory"]` (RAM, lost with the
+    /// process). A name the registry does not know is refused at start.
+    #[serde(default)]
+    pub stack: labios_stack::Spec,
 }
 
 fn yes() -> bool {
@@ -134,6 +139,7 @@ impl Default for Config {
             capacity: 64 * GIB,
             dir: None,
             functions: true,
+            stack: labios_stack::Spec::default(),
         };
         Config {
             deployment: Deployment::Embedded,
@@ -353,5 +359,13 @@ impl Config {
                 .join("workers")
                 .join(format!("{index}-{}", w.tier))
         })
+    }
+
+    /// Where worker `index` keeps its bytes, and on what stack.
+    pub fn worker_place(&self, index: usize) -> labios_stack::Place {
+        labios_stack::Place {
+            dir: self.worker_dir(index),
+            stack: self.workers[index].stack.clone(),
+        }
     }
 }

@@ -104,11 +104,11 @@ pub async fn dispatcher(config: Config) -> anyhow::Result<()> {
 pub async fn worker(config: Config, index: usize, suspended: bool) -> anyhow::Result<()> {
     let mut signals = StopSignal::install()?;
     let spec = config.worker_spec(index)?;
-    let dir = config.worker_dir(index);
+    let place = config.worker_place(index);
     let stores = distributed_stores(&config).await?;
     let handle = Worker::spawn(
         spec.clone(),
-        dir.clone(),
+        place.clone(),
         stores,
         config.worker_settings(),
         config.dispatcher.weights()?,
@@ -118,9 +118,10 @@ pub async fn worker(config: Config, index: usize, suspended: bool) -> anyhow::Re
         handle.suspend();
     }
     println!(
-        "labios worker {index}: tier {} storing in {}",
+        "labios worker {index}: tier {} storing in {} (stack {})",
         spec.tier,
-        dir.display()
+        place.dir.display(),
+        place.stack
     );
     signals.recv().await;
     signals

@@ -65,7 +65,7 @@ impl Runtime {
         ));
         for i in 0..config.workers.len() {
             manager
-                .commission(config.worker_spec(i)?, config.worker_dir(i))
+                .commission(config.worker_spec(i)?, config.worker_place(i))
                 .await?;
         }
         let (shutdown, _) = watch::channel(false);

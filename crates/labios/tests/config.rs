@@ -28,6 +28,14 @@ fn bad_values_name_the_field() {
             "[[workers]]\ntier = \"x\"\nspeed = 9\nenergy = 1\ncapacity = 10\n",
             "workers[0].speed",
         ),
+        (
+            "[[workers]]\ntier = \"x\"\nspeed = 1\nenergy = 1\ncapacity = 10\nstack = [\"zstd\", \"file\"]\n",
+            "unknown layer \"zstd\"",
+        ),
+        (
+            "[[workers]]\ntier = \"x\"\nspeed = 1\nenergy = 1\ncapacity = 10\nstack = [\"ssd\"]\n",
+            "unknown backend \"ssd\"",
+        ),
         ("[dispatcher]\npolicy = \"fastest\"\n", "policy"),
         ("[dispatcher]\nweights = \"custom\"\n", "custom_weights"),
         ("[manager]\nallocation = \"lazy\"\n", "allocation"),

@@ -17,12 +17,12 @@ use crate::worker::{Worker, WorkerConfig, WorkerHandle};
 use labios_label::{
     Error, Result, Weights, WorkerDirectory, WorkerId, WorkerSpec, WorkerState, WorkerStatus,
 };
+use labios_stack::Place;
 use labios_store::Stores;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -177,7 +177,7 @@ impl WorkerManager {
 
     /// Starts a worker storing under `dir`. In elastic allocation, workers
     /// beyond `min_active` active ones are suspended right after start.
-    pub async fn commission(&self, spec: WorkerSpec, dir: PathBuf) -> Result<WorkerId> {
+    pub async fn commission(&self, spec: WorkerSpec, place: impl Into<Place>) -> Result<WorkerId> {
         let inner = &self.inner;
         inner.config.validate()?;
         if inner.stopping.load(Ordering::Acquire) {
@@ -191,7 +191,7 @@ impl WorkerManager {
         }
         let handle = Worker::spawn(
             spec,
-            dir,
+            place,
             inner.stores.clone(),
             inner.worker_config.clone(),
             inner.weights,

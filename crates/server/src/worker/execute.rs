@@ -7,7 +7,7 @@
 //! any point leaves either the old data visible or the new data readable,
 //! never an extent pointing at bytes that were not written.
 
-use super::storage::Storage;
+use super::space::Space;
 use bytes::Bytes;
 use labios_functions::{Sandbox, SandboxLimits};
 use labios_label::anatomy::{self, Phase};
@@ -15,6 +15,7 @@ use labios_label::{
     Error, FileId, Label, LabelKind, LabelState, LabelStatus, Pointer, Result, WorkerId,
     WorkerState, LABEL_SIZE_LIMIT,
 };
+use labios_stack::Backend;
 use labios_store::warehouse::release;
 use labios_store::{Extent, LabelVerifier, Stores};
 
@@ -43,12 +44,12 @@ pub struct Outcome {
 /// Executes labels for one worker. Shared by all its lanes.
 pub struct Executor {
     id: WorkerId,
-    capacity: u64,
+    space: Space,
     retries: u32,
     /// Every live worker publishes its status at least this often; a
     /// status older than twice this belongs to a worker that is gone.
     heartbeat: Duration,
-    storage: Arc<Storage>,
+    storage: Arc<dyn Backend>,
     stores: Stores,
     /// Space this worker's labels leave on other workers, sent from there
     /// off the lanes.
@@ -82,7 +83,7 @@ impl Executor {
         capacity: u64,
         functions: bool,
         config: &super::WorkerConfig,
-        storage: Arc<Storage>,
+        storage: Arc<dyn Backend>,
         stores: Stores,
     ) -> Result<Self> {
         let limits = functions.then(|| SandboxLimits {
@@ -93,7 +94,7 @@ impl Executor {
         let sandbox = limits.map(Sandbox::new).transpose()?.map(Arc::new);
         Ok(Executor {
             id,
-            capacity,
+            space: Space::new(capacity),
             retries: config.retries,
             heartbeat: Duration::from_millis(config.score_interval_ms),
             storage,
@@ -305,7 +306,7 @@ impl Executor {
         guard: Guarded,
     ) -> Result<u64, Failure> {
         let size = data.len() as u64;
-        if !self.storage.try_reserve(size, self.capacity) {
+        if !self.space.try_reserve(self.storage.as_ref(), size) {
             return Err(format!("worker {} is full", self.id));
         }
         let sync = label.sync;
@@ -329,7 +330,7 @@ impl Executor {
                 storage.write(file, &pieces, sync)
             })
             .await;
-        self.storage.release(size);
+        self.space.release(size);
         written?;
         anatomy::record(Phase::WorkerStorage, t);
         let t = anatomy::start();
@@ -553,7 +554,7 @@ impl Executor {
         Ok(Done::bytes(0))
     }
 
-    /// [`Storage::keep_only`] what the inventory gives this worker of
+    /// [`Backend::keep_only`] what the inventory gives this worker of
     /// `file` in `start..end`.
     async fn keep_held(&self, file: FileId, start: u64, end: u64) -> Result<(), Failure> {
         let exists = self.stores.inventory.file(file).await;
@@ -654,14 +655,14 @@ impl Executor {
     async fn blocking<T, F>(&self, mut op: F) -> Result<T, Failure>
     where
         T: Send + 'static,
-        F: FnMut(&Storage) -> Result<T> + Send + 'static,
+        F: FnMut(&dyn Backend) -> Result<T> + Send + 'static,
     {
         let storage = self.storage.clone();
         let (worker, retries) = (self.id, self.retries);
         let attempts = tokio::task::spawn_blocking(move || {
             let mut attempt = 0;
             loop {
-                match op(&storage) {
+                match op(storage.as_ref()) {
                     Err(e @ Error::Storage(_)) if attempt < retries => {
                         attempt += 1;
                         tracing::warn!(worker, attempt, "local I/O failed, retrying: {e}");

@@ -20,7 +20,7 @@
 mod execute;
 mod reclaim;
 mod score;
-mod storage;
+mod space;
 
 use crate::replay::took_effect;
 use execute::Executor;
@@ -30,16 +30,15 @@ use labios_label::{
     Error, LabelKind, LabelState, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec,
     WorkerState, WorkerStatus,
 };
+use labios_stack::{Backend, Place};
 use labios_store::{worker_queue, Delivery, Stores};
 use parking_lot::Mutex;
 use score::ScoreReporter;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use storage::Storage;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -137,7 +136,7 @@ struct Shared {
     weights: Weights,
     stores: Stores,
     queue: String,
-    storage: Arc<Storage>,
+    storage: Arc<dyn Backend>,
     suspended: AtomicBool,
     decommissioned: AtomicBool,
     stopping: AtomicBool,
@@ -246,7 +245,7 @@ impl Worker {
     /// before returning.
     pub async fn spawn(
         mut spec: WorkerSpec,
-        dir: PathBuf,
+        place: impl Into<Place>,
         stores: Stores,
         config: WorkerConfig,
         weights: Weights,
@@ -256,10 +255,11 @@ impl Worker {
         if spec.max_queue == 0 {
             spec.max_queue = config.max_queue;
         }
-        let storage = tokio::task::spawn_blocking(move || Storage::open(&dir))
+        let place = place.into();
+        let capacity = spec.capacity;
+        let storage = tokio::task::spawn_blocking(move || place.stack.build(&place.dir, capacity))
             .await
             .map_err(|e| Error::Storage(format!("opening worker storage: {e}")))??;
-        let storage = Arc::new(storage);
         let shared = Arc::new(Shared {
             queue: worker_queue(spec.id),
             weights,

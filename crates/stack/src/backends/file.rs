@@ -1,6 +1,6 @@
-//! A worker's own storage (article 3.3.3a): the bytes of LABIOS file F live in
-//! one sparse local file `DIR/files/<id as 16 hex digits>`, at the same
-//! offsets as in F.
+//! The `file` backend, a worker's storage as the article describes it
+//! (3.3.3a): the bytes of LABIOS file F live in one sparse local file
+//! `DIR/files/<id as 16 hex digits>`, at the same offsets as in F.
 //!
 //! Why this layout: a label names a byte range of F, so keeping F's offsets
 //! makes every label one positional read or write with no local index to keep
@@ -10,6 +10,7 @@
 //!
 //! All methods block; callers run them off the async executor.
 
+use crate::Backend;
 use labios_label::{Error, FileId, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -28,15 +29,12 @@ const WRITE_STRIPES: usize = 64;
 
 /// The local files of one worker and the bytes they occupy.
 #[derive(Debug)]
-pub struct Storage {
+pub struct FileBackend {
     files: PathBuf,
     cache: Mutex<HandleCache>,
     /// Bytes allocated on the device (st_blocks), not logical sizes: a
     /// worker holding the last stripe of a huge file stores only that stripe.
     used: AtomicU64,
-    /// Bytes promised to writes in flight, so concurrent lanes cannot
-    /// together overshoot the capacity.
-    reserved: AtomicU64,
     /// Writes and removals of one file take turns (a lane runs writes of
     /// disjoint ranges side by side): each measures the file's allocation
     /// before and after to keep `used` exact, which two at once would count
@@ -50,10 +48,10 @@ struct HandleCache {
     clock: u64,
 }
 
-impl Storage {
+impl FileBackend {
     /// Opens (creating if needed) the storage under `dir` and measures what
     /// an earlier run left there.
-    pub fn open(dir: &Path) -> Result<Storage> {
+    pub fn open(dir: &Path) -> Result<FileBackend> {
         let files = dir.join("files");
         std::fs::create_dir_all(&files).map_err(|e| io_error(&files, e))?;
         let mut used = 0;
@@ -64,11 +62,10 @@ impl Storage {
                 used += allocated(&meta);
             }
         }
-        Ok(Storage {
+        Ok(FileBackend {
             files,
             cache: Mutex::new(HandleCache::default()),
             used: AtomicU64::new(used),
-            reserved: AtomicU64::new(0),
             stripes: (0..WRITE_STRIPES).map(|_| Mutex::new(())).collect(),
         })
     }
@@ -76,190 +73,6 @@ impl Storage {
     /// Local path of a LABIOS file's bytes.
     pub fn path(&self, file: FileId) -> PathBuf {
         self.files.join(format!("{file:016x}"))
-    }
-
-    pub fn used(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
-    }
-
-    /// Reserves room for `len` more bytes; false if that would pass
-    /// `capacity`. Release with [`Storage::release`] once the write is done.
-    pub fn try_reserve(&self, len: u64, capacity: u64) -> bool {
-        let mut reserved = self.reserved.load(Ordering::Relaxed);
-        loop {
-            let total = self.used().saturating_add(reserved).saturating_add(len);
-            if total > capacity {
-                return false;
-            }
-            match self.reserved.compare_exchange_weak(
-                reserved,
-                reserved + len,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(seen) => reserved = seen,
-            }
-        }
-    }
-
-    pub fn release(&self, len: u64) {
-        self.reserved.fetch_sub(len, Ordering::AcqRel);
-    }
-
-    /// Writes each `(offset, bytes)` piece at its offset of the local file,
-    /// creating it if needed. Positional writes never truncate and never
-    /// touch bytes outside the pieces. With `sync`, the data is on the device
-    /// (fdatasync) before this returns.
-    pub fn write(&self, file: FileId, pieces: &[(u64, &[u8])], sync: bool) -> Result<()> {
-        let path = self.path(file);
-        let handle = self.handle(file, true)?;
-        let turn = self.stripe(file).lock();
-        let before = handle.metadata().map_err(|e| io_error(&path, e))?;
-        let written = pieces.iter().try_for_each(|(offset, data)| {
-            offset
-                .checked_add(data.len() as u64)
-                .ok_or_else(|| Error::InvalidArgument(format!("offset {offset} overflows")))?;
-            handle
-                .write_all_at(data, *offset)
-                .map_err(|e| io_error(&path, e))
-        });
-        // Account for whatever reached the device, even after a failure.
-        let after = handle.metadata().map_err(|e| io_error(&path, e))?;
-        self.account(allocated(&before), allocated(&after));
-        drop(turn);
-        written?;
-        if sync {
-            handle.sync_data().map_err(|e| io_error(&path, e))?;
-        }
-        Ok(())
-    }
-
-    /// Fills `buf` from `offset` of the local file. A file that is missing
-    /// or shorter than the range is an error, never a silent short read: the
-    /// inventory said these bytes are here.
-    pub fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let path = self.path(file);
-        let handle = self.handle(file, false).map_err(|e| match e {
-            Error::NotFound(_) => Error::Storage(format!(
-                "{} is missing but holds {} bytes at offset {offset}",
-                path.display(),
-                buf.len()
-            )),
-            e => e,
-        })?;
-        handle.read_exact_at(buf, offset).map_err(|e| {
-            if e.kind() == ErrorKind::UnexpectedEof {
-                let size = handle.metadata().map(|m| m.len()).unwrap_or(0);
-                Error::Storage(format!(
-                    "{} is {size} bytes long, shorter than the {} bytes at offset {offset} it should hold",
-                    path.display(),
-                    buf.len()
-                ))
-            } else {
-                io_error(&path, e)
-            }
-        })
-    }
-
-    /// Removes the local file; a file that was never written is fine.
-    pub fn remove(&self, file: FileId) -> Result<()> {
-        let path = self.path(file);
-        let _turn = self.stripe(file).lock();
-        self.cache.lock().open.remove(&file);
-        let meta = match std::fs::metadata(&path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_error(&path, e)),
-        };
-        match std::fs::remove_file(&path) {
-            Ok(()) => {
-                self.account(allocated(&meta), 0);
-                Ok(())
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error(&path, e)),
-        }
-    }
-
-    /// Frees every byte of `file` in `start..end` that lies outside `held`
-    /// (the ranges the inventory gives this worker, sorted and disjoint):
-    /// bytes an overwrite on another worker or a truncation left behind.
-    /// With `end == u64::MAX` the local file also ends with its last held
-    /// byte, and goes if it holds none. Holes read as zeros, so nothing the
-    /// inventory points at changes.
-    pub fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
-        assert!(
-            held.windows(2).all(|w| w[0].1 <= w[1].0),
-            "held ranges overlap or are unsorted: {held:?}"
-        );
-        if end == u64::MAX && held.is_empty() {
-            return self.remove(file);
-        }
-        let path = self.path(file);
-        let handle = match self.handle(file, false) {
-            Err(Error::NotFound(_)) => return Ok(()),
-            r => r?,
-        };
-        let _turn = self.stripe(file).lock();
-        let before = handle.metadata().map_err(|e| io_error(&path, e))?;
-        let stop = end.min(before.len());
-        let mut at = start;
-        let freed = held
-            .iter()
-            .map(|&(s, e)| (s.clamp(start, stop), e.clamp(start, stop)))
-            .chain(std::iter::once((stop, stop)))
-            .try_for_each(|(s, e)| {
-                let gap = if s > at {
-                    punch(&handle, at, s - at)
-                } else {
-                    Ok(())
-                };
-                at = at.max(e);
-                gap
-            });
-        let cut = match held.last() {
-            Some(&(_, last)) if end == u64::MAX && last < before.len() => handle.set_len(last),
-            _ => Ok(()),
-        };
-        let after = handle.metadata().map_err(|e| io_error(&path, e))?;
-        self.account(allocated(&before), allocated(&after));
-        freed.map_err(|e| io_error(&path, e))?;
-        cut.map_err(|e| io_error(&path, e))
-    }
-
-    /// The files this worker holds bytes of.
-    pub fn files(&self) -> Result<Vec<FileId>> {
-        let mut ids = Vec::new();
-        for entry in std::fs::read_dir(&self.files).map_err(|e| io_error(&self.files, e))? {
-            let entry = entry.map_err(|e| io_error(&self.files, e))?;
-            let name = entry.file_name();
-            if let Some(id) = name
-                .to_str()
-                .filter(|n| n.len() == 16)
-                .and_then(|n| u64::from_str_radix(n, 16).ok())
-            {
-                ids.push(id);
-            }
-        }
-        Ok(ids)
-    }
-
-    /// Makes everything written to the local file durable; a file that was
-    /// never written is fine.
-    pub fn flush(&self, file: FileId) -> Result<()> {
-        match self.handle(file, false) {
-            Ok(handle) => handle
-                .sync_data()
-                .map_err(|e| io_error(&self.path(file), e)),
-            Err(Error::NotFound(_)) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Whether the worker holds any bytes of the file.
-    pub fn holds(&self, file: FileId) -> bool {
-        self.path(file).exists()
     }
 
     fn stripe(&self, file: FileId) -> &Mutex<()> {
@@ -312,6 +125,167 @@ impl Storage {
     }
 }
 
+impl Backend for FileBackend {
+    fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Writes each `(offset, bytes)` piece at its offset of the local file,
+    /// creating it if needed. Positional writes never truncate and never
+    /// touch bytes outside the pieces. With `sync`, the data is on the device
+    /// (fdatasync) before this returns.
+    fn write(&self, file: FileId, pieces: &[(u64, &[u8])], sync: bool) -> Result<()> {
+        let path = self.path(file);
+        let handle = self.handle(file, true)?;
+        let turn = self.stripe(file).lock();
+        let before = handle.metadata().map_err(|e| io_error(&path, e))?;
+        let written = pieces.iter().try_for_each(|(offset, data)| {
+            offset
+                .checked_add(data.len() as u64)
+                .ok_or_else(|| Error::InvalidArgument(format!("offset {offset} overflows")))?;
+            handle
+                .write_all_at(data, *offset)
+                .map_err(|e| io_error(&path, e))
+        });
+        // Account for whatever reached the device, even after a failure.
+        let after = handle.metadata().map_err(|e| io_error(&path, e))?;
+        self.account(allocated(&before), allocated(&after));
+        drop(turn);
+        written?;
+        if sync {
+            handle.sync_data().map_err(|e| io_error(&path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Fills `buf` from `offset` of the local file. A file that is missing
+    /// or shorter than the range is an error, never a silent short read: the
+    /// inventory said these bytes are here.
+    fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let path = self.path(file);
+        let handle = self.handle(file, false).map_err(|e| match e {
+            Error::NotFound(_) => Error::Storage(format!(
+                "{} is missing but holds {} bytes at offset {offset}",
+                path.display(),
+                buf.len()
+            )),
+            e => e,
+        })?;
+        handle.read_exact_at(buf, offset).map_err(|e| {
+            if e.kind() == ErrorKind::UnexpectedEof {
+                let size = handle.metadata().map(|m| m.len()).unwrap_or(0);
+                Error::Storage(format!(
+                    "{} is {size} bytes long, shorter than the {} bytes at offset {offset} it should hold",
+                    path.display(),
+                    buf.len()
+                ))
+            } else {
+                io_error(&path, e)
+            }
+        })
+    }
+
+    /// Removes the local file; a file that was never written is fine.
+    fn remove(&self, file: FileId) -> Result<()> {
+        let path = self.path(file);
+        let _turn = self.stripe(file).lock();
+        self.cache.lock().open.remove(&file);
+        let meta = match std::fs::metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_error(&path, e)),
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                self.account(allocated(&meta), 0);
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&path, e)),
+        }
+    }
+
+    /// Frees every byte of `file` in `start..end` that lies outside `held`
+    /// (the ranges the inventory gives this worker, sorted and disjoint):
+    /// bytes an overwrite on another worker or a truncation left behind.
+    /// With `end == u64::MAX` the local file also ends with its last held
+    /// byte, and goes if it holds none. Holes read as zeros, so nothing the
+    /// inventory points at changes.
+    fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
+        assert!(
+            held.windows(2).all(|w| w[0].1 <= w[1].0),
+            "held ranges overlap or are unsorted: {held:?}"
+        );
+        if end == u64::MAX && held.is_empty() {
+            return self.remove(file);
+        }
+        let path = self.path(file);
+        let handle = match self.handle(file, false) {
+            Err(Error::NotFound(_)) => return Ok(()),
+            r => r?,
+        };
+        let _turn = self.stripe(file).lock();
+        let before = handle.metadata().map_err(|e| io_error(&path, e))?;
+        let stop = end.min(before.len());
+        let mut at = start;
+        let freed = held
+            .iter()
+            .map(|&(s, e)| (s.clamp(start, stop), e.clamp(start, stop)))
+            .chain(std::iter::once((stop, stop)))
+            .try_for_each(|(s, e)| {
+                let gap = if s > at {
+                    punch(&handle, at, s - at)
+                } else {
+                    Ok(())
+                };
+                at = at.max(e);
+                gap
+            });
+        let cut = match held.last() {
+            Some(&(_, last)) if end == u64::MAX && last < before.len() => handle.set_len(last),
+            _ => Ok(()),
+        };
+        let after = handle.metadata().map_err(|e| io_error(&path, e))?;
+        self.account(allocated(&before), allocated(&after));
+        freed.map_err(|e| io_error(&path, e))?;
+        cut.map_err(|e| io_error(&path, e))
+    }
+
+    /// The files this worker holds bytes of.
+    fn files(&self) -> Result<Vec<FileId>> {
+        let mut ids = Vec::new();
+        for entry in std::fs::read_dir(&self.files).map_err(|e| io_error(&self.files, e))? {
+            let entry = entry.map_err(|e| io_error(&self.files, e))?;
+            let name = entry.file_name();
+            if let Some(id) = name
+                .to_str()
+                .filter(|n| n.len() == 16)
+                .and_then(|n| u64::from_str_radix(n, 16).ok())
+            {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Makes everything written to the local file durable; a file that was
+    /// never written is fine.
+    fn flush(&self, file: FileId) -> Result<()> {
+        match self.handle(file, false) {
+            Ok(handle) => handle
+                .sync_data()
+                .map_err(|e| io_error(&self.path(file), e)),
+            Err(Error::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the worker holds any bytes of the file.
+    fn holds(&self, file: FileId) -> bool {
+        self.path(file).exists()
+    }
+}
+
 /// Deallocates `len` bytes at `offset` (they read as zeros after). A file
 /// system that cannot punch holes keeps the bytes: nothing is lost, only
 /// space stays taken.
@@ -354,115 +328,17 @@ fn io_error(path: &Path, e: std::io::Error) -> Error {
 mod tests {
     use super::*;
 
-    fn storage() -> (tempfile::TempDir, Storage) {
-        let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(dir.path()).unwrap();
-        (dir, s)
-    }
-
     #[test]
     fn local_name_is_the_hex_file_id_inside_the_dir() {
-        let (dir, s) = storage();
+        let dir = tempfile::tempdir().unwrap();
+        let s = FileBackend::open(dir.path()).unwrap();
         assert_eq!(s.path(0xab), dir.path().join("files/00000000000000ab"));
         assert_eq!(s.path(u64::MAX), dir.path().join("files/ffffffffffffffff"));
-    }
-
-    #[test]
-    fn overwrite_at_zero_keeps_every_byte_outside_the_range() {
-        let (_dir, s) = storage();
-        let original: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        s.write(1, &[(0, &original)], false).unwrap();
-        s.write(1, &[(0, &[0xEE; 100])], false).unwrap();
-        let mut back = vec![0; original.len()];
-        s.read(1, 0, &mut back).unwrap();
-        assert!(back[..100].iter().all(|b| *b == 0xEE));
-        assert_eq!(back[100..], original[100..]);
-        assert_eq!(std::fs::metadata(s.path(1)).unwrap().len(), 10_000);
-    }
-
-    #[test]
-    fn writes_land_at_the_files_offsets_sparse() {
-        let (_dir, s) = storage();
-        s.write(2, &[(1 << 20, b"tail"), (3, b"head")], false)
+        s.write(1, &[(0, &[1; 10_000]), (0, &[2; 100])], false)
             .unwrap();
-        let mut buf = [0u8; 8];
-        s.read(2, 0, &mut buf).unwrap();
-        assert_eq!(&buf, b"\0\0\0head\0");
-        let mut tail = [0u8; 4];
-        s.read(2, 1 << 20, &mut tail).unwrap();
-        assert_eq!(&tail, b"tail");
-        // Sparse: allocation is far below the logical size.
-        assert!(s.used() < 1 << 20, "used {}", s.used());
-    }
-
-    #[test]
-    fn read_beyond_a_short_local_file_is_an_error() {
-        let (_dir, s) = storage();
-        s.write(3, &[(0, &[1; 10])], false).unwrap();
-        let mut buf = [0u8; 20];
-        let err = s.read(3, 0, &mut buf).unwrap_err().to_string();
-        assert!(err.contains("shorter"), "{err}");
-        let err = s.read(4, 0, &mut buf).unwrap_err().to_string();
-        assert!(err.contains("missing"), "{err}");
-    }
-
-    #[test]
-    fn used_follows_writes_removes_and_restarts() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(dir.path()).unwrap();
-        s.write(5, &[(0, &[7; 64 * 1024])], true).unwrap();
-        let used = s.used();
-        assert!(used >= 64 * 1024, "used {used}");
-        drop(s);
-        let s = Storage::open(dir.path()).unwrap();
-        assert_eq!(s.used(), used);
-        s.flush(5).unwrap();
-        s.flush(6).unwrap();
-        assert!(s.holds(5));
-        s.remove(5).unwrap();
-        s.remove(5).unwrap();
-        assert!(!s.holds(5));
-        assert_eq!(s.used(), 0);
-    }
-
-    #[test]
-    fn keep_only_frees_what_the_inventory_no_longer_gives_the_worker() {
-        let (_dir, s) = storage();
-        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
-        s.write(7, &[(0, &data)], false).unwrap();
-        let full = s.used();
-        // Keep 64..128 KiB and 512..576 KiB of the first 768 KiB; the rest
-        // of the file is outside the range and stays.
-        let held = [(64 << 10, 128 << 10), (512 << 10, 576 << 10)];
-        s.keep_only(7, 0, 768 << 10, &held).unwrap();
-        assert!(
-            s.used() <= full - (600 << 10),
-            "{} of {full} still used",
-            s.used()
-        );
-        let mut back = vec![0u8; 1 << 20];
-        s.read(7, 0, &mut back).unwrap();
-        for (i, (&got, &was)) in back.iter().zip(&data).enumerate() {
-            let kept = held.iter().any(|&(a, b)| (a..b).contains(&(i as u64))) || i >= 768 << 10;
-            assert_eq!(got, if kept { was } else { 0 }, "byte {i}");
-        }
-        // The whole file: cut after the last held byte, then gone.
-        s.keep_only(7, 0, u64::MAX, &held).unwrap();
-        assert_eq!(std::fs::metadata(s.path(7)).unwrap().len(), 576 << 10);
-        assert_eq!(s.files().unwrap(), [7]);
-        s.keep_only(7, 0, u64::MAX, &[]).unwrap();
-        assert!(!s.holds(7));
-        assert_eq!(s.used(), 0);
-        assert!(s.files().unwrap().is_empty());
-    }
-
-    #[test]
-    fn reservations_stop_at_capacity() {
-        let (_dir, s) = storage();
-        assert!(s.try_reserve(60, 100));
-        assert!(!s.try_reserve(41, 100));
-        assert!(s.try_reserve(40, 100));
-        s.release(100);
-        assert!(s.try_reserve(100, 100));
+        assert_eq!(std::fs::metadata(s.path(1)).unwrap().len(), 10_000);
+        // The whole file kept up to its last held byte: cut there.
+        s.keep_only(1, 0, u64::MAX, &[(0, 4096)]).unwrap();
+        assert_eq!(std::fs::metadata(s.path(1)).unwrap().len(), 4096);
     }
 }

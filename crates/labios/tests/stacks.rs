@@ -1,0 +1,56 @@
+//! Workers' I/O stacks (issue 13) under a running deployment: the stack a
+//! worker declares is the one it stores on.
+
+mod common;
+
+use common::data;
+use common::deploy::{Deployed, Kind};
+
+/// A pool of a `memory` worker and a `file` worker: files striped over
+/// both read back byte-exact, and only the `file` worker's directory
+/// holds bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stores_on_the_stack_it_declares() {
+    let d = Deployed::start(Kind::Embedded, |c| {
+        c.workers.truncate(2);
+        c.workers[0].stack = labios_stack::Spec::try_from(vec!["memory".to_string()]).unwrap();
+        c.client.max_label_size = 64 << 10;
+    })
+    .await;
+    let c = d.client().await;
+    let files: Vec<_> = (0..6u64)
+        .map(|i| (format!("/stacks/f{i}"), data(i, 300_000)))
+        .collect();
+    for (path, bytes) in &files {
+        c.write_at_sync(path.as_str(), 0, bytes.clone())
+            .await
+            .unwrap();
+    }
+    for (path, bytes) in &files {
+        assert_eq!(&c.read(path).await.unwrap(), bytes, "{path}");
+    }
+    let on_disk = |i: usize| {
+        common::files_under(&d.config().worker_dir(i))
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum::<u64>()
+    };
+    assert_eq!(on_disk(0), 0, "the memory worker writes no file");
+    assert!(on_disk(1) > 0, "the file worker does");
+    let inventory = d.stores().inventory;
+    let mut holders = std::collections::BTreeSet::new();
+    for (path, bytes) in &files {
+        let meta = inventory.lookup(path).await.unwrap().unwrap();
+        let extents = inventory
+            .extents(meta.id, 0, bytes.len() as u64)
+            .await
+            .unwrap();
+        holders.extend(extents.iter().map(|e| e.worker));
+    }
+    assert_eq!(
+        holders.into_iter().collect::<Vec<_>>(),
+        [0, 1],
+        "both workers hold stripes"
+    );
+    d.shutdown().await;
+}

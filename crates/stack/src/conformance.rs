@@ -1,0 +1,110 @@
+//! One suite every stack the registry builds must pass: the same ranges,
+//! overwrites, holes, short reads, space reclamation and removal, and what
+//! a restart keeps. Public so that the worker's tests can run it on the
+//! stacks they configure.
+
+use crate::{Backend, Spec, BACKENDS};
+use std::path::Path;
+
+/// A stack of each backend the registry knows.
+pub fn every_backend() -> Vec<Spec> {
+    BACKENDS
+        .iter()
+        .map(|(name, _)| Spec::try_from(vec![name.to_string()]).expect("a known backend"))
+        .collect()
+}
+
+fn read(b: &dyn Backend, file: u64, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0; len];
+    b.read(file, offset, &mut buf)
+        .unwrap_or_else(|e| panic!("read of file {file} {offset}+{len}: {e}"));
+    buf
+}
+
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(31).wrapping_add(seed) % 251) as u8)
+        .collect()
+}
+
+/// The behaviour of [`Backend`]'s methods, on a fresh backend.
+pub fn backend_suite(b: &dyn Backend) {
+    assert_eq!(b.used(), 0, "a fresh backend holds nothing");
+    // An overwrite changes its range only.
+    let original = pattern(10_000, 1);
+    b.write(1, &[(0, &original)], false).unwrap();
+    b.write(1, &[(0, &[0xEE; 100])], false).unwrap();
+    let back = read(b, 1, 0, original.len());
+    assert!(back[..100].iter().all(|&x| x == 0xEE));
+    assert_eq!(back[100..], original[100..]);
+    // Pieces land at their offsets; holes read as zeros and take nothing.
+    b.write(2, &[(1 << 20, b"tail"), (3, b"head")], true)
+        .unwrap();
+    assert_eq!(read(b, 2, 0, 8), b"\0\0\0head\0");
+    assert_eq!(read(b, 2, 1 << 20, 4), b"tail");
+    assert!(b.used() < 1 << 20, "sparse: {} bytes used", b.used());
+    // Unaligned pieces across block boundaries, and one read across them.
+    let long = pattern(3 * 4096 + 17, 2);
+    b.write(3, &[(4093, &long)], false).unwrap();
+    assert_eq!(read(b, 3, 4093, long.len()), long);
+    assert_eq!(read(b, 3, 0, 4093), vec![0; 4093]);
+    // Past the end, or a file never written: an error naming the cause.
+    let mut buf = [0u8; 20];
+    let err = b.read(2, (1 << 20) - 4, &mut buf).unwrap_err().to_string();
+    assert!(err.contains("shorter"), "{err}");
+    let err = b.read(404, 0, &mut buf).unwrap_err().to_string();
+    assert!(err.contains("missing"), "{err}");
+    // Space goes back with what the inventory no longer gives.
+    let data = pattern(1 << 20, 3);
+    b.write(7, &[(0, &data)], false).unwrap();
+    let before = b.used();
+    let held = [(64 << 10, 128 << 10), (512 << 10, 576 << 10)];
+    b.keep_only(7, 0, 768 << 10, &held).unwrap();
+    assert!(
+        b.used() <= before - (600 << 10),
+        "{} of {before} still used",
+        b.used()
+    );
+    let back = read(b, 7, 0, 1 << 20);
+    for (i, (&got, &was)) in back.iter().zip(&data).enumerate() {
+        let kept = held.iter().any(|&(s, e)| (s..e).contains(&(i as u64))) || i >= 768 << 10;
+        assert_eq!(got, if kept { was } else { 0 }, "byte {i}");
+    }
+    // The whole file: it ends with its last held byte, then goes.
+    b.keep_only(7, 0, u64::MAX, &held).unwrap();
+    assert_eq!(
+        read(b, 7, 0, 576 << 10)[512 << 10..],
+        data[512 << 10..576 << 10]
+    );
+    assert!(b.read(7, 576 << 10, &mut buf).is_err(), "cut after 576 KiB");
+    let mut files = b.files().unwrap();
+    files.sort();
+    assert_eq!(files, [1, 2, 3, 7]);
+    b.keep_only(7, 0, u64::MAX, &[]).unwrap();
+    assert!(!b.holds(7));
+    // Removal, twice, and flushes of held and unknown files.
+    b.flush(1).unwrap();
+    b.flush(404).unwrap();
+    for f in [1, 1, 2, 3] {
+        b.remove(f).unwrap();
+    }
+    assert!(b.files().unwrap().is_empty());
+    assert_eq!(b.used(), 0, "everything removed");
+}
+
+/// What a restart keeps: everything written on a durable stack, nothing on
+/// one in memory (which must then hold no file rather than wrong bytes).
+pub fn restart_suite(spec: &Spec, dir: &Path) {
+    let data = pattern(64 << 10, 4);
+    let b = spec.build(dir, 1 << 30).unwrap();
+    b.write(5, &[(0, &data)], true).unwrap();
+    let used = b.used();
+    drop(b);
+    let b = spec.build(dir, 1 << 30).unwrap();
+    if spec.durable() {
+        assert_eq!(b.used(), used, "{spec}");
+        assert_eq!(read(b.as_ref(), 5, 0, data.len()), data, "{spec}");
+    } else {
+        assert_eq!((b.used(), b.files().unwrap()), (0, vec![]), "{spec}");
+    }
+}
