@@ -5,15 +5,22 @@ mod common;
 
 use common::data;
 use common::deploy::{Deployed, Kind};
+use std::os::unix::fs::FileExt;
 
-/// A pool of a `memory` worker and a `file` worker: files striped over
-/// both read back byte-exact, and only the `file` worker's directory
-/// holds bytes.
+fn spec(names: &[&str]) -> labios_stack::Spec {
+    labios_stack::Spec::try_from(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap()
+}
+
+/// A pool of a `memory` worker and a `checksum,file` worker: files
+/// striped over both read back byte-exact, only the second worker's
+/// directory holds bytes, and a byte changed there fails the read of its
+/// file with the checksum's error instead of returning it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_stores_on_the_stack_it_declares() {
     let d = Deployed::start(Kind::Embedded, |c| {
         c.workers.truncate(2);
-        c.workers[0].stack = labios_stack::Spec::try_from(vec!["memory".to_string()]).unwrap();
+        c.workers[0].stack = spec(&["memory"]);
+        c.workers[1].stack = spec(&["checksum", "file"]);
         c.client.max_label_size = 64 << 10;
     })
     .await;
@@ -39,6 +46,7 @@ async fn a_worker_stores_on_the_stack_it_declares() {
     assert!(on_disk(1) > 0, "the file worker does");
     let inventory = d.stores().inventory;
     let mut holders = std::collections::BTreeSet::new();
+    let mut on_second = None;
     for (path, bytes) in &files {
         let meta = inventory.lookup(path).await.unwrap().unwrap();
         let extents = inventory
@@ -46,11 +54,31 @@ async fn a_worker_stores_on_the_stack_it_declares() {
             .await
             .unwrap();
         holders.extend(extents.iter().map(|e| e.worker));
+        if let Some(e) = extents.iter().find(|e| e.worker == 1) {
+            on_second = Some((path.clone(), meta.id, e.offset));
+        }
     }
     assert_eq!(
         holders.into_iter().collect::<Vec<_>>(),
         [0, 1],
         "both workers hold stripes"
     );
+    // One byte changed on the second worker's device.
+    let (path, id, offset) = on_second.unwrap();
+    let local = d
+        .config()
+        .worker_dir(1)
+        .join("files")
+        .join(format!("{id:016x}"));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&local)
+        .unwrap();
+    let mut byte = [0u8];
+    f.read_exact_at(&mut byte, offset + 10).unwrap();
+    f.write_all_at(&[byte[0] ^ 1], offset + 10).unwrap();
+    let err = c.read(&path).await.unwrap_err().to_string();
+    assert!(err.contains("checksum mismatch"), "{err}");
     d.shutdown().await;
 }

@@ -3,14 +3,21 @@
 //! a restart keeps. Public so that the worker's tests can run it on the
 //! stacks they configure.
 
-use crate::{Backend, Spec, BACKENDS};
+use crate::{Backend, Spec, BACKENDS, LAYERS};
 use std::path::Path;
 
-/// A stack of each backend the registry knows.
-pub fn every_backend() -> Vec<Spec> {
-    BACKENDS
-        .iter()
-        .map(|(name, _)| Spec::try_from(vec![name.to_string()]).expect("a known backend"))
+/// Each backend the registry knows, alone and under each layer.
+pub fn every_stack() -> Vec<Spec> {
+    let mut stacks = Vec::new();
+    for (backend, _) in BACKENDS {
+        stacks.push(vec![backend.to_string()]);
+        for (layer, _) in LAYERS {
+            stacks.push(vec![layer.to_string(), backend.to_string()]);
+        }
+    }
+    stacks
+        .into_iter()
+        .map(|names| Spec::try_from(names).expect("known modules"))
         .collect()
 }
 
@@ -42,6 +49,8 @@ pub fn backend_suite(b: &dyn Backend) {
         .unwrap();
     assert_eq!(read(b, 2, 0, 8), b"\0\0\0head\0");
     assert_eq!(read(b, 2, 1 << 20, 4), b"tail");
+    assert_eq!(b.len(2).unwrap(), Some((1 << 20) + 4));
+    assert_eq!(b.len(404).unwrap(), None);
     assert!(b.used() < 1 << 20, "sparse: {} bytes used", b.used());
     // Unaligned pieces across block boundaries, and one read across them.
     let long = pattern(3 * 4096 + 17, 2);

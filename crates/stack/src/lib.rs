@@ -15,6 +15,7 @@
 
 pub mod backends;
 pub mod conformance;
+pub mod layers;
 
 use labios_label::{Error, FileId, Result};
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn flush(&self, file: FileId) -> Result<()>;
     /// Whether any bytes of `file` are held.
     fn holds(&self, file: FileId) -> bool;
+    /// One past the last byte of `file` held (its local length); `None`
+    /// when nothing of it is.
+    fn len(&self, file: FileId) -> Result<Option<u64>>;
     /// Bytes held (allocated, not logical sizes).
     fn used(&self) -> u64;
 }
@@ -74,7 +78,15 @@ const BACKENDS: &[(&str, Open)] = &[
     }),
 ];
 
-fn known(table: &[(&str, Open)]) -> String {
+/// What a layer wraps: the stack below it.
+type Wrap = fn(Arc<dyn Backend>) -> Arc<dyn Backend>;
+
+/// Every layer a stack may put over its backend, by name.
+const LAYERS: &[(&str, Wrap)] = &[("checksum", |inner| {
+    Arc::new(layers::checksum::Checksum::new(inner))
+})];
+
+fn known<T>(table: &[(&str, T)]) -> String {
     table.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
 }
 
@@ -82,7 +94,7 @@ impl TryFrom<Vec<String>> for Spec {
     type Error = Error;
 
     /// Refuses an empty stack, a last module that is not a backend, and
-    /// any module before it: there are no layers yet.
+    /// a module before it that is not a layer.
     fn try_from(names: Vec<String>) -> Result<Spec> {
         let Some((last, layers)) = names.split_last() else {
             return Err(Error::InvalidArgument(format!(
@@ -96,10 +108,10 @@ impl TryFrom<Vec<String>> for Spec {
                 known(BACKENDS)
             )));
         }
-        if let Some(layer) = layers.first() {
+        if let Some(layer) = layers.iter().find(|l| !LAYERS.iter().any(|(n, _)| n == l)) {
             return Err(Error::InvalidArgument(format!(
-                "stack: unknown layer {layer:?} (no layers yet; a stack is one backend: {})",
-                known(BACKENDS)
+                "stack: unknown layer {layer:?} (known: {})",
+                known(LAYERS)
             )));
         }
         Ok(Spec(names))
@@ -122,12 +134,20 @@ impl Spec {
     /// The stack a worker storing under `dir`, at most `capacity` bytes,
     /// runs.
     pub fn build(&self, dir: &Path, capacity: u64) -> Result<Arc<dyn Backend>> {
-        let name = self.0.last().expect("a spec ends in a backend");
+        let (name, layers) = self.0.split_last().expect("a spec ends in a backend");
         let (_, open) = BACKENDS
             .iter()
             .find(|(n, _)| n == name)
             .expect("a spec names only known backends");
-        open(dir, capacity)
+        let mut stack = open(dir, capacity)?;
+        for layer in layers.iter().rev() {
+            let (_, wrap) = LAYERS
+                .iter()
+                .find(|(n, _)| n == layer)
+                .expect("a spec names only known layers");
+            stack = wrap(stack);
+        }
+        Ok(stack)
     }
 
     /// Whether the stack keeps what it holds across a restart of its

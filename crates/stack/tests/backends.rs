@@ -1,14 +1,17 @@
 //! Every backend of the registry through the conformance suite, and the
 //! registry's refusals.
 
+use labios_stack::backends::file::FileBackend;
 use labios_stack::backends::memory::MemoryBackend;
-use labios_stack::conformance::{backend_suite, every_backend, restart_suite};
+use labios_stack::conformance::{backend_suite, every_stack, restart_suite};
+use labios_stack::layers::checksum::Checksum;
 use labios_stack::{Backend, Spec};
+use std::sync::Arc;
 
 #[test]
-fn every_backend_passes_the_suite_and_restarts_as_it_says() {
-    let specs = every_backend();
-    assert!(specs.len() >= 2, "{specs:?}");
+fn every_stack_passes_the_suite_and_restarts_as_it_says() {
+    let specs = every_stack();
+    assert!(specs.len() >= 4, "{specs:?}");
     for spec in specs {
         let dir = tempfile::tempdir().unwrap();
         backend_suite(spec.build(dir.path(), 1 << 30).unwrap().as_ref());
@@ -26,6 +29,8 @@ fn a_malformed_stack_is_refused_naming_the_module() {
         (&[][..], "empty"),
         (&["ssd"][..], "\"ssd\""),
         (&["zstd", "file"][..], "\"zstd\""),
+        (&["checksum", "zstd", "file"][..], "\"zstd\""),
+        (&["file", "checksum"][..], "unknown backend \"checksum\""),
     ] {
         let err = spec(names).unwrap_err().to_string();
         assert!(err.contains(named), "{names:?}: {err}");
@@ -43,4 +48,48 @@ fn the_memory_backend_stays_within_its_capacity() {
     assert_eq!(back, [1; 4096], "a refused write changes nothing");
     m.write(1, &[(4096, &[2; 4096])], false).unwrap();
     assert_eq!(m.used(), 8192);
+}
+
+/// A byte changed on the device under `checksum` is an error naming the
+/// file and the block, never data; the blocks around it still read.
+#[test]
+fn a_corrupted_byte_under_checksum_is_an_error_not_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = Arc::new(FileBackend::open(dir.path()).unwrap());
+    let stack = Checksum::new(file.clone());
+    let data: Vec<u8> = (0..5 * 4096u32).map(|i| (i % 241) as u8).collect();
+    stack.write(9, &[(0, &data)], false).unwrap();
+    use std::os::unix::fs::FileExt;
+    let local = std::fs::OpenOptions::new()
+        .write(true)
+        .open(file.path(9))
+        .unwrap();
+    local
+        .write_all_at(&[data[2 * 4096 + 7] ^ 0x40], 2 * 4096 + 7)
+        .unwrap();
+    let mut buf = vec![0; 100];
+    let err = stack.read(9, 2 * 4096, &mut buf).unwrap_err().to_string();
+    assert!(
+        err.contains("checksum mismatch")
+            && err.contains("0000000000000009")
+            && err.contains("offset 8192"),
+        "{err}"
+    );
+    let mut all = vec![0; data.len()];
+    assert!(
+        stack.read(9, 0, &mut all).is_err(),
+        "a read across it fails too"
+    );
+    let mut before = vec![0; 2 * 4096];
+    stack.read(9, 0, &mut before).unwrap();
+    assert_eq!(before, data[..2 * 4096]);
+    let mut after = vec![0; 2 * 4096];
+    stack.read(9, 3 * 4096, &mut after).unwrap();
+    assert_eq!(after, data[3 * 4096..]);
+    // Written again, the block is whole again.
+    stack
+        .write(9, &[(2 * 4096, &data[2 * 4096..3 * 4096])], false)
+        .unwrap();
+    stack.read(9, 0, &mut all).unwrap();
+    assert_eq!(all, data);
 }

@@ -284,6 +284,15 @@ impl Backend for FileBackend {
     fn holds(&self, file: FileId) -> bool {
         self.path(file).exists()
     }
+
+    fn len(&self, file: FileId) -> Result<Option<u64>> {
+        let path = self.path(file);
+        match std::fs::metadata(&path) {
+            Ok(meta) => Ok(Some(meta.len())),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error(&path, e)),
+        }
+    }
 }
 
 /// Deallocates `len` bytes at `offset` (they read as zeros after). A file

@@ -243,4 +243,8 @@ impl Backend for MemoryBackend {
     fn holds(&self, file: FileId) -> bool {
         self.files.lock().by_id.contains_key(&file)
     }
+
+    fn len(&self, file: FileId) -> Result<Option<u64>> {
+        Ok(self.files.lock().by_id.get(&file).map(|f| f.len))
+    }
 }

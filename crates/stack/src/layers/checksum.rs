@@ -1,0 +1,200 @@
+//! The `checksum` layer: a CRC-32C per block of [`BLOCK`] bytes, kept
+//! beside the data in the backend below and verified on every read. A
+//! block whose bytes no longer match fails the read with an error naming
+//! the file and the block's offset: a worker under this layer never
+//! returns bytes other than those written.
+//!
+//! The sums of file F live in the backend below as the companion file
+//! `F | COMPANION` (no LABIOS file id reaches bit 63), 8 bytes per block:
+//! the CRC and a mark, so that a block never summed (a hole) reads as all
+//! zeros and is not checked. A block's sum covers its bytes up to the
+//! file's local length, zeros after. Writes and reclamation of a file
+//! recompute the sums of the blocks they touch under the file's lock, and
+//! reads verify under it, so a read never sees new bytes with an old sum.
+
+use crate::Backend;
+use labios_label::{Error, FileId, Result};
+use parking_lot::RwLock;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Bytes one sum covers.
+pub const BLOCK: u64 = 4096;
+/// The bit of a file id that names a file's sums.
+const COMPANION: FileId = 1 << 63;
+/// Bytes of one block's entry: CRC-32C, then [`MARK`].
+const ENTRY: u64 = 8;
+const MARK: [u8; 4] = *b"LBck";
+const STRIPES: usize = 64;
+
+#[derive(Debug)]
+pub struct Checksum {
+    inner: Arc<dyn Backend>,
+    /// Writers of a file alone, readers together; striped by file id.
+    stripes: Vec<RwLock<()>>,
+}
+
+impl Checksum {
+    pub fn new(inner: Arc<dyn Backend>) -> Checksum {
+        Checksum {
+            inner,
+            stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
+        }
+    }
+
+    fn stripe(&self, file: FileId) -> &RwLock<()> {
+        &self.stripes[(file % STRIPES as u64) as usize]
+    }
+
+    /// Bytes `[from, to)` of `file` as they read now: zeros past its
+    /// length or where nothing is held.
+    fn bytes(&self, file: FileId, from: u64, to: u64) -> Result<Vec<u8>> {
+        let mut out = vec![0; (to - from) as usize];
+        let len = self.inner.len(file)?.unwrap_or(0);
+        if from < len {
+            let upto = to.min(len);
+            self.inner
+                .read(file, from, &mut out[..(upto - from) as usize])?;
+        }
+        Ok(out)
+    }
+
+    /// The entries of blocks `first..=last` (zeros where none was kept).
+    fn entries(&self, file: FileId, first: u64, last: u64) -> Result<Vec<u8>> {
+        self.bytes(file | COMPANION, first * ENTRY, (last + 1) * ENTRY)
+    }
+
+    /// Sums blocks `blocks` of `file` as they now are and keeps the sums.
+    fn resum(&self, file: FileId, blocks: &BTreeSet<u64>, sync: bool) -> Result<()> {
+        let len = self.inner.len(file)?.unwrap_or(0);
+        let mut entries = Vec::with_capacity(blocks.len());
+        for &b in blocks {
+            let entry = if b * BLOCK < len {
+                let block = self.bytes(file, b * BLOCK, (b + 1) * BLOCK)?;
+                entry_of(&block)
+            } else {
+                [0; ENTRY as usize]
+            };
+            entries.push((b * ENTRY, entry));
+        }
+        let pieces: Vec<(u64, &[u8])> = entries.iter().map(|(o, e)| (*o, &e[..])).collect();
+        self.inner.write(file | COMPANION, &pieces, sync)
+    }
+}
+
+fn entry_of(block: &[u8]) -> [u8; ENTRY as usize] {
+    let mut e = [0; ENTRY as usize];
+    e[..4].copy_from_slice(&crc32c::crc32c(block).to_le_bytes());
+    e[4..].copy_from_slice(&MARK);
+    e
+}
+
+/// The blocks `[from, to)` touches.
+fn blocks(from: u64, to: u64) -> impl Iterator<Item = u64> {
+    let last = if to > from {
+        (to - 1) / BLOCK + 1
+    } else {
+        from / BLOCK
+    };
+    from / BLOCK..last
+}
+
+impl Backend for Checksum {
+    fn write(&self, file: FileId, pieces: &[(u64, &[u8])], sync: bool) -> Result<()> {
+        assert_eq!(
+            file & COMPANION,
+            0,
+            "file id {file:#x} uses the companion bit"
+        );
+        let _turn = self.stripe(file).write();
+        self.inner.write(file, pieces, sync)?;
+        let touched: BTreeSet<u64> = pieces
+            .iter()
+            .flat_map(|(o, d)| blocks(*o, o + d.len() as u64))
+            .collect();
+        self.resum(file, &touched, sync)
+    }
+
+    fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let _turn = self.stripe(file).read();
+        let end = offset + buf.len() as u64;
+        self.inner.read(file, offset, buf)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let (first, last) = (offset / BLOCK, (end - 1) / BLOCK);
+        let entries = self.entries(file, first, last)?;
+        for (i, b) in (first..=last).enumerate() {
+            let kept = &entries[i * ENTRY as usize..][..ENTRY as usize];
+            if kept == [0; ENTRY as usize] {
+                continue;
+            }
+            let (start, stop) = (b * BLOCK, (b + 1) * BLOCK);
+            // The block as it reads: from `buf` where the read covered it.
+            let block = if start >= offset && stop <= end {
+                buf[(start - offset) as usize..][..BLOCK as usize].to_vec()
+            } else {
+                self.bytes(file, start, stop)?
+            };
+            if entry_of(&block) != kept {
+                return Err(Error::Storage(format!(
+                    "checksum mismatch in file {file:016x} at offset {start} ({BLOCK} bytes): \
+                     the stored bytes are not those written"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn remove(&self, file: FileId) -> Result<()> {
+        let _turn = self.stripe(file).write();
+        self.inner.remove(file)?;
+        self.inner.remove(file | COMPANION)
+    }
+
+    fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
+        let _turn = self.stripe(file).write();
+        let Some(len) = self.inner.len(file)? else {
+            return self.inner.remove(file | COMPANION);
+        };
+        self.inner.keep_only(file, start, end, held)?;
+        if !self.inner.holds(file) {
+            return self.inner.remove(file | COMPANION);
+        }
+        // Freed ranges read as zeros now, and a cut file is shorter: sum
+        // again what changed, and keep no entry past the new end.
+        let touched: BTreeSet<u64> = blocks(start, end.min(len)).collect();
+        self.resum(file, &touched, false)?;
+        let now = self.inner.len(file)?.unwrap_or(0);
+        let kept = now.div_ceil(BLOCK) * ENTRY;
+        self.inner
+            .keep_only(file | COMPANION, 0, u64::MAX, &[(0, kept)])
+    }
+
+    fn files(&self) -> Result<Vec<FileId>> {
+        Ok(self
+            .inner
+            .files()?
+            .into_iter()
+            .filter(|f| f & COMPANION == 0)
+            .collect())
+    }
+
+    fn flush(&self, file: FileId) -> Result<()> {
+        self.inner.flush(file)?;
+        self.inner.flush(file | COMPANION)
+    }
+
+    fn holds(&self, file: FileId) -> bool {
+        self.inner.holds(file)
+    }
+
+    fn len(&self, file: FileId) -> Result<Option<u64>> {
+        self.inner.len(file)
+    }
+
+    /// The sums' space counts too: the worker's capacity is its device's.
+    fn used(&self) -> u64 {
+        self.inner.used()
+    }
+}

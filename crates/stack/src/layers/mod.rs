@@ -1,0 +1,4 @@
+//! Layers a stack puts over its backend, one module each; each wraps any
+//! [`crate::Backend`] and is one itself.
+
+pub mod checksum;
