@@ -52,6 +52,17 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn used(&self) -> u64;
 }
 
+/// Whether a [`Backend::keep_only`] of `..end` keeping `held` leaves the
+/// file nothing (it then goes); asserts the invariant of `held`, sorted
+/// and disjoint, which every backend relies on.
+fn keeps_nothing(end: u64, held: &[(u64, u64)]) -> bool {
+    assert!(
+        held.windows(2).all(|w| w[0].1 <= w[1].0),
+        "held ranges overlap or are unsorted: {held:?}"
+    );
+    end == u64::MAX && held.is_empty()
+}
+
 /// A worker's stack as declared: module names, the backend last.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "Vec<String>", into = "Vec<String>")]
