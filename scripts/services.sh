@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# External services of the distributed deployment (DESIGN "Deployments" 2):
+# External services of the distributed deployment (ARCHITECTURE.md "Deployments" 2):
 # NATS JetStream for label queues, Redis for warehouse and inventory.
 #
 #   bash scripts/services.sh install          install every service binary (and iproute2,

@@ -1,4 +1,4 @@
-//! The distributed deployment's stores (DESIGN "Deployments" 2): label
+//! The distributed deployment's stores (ARCHITECTURE.md "Deployments" 2): label
 //! queues on NATS JetStream, warehouse and inventory on Redis. Existing,
 //! trusted engines; LABIOS only maps its three traits onto them.
 

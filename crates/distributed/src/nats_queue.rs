@@ -1,5 +1,5 @@
-//! Label queues on NATS JetStream (article 3.3.2b, 3.4, 3.5.4; DESIGN
-//! "Deployments" 2).
+//! Label queues on NATS JetStream (article 3.3.2b, 3.4, 3.5.4;
+//! ARCHITECTURE.md "Deployments" 2).
 //!
 //! # Layout
 //!

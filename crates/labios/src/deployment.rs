@@ -1,4 +1,4 @@
-//! Which stores the components use (DESIGN "Deployments"): the embedded
+//! Which stores the components use (ARCHITECTURE.md "Deployments"): the embedded
 //! default keeps them in one process; the distributed deployment puts label
 //! queues on NATS JetStream and warehouse and inventory on Redis, so that
 //! dispatchers, workers and clients can each run as their own process on any

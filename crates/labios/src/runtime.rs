@@ -1,4 +1,4 @@
-//! The embedded default (DESIGN "Deployments" 1): label queues, warehouse,
+//! The embedded default (ARCHITECTURE.md "Deployments" 1): label queues, warehouse,
 //! inventory, dispatchers, worker manager and workers in one process. The
 //! same components run separately in the distributed deployment; only the
 //! store implementations differ.

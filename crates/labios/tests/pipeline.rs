@@ -2,7 +2,7 @@
 //! client -> label queue -> dispatcher -> worker queues -> workers -> inventory.
 //!
 //! Every test is written once against `common::deploy::Deployed` and runs on
-//! both deployments (DESIGN "Deployments": one test suite runs against both):
+//! both deployments (ARCHITECTURE.md "Deployments": one test suite runs against both):
 //! `<test>::embedded` on the in-process runtime, `<test>::cluster` on real
 //! nats-server and redis-server with `labios dispatcher` / `labios worker`
 //! processes (needs `bash scripts/services.sh install`).

@@ -1,4 +1,4 @@
-//! Warehouse and inventory on Redis (DESIGN "Deployments" 2).
+//! Warehouse and inventory on Redis (ARCHITECTURE.md "Deployments" 2).
 //!
 //! Redis is the distributed hashmap of article 3.3.1b-c: values in transit
 //! live in a [`RedisWarehouse`], metadata in a [`RedisInventory`]. Both are

@@ -1,4 +1,4 @@
-//! One end-to-end suite, two deployments (DESIGN "Deployments"): every test
+//! One end-to-end suite, two deployments (ARCHITECTURE.md "Deployments"): every test
 //! of `pipeline.rs` starts a [`Deployed`] of a given [`Kind`] and talks to it
 //! only through this API, so the same assertions run against
 //!
