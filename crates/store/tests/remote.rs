@@ -413,3 +413,37 @@ async fn a_check_and_its_change_are_one_step() {
     // Both orders were tried, or the test showed nothing.
     assert!(before > 0 && after > 0, "before {before} after {after}");
 }
+
+/// Only requests whose checks read what namespace changes change take
+/// part in the order: a user's wait for label statuses, which may last
+/// its whole timeout, holds up no create of another client.
+#[tokio::test]
+async fn a_long_wait_of_a_user_holds_up_no_namespace_change() {
+    use labios_store::access::Cred;
+    use labios_store::remote::acting_as;
+    use labios_store::Owner;
+    let dir = tempfile::tempdir().unwrap();
+    let (endpoint, _stop) = start(Endpoint::Unix(dir.path().join("s.sock"))).await;
+    let (s, _) = connect(&endpoint, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+    let i = s.inventory.clone();
+    let nobody = Cred {
+        uid: 65534,
+        gid: 65534,
+        groups: Vec::new(),
+    };
+    let unknown = [labios_label::LabelIdGen::new(99).next()];
+    let wait = acting_as(nobody, i.wait(&unknown, Duration::from_secs(60)));
+    let mut wait = std::pin::pin!(wait);
+    // The wait is on the server before the create is sent.
+    let not_yet = tokio::time::timeout(Duration::from_millis(100), &mut wait).await;
+    assert!(not_yet.is_err(), "the wait returned early: {not_yet:?}");
+    // Ready in milliseconds; a create held up by the wait would take its
+    // whole minute.
+    let create = i.create("/after-the-wait", FileKind::File, 0o644, Owner::root(7));
+    tokio::time::timeout(Duration::from_secs(20), create)
+        .await
+        .expect("the create waited for another user's wait")
+        .unwrap();
+}

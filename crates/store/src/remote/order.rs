@@ -5,14 +5,21 @@
 //! request through on what was true a moment before.
 //!
 //! Every change of the namespace or of an entry's attributes (what checks
-//! read) runs alone; the checked requests of other users run together with
-//! each other, between such changes. Requests nobody checks and that change
-//! nothing a check reads (data reads, label statuses, warehouse keys) take
-//! no part. The order is kept by one `labios serve` process: every request
-//! of the embedded deployment and of a node gateway (`labios serve` over a
+//! read) runs alone; the checked requests of users that act on what those
+//! changes change run together with each other, between such changes.
+//! Everything else takes no part: requests nobody checks (label statuses,
+//! waits, warehouse keys, queue pulls), and checked ones that may wait
+//! without bound once checked (a blocking record lock, a label push under
+//! backpressure), which held in the order would stop every namespace
+//! change behind them. Those are checks of a file by id, as the kernel
+//! checks a descriptor's access when it is opened, and a mode change after
+//! the check does not undo them there either.
+//!
+//! The order is kept by one `labios serve` process: every request of the
+//! embedded deployment and of a node gateway (`labios serve` over a
 //! distributed deployment) passes through one.
 
-use super::proto::{QueueOp, Request};
+use super::proto::Request;
 use std::sync::Arc;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
@@ -41,7 +48,7 @@ impl CheckOrder {
             Turn::Alone {
                 _held: self.0.clone().write_owned().await,
             }
-        } else if checked && !may_wait(request) {
+        } else if checked && acts_on_what_changes_change(request) {
             Turn::Shared {
                 _held: self.0.clone().read_owned().await,
             }
@@ -65,14 +72,17 @@ fn changes_what_checks_read(request: &Request) -> bool {
     )
 }
 
-/// Requests that may wait without bound once checked (a blocking record
-/// lock, a label push under backpressure): held in the order, they would
-/// stop every namespace change behind them. Their checks are of a file by
-/// id, as the kernel checks a descriptor's access when it is opened, and a
-/// mode change after the check does not undo them there either.
-fn may_wait(request: &Request) -> bool {
+/// Checked requests whose check and effect read names, modes or owners,
+/// and whose effect is short: a look-up or listing through directories,
+/// an open, a size change, an append's reservation, an extended attribute.
+fn acts_on_what_changes_change(request: &Request) -> bool {
     matches!(
         request,
-        Request::Lock(_) | Request::Labels(QueueOp::Push { .. })
+        Request::Lookup { .. }
+            | Request::List { .. }
+            | Request::Open { .. }
+            | Request::SetSize { .. }
+            | Request::ReserveAppend { .. }
+            | Request::SetXattr { .. }
     )
 }
