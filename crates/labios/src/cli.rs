@@ -151,7 +151,7 @@ pub enum Command {
         data_dir: Option<PathBuf>,
     },
     /// Run a benchmark scenario (dispatch, write, read, small, latency,
-    /// anatomy, elastic, dispatch-scaling, sds, soak).
+    /// anatomy, elastic, dispatch-scaling, sds, stacks, soak).
     Bench {
         scenario: String,
         /// Print one JSON object per run (soak: also one per second sampled).

@@ -82,3 +82,56 @@ async fn a_worker_stores_on_the_stack_it_declares() {
     assert!(err.contains("checksum mismatch"), "{err}");
     d.shutdown().await;
 }
+
+/// A pool of `kv` workers (every byte in one embedded key-value store per
+/// worker): files written over them read back byte-exact, no worker keeps
+/// a file per LABIOS file, and after a restart of the runtime the same
+/// bytes are read from the stores again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_workers_keep_every_byte_in_their_store_across_a_restart() {
+    let mut d = Deployed::start(Kind::Embedded, |c| {
+        c.workers.truncate(2);
+        for w in &mut c.workers {
+            w.stack = spec(&["kv"]);
+        }
+        c.client.max_label_size = 64 << 10;
+    })
+    .await;
+    let files: Vec<_> = (0..6u64)
+        .map(|i| {
+            (
+                format!("/kv/f{i}"),
+                data(i + 40, 200_000 + 8192 * i as usize),
+            )
+        })
+        .collect();
+    {
+        let c = d.client().await;
+        for (path, bytes) in &files {
+            c.write_at_sync(path.as_str(), 0, bytes.clone())
+                .await
+                .unwrap();
+        }
+        // An overwrite in the middle of one, unaligned.
+        c.write_at_sync("/kv/f2", 5000, vec![0xAB; 70_000].into())
+            .await
+            .unwrap();
+    }
+    let mut expected: Vec<(String, Vec<u8>)> =
+        files.iter().map(|(p, b)| (p.clone(), b.to_vec())).collect();
+    expected[2].1[5000..75_000].fill(0xAB);
+    for i in 0..2 {
+        let dir = d.config().worker_dir(i);
+        assert!(dir.join("kv").is_dir(), "worker {i} has its store");
+        assert!(
+            !dir.join("files").exists() || common::files_under(&dir.join("files")).is_empty(),
+            "worker {i} keeps no file per LABIOS file"
+        );
+    }
+    d.restart().await;
+    let c = d.client().await;
+    for (path, bytes) in &expected {
+        assert!(c.read(path).await.unwrap() == bytes[..], "{path}");
+    }
+    d.shutdown().await;
+}

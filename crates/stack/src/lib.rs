@@ -84,6 +84,9 @@ const BACKENDS: &[(&str, Open)] = &[
     ("file", |dir, _| {
         Ok(Arc::new(backends::file::FileBackend::open(dir)?))
     }),
+    ("kv", |dir, capacity| {
+        Ok(Arc::new(backends::kv::KvBackend::open(dir, capacity)?))
+    }),
     ("memory", |_, capacity| {
         Ok(Arc::new(backends::memory::MemoryBackend::new(capacity)))
     }),

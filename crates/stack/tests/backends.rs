@@ -93,3 +93,78 @@ fn a_corrupted_byte_under_checksum_is_an_error_not_data() {
     stack.read(9, 0, &mut all).unwrap();
     assert_eq!(all, data);
 }
+
+/// Where the crash test's child writes, and on which stack; set only in
+/// the child.
+const CRASH_DIR: &str = "LABIOS_STACK_CRASH_DIR";
+const CRASH_SPEC: &str = "LABIOS_STACK_CRASH_SPEC";
+const CRASH_LABELS: u64 = 400;
+
+fn crash_block(label: u64) -> Vec<u8> {
+    (0..8192u64)
+        .map(|i| ((i * 7 + label * 13) % 253) as u8)
+        .collect()
+}
+
+/// The child of the crash test: writes 8 KiB labels without `sync`,
+/// printing each one once the backend acknowledged it, until it is killed.
+#[test]
+fn crash_child() {
+    let (Ok(dir), Ok(spec)) = (std::env::var(CRASH_DIR), std::env::var(CRASH_SPEC)) else {
+        return;
+    };
+    let spec = Spec::try_from(spec.split(',').map(String::from).collect::<Vec<_>>()).unwrap();
+    let stack = spec.build(std::path::Path::new(&dir), 1 << 30).unwrap();
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for label in 0..CRASH_LABELS {
+        stack
+            .write(label % 7, &[(label * 8192, &crash_block(label))], false)
+            .unwrap();
+        writeln!(out, "acked {label}").unwrap();
+        out.flush().unwrap();
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
+/// `kill -9` of a process after its writes were acknowledged loses none of
+/// them on any durable stack, with or without `sync`: what the operating
+/// system holds survives the process.
+#[test]
+fn every_durable_stack_keeps_acknowledged_writes_through_kill_9() {
+    use std::io::BufRead;
+    for spec in every_stack().into_iter().filter(|s| s.durable()) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .env(CRASH_DIR, dir.path())
+            .env(CRASH_SPEC, spec.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        // Killed in the middle of its writes: after a third of them.
+        let mut acked = 0;
+        for line in lines.by_ref() {
+            if let Some(n) = line.unwrap().strip_prefix("acked ") {
+                acked = n.parse::<u64>().unwrap() + 1;
+                if acked == CRASH_LABELS / 3 {
+                    break;
+                }
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(acked, CRASH_LABELS / 3, "{spec}: the child stopped early");
+        let stack = spec.build(dir.path(), 1 << 30).unwrap();
+        for label in 0..acked {
+            let mut back = vec![0; 8192];
+            stack
+                .read(label % 7, label * 8192, &mut back)
+                .unwrap_or_else(|e| panic!("{spec}: label {label}: {e}"));
+            assert!(back == crash_block(label), "{spec}: label {label} differs");
+        }
+    }
+}

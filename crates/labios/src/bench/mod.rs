@@ -9,6 +9,7 @@ mod cluster;
 mod elastic;
 mod sds;
 mod soak;
+mod stacks;
 
 pub use soak::SoakOptions;
 
@@ -124,6 +125,12 @@ pub async fn run(
             }
             Ok(())
         }
+        "stacks" => {
+            for v in stacks::stacks(config, bytes.unwrap_or(256 * MIB)).await? {
+                emit(v);
+            }
+            Ok(())
+        }
         "soak" => {
             anyhow::ensure!(
                 target == Target::LocalServer,
@@ -135,7 +142,7 @@ pub async fn run(
             Ok(())
         }
         other => anyhow::bail!(
-            "unknown benchmark scenario {other:?}; choose one of dispatch, write, read, small, latency, anatomy, elastic, dispatch-scaling, sds, soak"
+            "unknown benchmark scenario {other:?}; choose one of dispatch, write, read, small, latency, anatomy, elastic, dispatch-scaling, sds, stacks, soak"
         ),
     }
 }

@@ -1,6 +1,5 @@
 //! The `memory` backend: a RAM tier that is one. A worker's bytes live in
-//! this process's memory in blocks of [`BLOCK`] bytes, allocated as they
-//! are first written (holes take nothing and read as zeros), and never more
+//! this process's memory in blocks (see [`super::blocks`]), and never more
 //! than the worker's capacity.
 //!
 //! Nothing here survives the process: a crash or a restart of the worker
@@ -9,13 +8,13 @@
 //! finds no file (`files` is empty), and the inventory's extents on it read
 //! as errors until they are overwritten.
 
-use crate::Backend;
-use labios_label::{Error, FileId, Result};
+use super::blocks::{Blocked, Blocks, Change};
+use labios_label::{FileId, Result};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 
-/// Allocation unit: a page, as a file system allocates.
-pub const BLOCK: u64 = 4096;
+pub use super::blocks::BLOCK;
 
 /// The bytes of one LABIOS file held here.
 #[derive(Debug, Default)]
@@ -26,221 +25,72 @@ struct MemFile {
     len: u64,
 }
 
-#[derive(Debug)]
-pub struct MemoryBackend {
-    capacity: u64,
-    files: Mutex<Files>,
-}
-
+/// Every file's blocks, in this process.
 #[derive(Debug, Default)]
-struct Files {
-    by_id: HashMap<FileId, MemFile>,
-    /// Blocks allocated over every file, in bytes.
-    used: u64,
-}
+pub struct Memory(Mutex<HashMap<FileId, MemFile>>);
+
+/// The `memory` backend.
+pub type MemoryBackend = Blocked<Memory>;
 
 impl MemoryBackend {
     /// An empty RAM tier holding at most `capacity` bytes.
     pub fn new(capacity: u64) -> MemoryBackend {
-        MemoryBackend {
-            capacity,
-            files: Mutex::new(Files::default()),
-        }
+        Blocked::over(Memory::default(), capacity).expect("counting memory blocks cannot fail")
     }
 }
 
-impl Files {
-    fn check(&self) {
-        debug_assert_eq!(
-            self.used,
-            self.by_id
-                .values()
-                .map(|f| f.blocks.len() as u64 * BLOCK)
-                .sum::<u64>(),
-            "memory backend: used does not count the blocks held"
-        );
-    }
-}
-
-impl MemFile {
-    /// Zeros `[from, to)` (within the written length), freeing whole blocks;
-    /// returns the bytes freed.
-    fn clear(&mut self, from: u64, to: u64) -> u64 {
-        let to = to.min(self.len);
-        if from >= to {
-            return 0;
-        }
-        let (first, last) = (from / BLOCK, (to - 1) / BLOCK);
-        let mut freed = 0;
-        let indexes: Vec<u64> = self.blocks.range(first..=last).map(|(i, _)| *i).collect();
-        for i in indexes {
-            let (start, end) = (i * BLOCK, (i + 1) * BLOCK);
-            if from <= start && to >= end {
-                self.blocks.remove(&i);
-                freed += BLOCK;
-            } else if let Some(block) = self.blocks.get_mut(&i) {
-                let s = from.max(start) - start;
-                let e = to.min(end) - start;
-                block[s as usize..e as usize].fill(0);
-            }
-        }
-        freed
-    }
-}
-
-impl Backend for MemoryBackend {
-    fn used(&self) -> u64 {
-        self.files.lock().used
+impl Blocks for Memory {
+    fn name(&self) -> &str {
+        "memory"
     }
 
-    /// All or nothing: a write that would pass the capacity changes no
-    /// byte.
-    fn write(&self, file: FileId, pieces: &[(u64, &[u8])], _sync: bool) -> Result<()> {
-        let mut files = self.files.lock();
-        let mut new_blocks = std::collections::BTreeSet::new();
-        let held = files.by_id.get(&file);
-        for (offset, data) in pieces {
-            let end = offset
-                .checked_add(data.len() as u64)
-                .ok_or_else(|| Error::InvalidArgument(format!("offset {offset} overflows")))?;
-            if data.is_empty() {
-                continue;
-            }
-            for i in offset / BLOCK..=(end - 1) / BLOCK {
-                if !held.is_some_and(|f| f.blocks.contains_key(&i)) {
-                    new_blocks.insert(i);
-                }
-            }
+    fn read(&self, file: FileId, index: u64, within: usize, dst: &mut [u8]) -> Result<bool> {
+        let files = self.0.lock();
+        let block = files.get(&file).and_then(|f| f.blocks.get(&index));
+        if let Some(block) = block {
+            dst.copy_from_slice(&block[within..within + dst.len()]);
         }
-        let more = new_blocks.len() as u64 * BLOCK;
-        if files.used + more > self.capacity {
-            return Err(Error::Storage(format!(
-                "memory backend full: {} bytes held, {more} more asked, capacity {}",
-                files.used, self.capacity
-            )));
-        }
-        files.used += more;
-        let f = files.by_id.entry(file).or_default();
-        for (offset, data) in pieces {
-            let mut at = *offset;
-            let mut rest: &[u8] = data;
-            while !rest.is_empty() {
-                let (i, within) = (at / BLOCK, (at % BLOCK) as usize);
-                let n = rest.len().min(BLOCK as usize - within);
-                let block = f
-                    .blocks
-                    .entry(i)
-                    .or_insert_with(|| vec![0; BLOCK as usize].into_boxed_slice());
-                block[within..within + n].copy_from_slice(&rest[..n]);
-                at += n as u64;
-                rest = &rest[n..];
-            }
-            f.len = f.len.max(at);
-        }
-        files.check();
-        Ok(())
+        Ok(block.is_some())
     }
 
-    fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let files = self.files.lock();
-        let Some(f) = files.by_id.get(&file) else {
-            return Err(Error::Storage(format!(
-                "file {file:016x} is missing from memory but holds {} bytes at offset {offset}",
-                buf.len()
-            )));
-        };
-        let end = offset.saturating_add(buf.len() as u64);
-        if end > f.len {
-            return Err(Error::Storage(format!(
-                "file {file:016x} in memory is {} bytes long, shorter than the {} bytes at offset {offset} it should hold",
-                f.len,
-                buf.len()
-            )));
-        }
-        let mut at = offset;
-        for chunk in buf.chunks_mut(BLOCK as usize) {
-            // A chunk may straddle two blocks: copy block by block.
-            let mut done = 0;
-            while done < chunk.len() {
-                let (i, within) = (at / BLOCK, (at % BLOCK) as usize);
-                let n = (chunk.len() - done).min(BLOCK as usize - within);
-                match f.blocks.get(&i) {
-                    Some(block) => {
-                        chunk[done..done + n].copy_from_slice(&block[within..within + n])
-                    }
-                    None => chunk[done..done + n].fill(0),
-                }
-                done += n;
-                at += n as u64;
-            }
-        }
-        Ok(())
+    fn held(&self, file: FileId, range: Range<u64>) -> Result<Vec<u64>> {
+        let files = self.0.lock();
+        Ok(files
+            .get(&file)
+            .map(|f| f.blocks.range(range).map(|(i, _)| *i).collect())
+            .unwrap_or_default())
     }
 
-    fn remove(&self, file: FileId) -> Result<()> {
-        let mut files = self.files.lock();
-        if let Some(f) = files.by_id.remove(&file) {
-            files.used -= f.blocks.len() as u64 * BLOCK;
-        }
-        files.check();
-        Ok(())
+    fn len(&self, file: FileId) -> Result<Option<u64>> {
+        Ok(self.0.lock().get(&file).map(|f| f.len))
     }
 
-    fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
-        if crate::keeps_nothing(end, held) {
-            return self.remove(file);
-        }
-        let mut files = self.files.lock();
-        let Some(f) = files.by_id.get_mut(&file) else {
+    fn apply(&self, file: FileId, change: Change, _sync: bool) -> Result<()> {
+        let mut files = self.0.lock();
+        let Some(len) = change.len else {
+            files.remove(&file);
             return Ok(());
         };
-        let stop = end.min(f.len);
-        let mut at = start;
-        let mut freed = 0;
-        for (s, e) in held
-            .iter()
-            .map(|&(s, e)| (s.clamp(start, stop), e.clamp(start, stop)))
-            .chain(std::iter::once((stop, stop)))
-        {
-            if s > at {
-                freed += f.clear(at, s);
-            }
-            at = at.max(e);
+        let f = files.entry(file).or_default();
+        for i in change.drop {
+            f.blocks.remove(&i);
         }
-        if let Some(&(_, last)) = held.last() {
-            if end == u64::MAX && last < f.len {
-                freed += f.clear(last, u64::MAX);
-                // Blocks wholly past the new end go; a partial last block
-                // keeps its zeroed tail.
-                let keep = last.div_ceil(BLOCK);
-                let gone: Vec<u64> = f.blocks.range(keep..).map(|(i, _)| *i).collect();
-                for i in gone {
-                    f.blocks.remove(&i);
-                    freed += BLOCK;
-                }
-                f.len = last;
-            }
-        }
-        files.used -= freed;
-        files.check();
+        f.blocks.extend(change.put);
+        f.len = len;
         Ok(())
     }
 
     fn files(&self) -> Result<Vec<FileId>> {
-        Ok(self.files.lock().by_id.keys().copied().collect())
+        Ok(self.0.lock().keys().copied().collect())
     }
 
     /// Nothing to make durable: memory is lost with the process whatever
     /// is done (see the module's text).
-    fn flush(&self, _file: FileId) -> Result<()> {
+    fn flush(&self) -> Result<()> {
         Ok(())
     }
 
-    fn holds(&self, file: FileId) -> bool {
-        self.files.lock().by_id.contains_key(&file)
-    }
-
-    fn len(&self, file: FileId) -> Result<Option<u64>> {
-        Ok(self.files.lock().by_id.get(&file).map(|f| f.len))
+    fn count(&self) -> Result<u64> {
+        Ok(self.0.lock().values().map(|f| f.blocks.len() as u64).sum())
     }
 }

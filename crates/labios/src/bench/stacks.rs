@@ -1,0 +1,286 @@
+//! `stacks`: what a worker's I/O stack (issue 13) costs or gains, each
+//! stack measured against another in alternating rounds of one run, with a
+//! raw baseline (the same bytes written straight to the same file system)
+//! in the same run. Each round starts an embedded runtime in this process
+//! whose workers all run the stack measured, on a fresh data directory.
+//!
+//! * `kv` against `file`, 8 KiB labels spread over many files (LabStor
+//!   Figure 9(b)), end to end and on the backend alone;
+//! * `checksum,file` against `file`, 1 MiB writes and reads;
+//! * synchronous 4 KiB write latency on a `memory` worker against a
+//!   `file` worker.
+
+use super::{block, machine, percentiles, MIB};
+use crate::config::Config;
+use crate::runtime::Runtime;
+use labios_stack::Spec;
+use serde_json::json;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+/// Alternating rounds per comparison; the medians are reported.
+const ROUNDS: usize = 5;
+/// Files the 8 KiB labels are spread over.
+const SMALL_FILES: u64 = 64;
+
+fn spec(names: &str) -> anyhow::Result<Spec> {
+    Ok(Spec::try_from(
+        names.split(',').map(String::from).collect::<Vec<_>>(),
+    )?)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A runtime whose `workers` workers all run `stack`, in a fresh directory.
+async fn runtime_on(
+    config: &Config,
+    stack: &Spec,
+    workers: usize,
+) -> anyhow::Result<(Runtime, tempfile::TempDir)> {
+    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let mut c = config.clone();
+    c.data_dir = dir.path().to_path_buf();
+    c.workers.truncate(workers);
+    for w in &mut c.workers {
+        w.stack = stack.clone();
+    }
+    c.client.min_label_size = 0;
+    Ok((Runtime::start(c).await?, dir))
+}
+
+/// `n` 8 KiB labels over [`SMALL_FILES`] files through a runtime on
+/// `stack`: labels/s from the first submission to the last completion.
+async fn small_labels(config: &Config, stack: &Spec, n: u64) -> anyhow::Result<f64> {
+    let (runtime, _dir) = runtime_on(config, stack, config.workers.len()).await?;
+    let client = runtime.client(0).await?;
+    let data = block(11, 8192);
+    let t = Instant::now();
+    let mut pending = Vec::new();
+    for i in 0..n {
+        let path = format!("/stacks/small/{}", i % SMALL_FILES);
+        pending.push(
+            client
+                .write_at_async(&path, (i / SMALL_FILES) * 8192, data.clone())
+                .await?,
+        );
+        if pending.len() >= 256 {
+            client.wait_many(&pending).await?;
+            pending.clear();
+        }
+    }
+    client.wait_many(&pending).await?;
+    let secs = t.elapsed().as_secs_f64();
+    runtime.shutdown().await?;
+    Ok(n as f64 / secs)
+}
+
+/// The same `n` 8 KiB writes on the backend alone, from two threads:
+/// what the stack itself costs, without queues and hand-offs.
+fn small_backend(stack: &Spec, n: u64) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let backend = stack.build(dir.path(), u64::MAX)?;
+    let data = block(12, 8192);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2u64)
+            .map(|lane| {
+                let (backend, data) = (&backend, &data);
+                s.spawn(move || {
+                    (lane..n).step_by(2).try_for_each(|i| {
+                        backend.write(i % SMALL_FILES, &[((i / SMALL_FILES) * 8192, data)], false)
+                    })
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("writer thread panicked"))
+    })?;
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The raw baseline of the 8 KiB labels: one local file per LABIOS file,
+/// pwrite from two threads.
+fn small_raw(n: u64) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let data = block(13, 8192);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2u64)
+            .map(|lane| {
+                let (dir, data) = (dir.path(), &data);
+                s.spawn(move || -> std::io::Result<()> {
+                    let files: Vec<_> = (0..SMALL_FILES)
+                        .map(|f| {
+                            std::fs::OpenOptions::new()
+                                .create(true)
+                                .truncate(false)
+                                .write(true)
+                                .open(dir.join(f.to_string()))
+                        })
+                        .collect::<std::io::Result<_>>()?;
+                    (lane..n).step_by(2).try_for_each(|i| {
+                        files[(i % SMALL_FILES) as usize]
+                            .write_all_at(data, (i / SMALL_FILES) * 8192)
+                    })
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("writer thread panicked"))
+    })?;
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// `total` bytes in 1 MiB labels written to one file, waited for, then
+/// read back whole: (write MiB/s, read MiB/s).
+async fn large(config: &Config, stack: &Spec, total: u64) -> anyhow::Result<(f64, f64)> {
+    let (runtime, _dir) = runtime_on(config, stack, config.workers.len()).await?;
+    let client = runtime.client(0).await?;
+    let n = (total / MIB).max(1);
+    let data: Vec<_> = (0..8).map(|i| block(20 + i, MIB as usize)).collect();
+    let path = "/stacks/large";
+    let t = Instant::now();
+    let mut pending = Vec::new();
+    for i in 0..n {
+        pending.push(
+            client
+                .write_at_async(path, i * MIB, data[(i % 8) as usize].clone())
+                .await?,
+        );
+        if pending.len() >= 32 {
+            client.wait_many(&pending).await?;
+            pending.clear();
+        }
+    }
+    client.wait_many(&pending).await?;
+    let write = n as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for i in 0..n {
+        let back = client.read_at(path, i * MIB, MIB).await?;
+        anyhow::ensure!(
+            back == data[(i % 8) as usize],
+            "{stack}: MiB {i} read back wrong"
+        );
+    }
+    let read = n as f64 / t.elapsed().as_secs_f64();
+    runtime.shutdown().await?;
+    Ok((write, read))
+}
+
+/// Synchronous 4 KiB writes to a single worker on `stack`: (p50, p99) µs.
+async fn sync_latency(config: &Config, stack: &Spec) -> anyhow::Result<(f64, f64)> {
+    const N: u64 = 3000;
+    let (runtime, _dir) = runtime_on(config, stack, 1).await?;
+    let client = runtime.client(0).await?;
+    let data = block(30, 4096);
+    let mut lat = Vec::with_capacity(N as usize);
+    for i in 0..N {
+        let t = Instant::now();
+        client
+            .write_at_sync("/stacks/latency", (i % 256) * 4096, data.clone())
+            .await?;
+        lat.push(t.elapsed());
+    }
+    runtime.shutdown().await?;
+    Ok(percentiles(&mut lat))
+}
+
+pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json::Value>> {
+    let (file, kv, checksum, memory) = (
+        spec("file")?,
+        spec("kv")?,
+        spec("checksum,file")?,
+        spec("memory")?,
+    );
+    let mut out = Vec::new();
+
+    const SMALL: u64 = 20_000;
+    let (mut e2e, mut backend, mut raw) = ([vec![], vec![]], [vec![], vec![]], vec![]);
+    for _ in 0..ROUNDS {
+        for (i, stack) in [&file, &kv].into_iter().enumerate() {
+            e2e[i].push(small_labels(&config, stack, SMALL).await?);
+            backend[i].push(small_backend(stack, 4 * SMALL)?);
+        }
+        raw.push(small_raw(4 * SMALL)?);
+    }
+    let [file_e2e, kv_e2e] = e2e.map(median);
+    let [file_backend, kv_backend] = backend.map(median);
+    out.push(
+        json!({ "scenario": "stacks", "case": "8 KiB labels, kv against file",
+        "labels": SMALL, "files": SMALL_FILES, "workers": config.workers.len(), "rounds": ROUNDS,
+        "file_labels_per_s": file_e2e, "kv_labels_per_s": kv_e2e, "kv_over_file": kv_e2e / file_e2e,
+        "backend_writes": 4 * SMALL, "file_backend_writes_per_s": file_backend,
+        "kv_backend_writes_per_s": kv_backend, "kv_over_file_backend": kv_backend / file_backend,
+        "raw_pwrite_per_s": median(raw), "machine": machine() }),
+    );
+
+    let (mut writes, mut reads) = ([vec![], vec![]], [vec![], vec![]]);
+    for _ in 0..ROUNDS {
+        for (i, stack) in [&file, &checksum].into_iter().enumerate() {
+            let (w, r) = large(&config, stack, total).await?;
+            writes[i].push(w);
+            reads[i].push(r);
+        }
+    }
+    let [file_w, sum_w] = writes.map(median);
+    let [file_r, sum_r] = reads.map(median);
+    out.push(
+        json!({ "scenario": "stacks", "case": "1 MiB labels, checksum,file against file",
+        "bytes": total, "rounds": ROUNDS, "file_write_mib_s": file_w, "checksum_write_mib_s": sum_w,
+        "checksum_over_file_write": sum_w / file_w, "file_read_mib_s": file_r,
+        "checksum_read_mib_s": sum_r, "checksum_over_file_read": sum_r / file_r,
+        "raw_write_mib_s": raw_large(total)?, "machine": machine() }),
+    );
+
+    let (mut p50, mut p99) = ([vec![], vec![]], [vec![], vec![]]);
+    for _ in 0..ROUNDS {
+        for (i, stack) in [&memory, &file].into_iter().enumerate() {
+            let (a, b) = sync_latency(&config, stack).await?;
+            p50[i].push(a);
+            p99[i].push(b);
+        }
+    }
+    let [mem50, file50] = p50.map(median);
+    let [mem99, file99] = p99.map(median);
+    out.push(json!({ "scenario": "stacks", "case": "sync 4 KiB writes, one memory worker against one file worker",
+        "rounds": ROUNDS, "memory_p50_us": mem50, "memory_p99_us": mem99, "file_p50_us": file50,
+        "file_p99_us": file99, "memory_over_file_p50": mem50 / file50,
+        "raw_pwrite_fdatasync_p50_us": raw_sync_latency()?, "machine": machine() }));
+    Ok(out)
+}
+
+/// The raw baseline of the 1 MiB writes: the same bytes to one local
+/// file, then fdatasync, MiB/s.
+fn raw_large(total: u64) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let f = std::fs::File::create(dir.path().join("large"))?;
+    let n = (total / MIB).max(1);
+    let data = block(21, MIB as usize);
+    let t = Instant::now();
+    for i in 0..n {
+        f.write_all_at(&data, i * MIB)?;
+    }
+    f.sync_data()?;
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The raw baseline of a synchronous 4 KiB write: pwrite then fdatasync,
+/// p50 µs.
+fn raw_sync_latency() -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let f = std::fs::File::create(dir.path().join("latency"))?;
+    let data = block(31, 4096);
+    let mut lat: Vec<Duration> = Vec::with_capacity(1000);
+    for i in 0..1000u64 {
+        let t = Instant::now();
+        f.write_all_at(&data, (i % 256) * 4096)?;
+        f.sync_data()?;
+        lat.push(t.elapsed());
+    }
+    Ok(percentiles(&mut lat).0)
+}
