@@ -117,8 +117,17 @@ async fn labios_target(kind: Kind, default_cases: u64) {
         Kind::Embedded => "embedded",
         Kind::Cluster => "cluster",
     };
+    labios_target_on(kind, name, default_cases, |_| {}).await;
+}
+
+async fn labios_target_on(
+    kind: Kind,
+    name: &str,
+    default_cases: u64,
+    tweak: impl FnOnce(&mut labios::Config),
+) {
     let run = Run::from_env(default_cases);
-    let d = Deployed::start(kind, |_| {}).await;
+    let d = Deployed::start(kind, tweak).await;
     let target = Labios::new(d, None).await;
     check_target(name, &target, &run).await;
     target.deployment.deployed.into_inner().shutdown().await;
@@ -127,6 +136,28 @@ async fn labios_target(kind: Kind, default_cases: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded() {
     labios_target(Kind::Embedded, 30).await;
+}
+
+/// The embedded pool with every worker on a stack of named layers
+/// (checksums and both codecs over files): what the layers store and
+/// rewrite reads as the model says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_on_layered_stacks() {
+    labios_target_on(Kind::Embedded, "embedded_on_layered_stacks", 30, |c| {
+        let stacks = [
+            &["checksum", "zstd", "file"][..],
+            &["lz4", "file"][..],
+            &["checksum", "file"][..],
+            &["zstd", "file"][..],
+        ];
+        for (w, names) in c.workers.iter_mut().zip(stacks.iter().cycle()) {
+            w.stack = labios_stack::Spec::try_from(
+                names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            )
+            .unwrap();
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

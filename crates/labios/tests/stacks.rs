@@ -135,3 +135,102 @@ async fn kv_workers_keep_every_byte_in_their_store_across_a_restart() {
     }
     d.shutdown().await;
 }
+
+/// Ten live changes of both workers' stacks (`file`, `checksum,zstd,file`,
+/// `lz4,file`, in turn) while four clients write and read: no label fails,
+/// every read during the changes is what was written, and at the end every
+/// file reads back byte-exact on the last stack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_stack_changes_under_four_clients_fail_no_label() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::deploy::base_config(dir.path());
+    config.workers.truncate(2);
+    config.client.max_label_size = 64 << 10;
+    let rt = labios::Runtime::start(config).await.unwrap();
+    let (done, progress) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut clients = Vec::new();
+    for t in 0..4u64 {
+        let c = rt.client(0).await.unwrap();
+        let (done, progress) = (done.clone(), progress.clone());
+        clients.push(tokio::spawn(async move {
+            let path = format!("/live/c{t}");
+            let mut model: Vec<u8> = Vec::new();
+            let mut rng = fastrand::Rng::with_seed(t);
+            let mut round = 0;
+            while !done.load(Ordering::Acquire) || round < 8 {
+                round += 1;
+                let offset = rng.usize(..400_000);
+                let len = rng.usize(1..200_000);
+                // Half the writes shrink under a codec, half do not.
+                let bytes: Vec<u8> = if rng.bool() {
+                    (0..len).map(|i| (i / 9 % 17) as u8 + t as u8).collect()
+                } else {
+                    data(t * 1000 + round, len).to_vec()
+                };
+                c.write_at_sync(path.as_str(), offset as u64, bytes.clone().into())
+                    .await
+                    .unwrap_or_else(|e| panic!("client {t} write {round}: {e}"));
+                if model.len() < offset + len {
+                    model.resize(offset + len, 0);
+                }
+                model[offset..offset + len].copy_from_slice(&bytes);
+                let back = c
+                    .read(&path)
+                    .await
+                    .unwrap_or_else(|e| panic!("client {t} read {round}: {e}"));
+                assert!(back == model[..], "client {t} round {round}: wrong bytes");
+                progress.fetch_add(1, Ordering::AcqRel);
+            }
+            (path, model)
+        }));
+    }
+    let stacks = [
+        spec(&["checksum", "zstd", "file"]),
+        spec(&["file"]),
+        spec(&["lz4", "file"]),
+    ];
+    let mut last = spec(&["file"]);
+    for i in 0..10u64 {
+        // Each change comes after four more writes and reads.
+        let seen = progress.load(Ordering::Acquire);
+        while progress.load(Ordering::Acquire) < seen + 4 {
+            tokio::task::yield_now().await;
+        }
+        last = stacks[i as usize % stacks.len()].clone();
+        for w in 0..2 {
+            let worker = rt.manager.handle(w).unwrap();
+            worker.set_stack(last.clone()).await.unwrap();
+            assert_eq!(worker.stack(), last);
+        }
+    }
+    done.store(true, Ordering::Release);
+    let mut written = Vec::new();
+    for c in clients {
+        written.push(c.await.unwrap());
+    }
+    let c = rt.client(0).await.unwrap();
+    for (path, model) in &written {
+        assert!(c.read(path).await.unwrap() == model[..], "{path} on {last}");
+    }
+    // The codecs stored units: their records (file id bit 62) are there.
+    let records = (0..2)
+        .flat_map(|i| common::files_under(&rt.config.worker_dir(i)))
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with('4'))
+        .count();
+    assert!(records > 0, "no unit records: no codec stored a unit");
+    let err = rt
+        .manager
+        .handle(0)
+        .unwrap()
+        .set_stack(spec(&["kv"]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not its backend"), "{err}");
+    rt.shutdown().await.unwrap();
+}

@@ -16,6 +16,7 @@
 pub mod backends;
 pub mod conformance;
 pub mod layers;
+pub mod live;
 
 use labios_label::{Error, FileId, Result};
 use serde::{Deserialize, Serialize};
@@ -92,16 +93,37 @@ const BACKENDS: &[(&str, Open)] = &[
     }),
 ];
 
-/// What a layer wraps: the stack below it.
-type Wrap = fn(Arc<dyn Backend>) -> Arc<dyn Backend>;
+/// What a layer wraps: the stack below it, and the name the stack gives
+/// the layer (`None`: the stack does not name it, and it runs passive).
+type Wrap = fn(Arc<dyn Backend>, Option<&str>) -> Arc<dyn Backend>;
 
-/// Every layer a stack may put over its backend, by name.
-const LAYERS: &[(&str, Wrap)] = &[("checksum", |inner| {
-    Arc::new(layers::checksum::Checksum::new(inner))
-})];
+/// The layers, from the top: each is one or more names for one layer's
+/// work. Every stack has each of them, just above its backend and in this
+/// order: each records per block what wrote it, and one a stack does not
+/// name runs passive, reading what its records say and starting none, so
+/// that a stack can change under the data an earlier one wrote.
+pub(crate) const LAYERS: &[(&[&str], Wrap)] = &[
+    (&["checksum"], |inner, named| {
+        Arc::new(layers::checksum::Checksum::new(inner, named.is_some()))
+    }),
+    (&["zstd", "lz4"], |inner, named| {
+        use layers::compress::{Codec, Compress};
+        let codec = match named {
+            Some("zstd") => Codec::Zstd,
+            Some("lz4") => Codec::Lz4,
+            _ => Codec::Raw,
+        };
+        Arc::new(Compress::new(inner, codec))
+    }),
+];
 
 fn known<T>(table: &[(&str, T)]) -> String {
     table.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
+
+/// The index in [`LAYERS`] of the layer named `name`.
+fn layer_of(name: &str) -> Option<usize> {
+    LAYERS.iter().position(|(names, _)| names.contains(&name))
 }
 
 impl TryFrom<Vec<String>> for Spec {
@@ -122,11 +144,28 @@ impl TryFrom<Vec<String>> for Spec {
                 known(BACKENDS)
             )));
         }
-        if let Some(layer) = layers.iter().find(|l| !LAYERS.iter().any(|(n, _)| n == l)) {
-            return Err(Error::InvalidArgument(format!(
-                "stack: unknown layer {layer:?} (known: {})",
-                known(LAYERS)
-            )));
+        let mut above: Option<(usize, &String)> = None;
+        for layer in layers {
+            let Some(at) = layer_of(layer) else {
+                let names: Vec<&str> = LAYERS.iter().flat_map(|(n, _)| n.iter().copied()).collect();
+                return Err(Error::InvalidArgument(format!(
+                    "stack: unknown layer {layer:?} (known: {})",
+                    names.join(", ")
+                )));
+            };
+            match above {
+                Some((was, name)) if was == at => {
+                    return Err(Error::InvalidArgument(format!(
+                        "stack: {name:?} and {layer:?} do one layer's work; name one"
+                    )))
+                }
+                Some((was, name)) if was > at => {
+                    return Err(Error::InvalidArgument(format!(
+                        "stack: {layer:?} must come before {name:?}"
+                    )))
+                }
+                _ => above = Some((at, layer)),
+            }
         }
         Ok(Spec(names))
     }
@@ -148,26 +187,37 @@ impl Spec {
     /// The stack a worker storing under `dir`, at most `capacity` bytes,
     /// runs.
     pub fn build(&self, dir: &Path, capacity: u64) -> Result<Arc<dyn Backend>> {
-        let (name, layers) = self.0.split_last().expect("a spec ends in a backend");
+        Ok(self.over(self.open(dir, capacity)?))
+    }
+
+    /// The stack's backend alone, opened under `dir`.
+    pub fn open(&self, dir: &Path, capacity: u64) -> Result<Arc<dyn Backend>> {
         let (_, open) = BACKENDS
             .iter()
-            .find(|(n, _)| n == name)
+            .find(|(n, _)| *n == self.backend())
             .expect("a spec names only known backends");
-        let mut stack = open(dir, capacity)?;
-        for layer in layers.iter().rev() {
-            let (_, wrap) = LAYERS
-                .iter()
-                .find(|(n, _)| n == layer)
-                .expect("a spec names only known layers");
-            stack = wrap(stack);
-        }
-        Ok(stack)
+        open(dir, capacity)
+    }
+
+    /// The name of the stack's backend.
+    pub fn backend(&self) -> &str {
+        self.0.last().expect("a spec ends in a backend")
+    }
+
+    /// The stack's layers over `backend`, which the stack's own backend
+    /// opened: every layer, passive where the stack does not name it.
+    pub fn over(&self, backend: Arc<dyn Backend>) -> Arc<dyn Backend> {
+        let layers = &self.0[..self.0.len() - 1];
+        LAYERS.iter().rev().fold(backend, |stack, (names, wrap)| {
+            let named = layers.iter().find(|l| names.contains(&l.as_str()));
+            wrap(stack, named.map(String::as_str))
+        })
     }
 
     /// Whether the stack keeps what it holds across a restart of its
     /// worker.
     pub fn durable(&self) -> bool {
-        self.0.last().is_some_and(|b| b != "memory")
+        self.backend() != "memory"
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 #[test]
 fn every_stack_passes_the_suite_and_restarts_as_it_says() {
     let specs = every_stack();
-    assert!(specs.len() >= 4, "{specs:?}");
+    assert_eq!(specs.len(), 18, "{specs:?}");
     for spec in specs {
         let dir = tempfile::tempdir().unwrap();
         backend_suite(spec.build(dir.path(), 1 << 30).unwrap().as_ref());
@@ -28,8 +28,15 @@ fn a_malformed_stack_is_refused_naming_the_module() {
     for (names, named) in [
         (&[][..], "empty"),
         (&["ssd"][..], "\"ssd\""),
-        (&["zstd", "file"][..], "\"zstd\""),
-        (&["checksum", "zstd", "file"][..], "\"zstd\""),
+        (&["cache", "file"][..], "unknown layer \"cache\""),
+        (
+            &["zstd", "checksum", "file"][..],
+            "\"checksum\" must come before \"zstd\"",
+        ),
+        (
+            &["zstd", "lz4", "file"][..],
+            "\"zstd\" and \"lz4\" do one layer's work",
+        ),
         (&["file", "checksum"][..], "unknown backend \"checksum\""),
     ] {
         let err = spec(names).unwrap_err().to_string();
@@ -56,7 +63,7 @@ fn the_memory_backend_stays_within_its_capacity() {
 fn a_corrupted_byte_under_checksum_is_an_error_not_data() {
     let dir = tempfile::tempdir().unwrap();
     let file = Arc::new(FileBackend::open(dir.path()).unwrap());
-    let stack = Checksum::new(file.clone());
+    let stack = Checksum::new(file.clone(), true);
     let data: Vec<u8> = (0..5 * 4096u32).map(|i| (i % 241) as u8).collect();
     stack.write(9, &[(0, &data)], false).unwrap();
     use std::os::unix::fs::FileExt;

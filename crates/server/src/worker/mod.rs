@@ -30,7 +30,8 @@ use labios_label::{
     Error, LabelKind, LabelState, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec,
     WorkerState, WorkerStatus,
 };
-use labios_stack::{Backend, Place};
+use labios_stack::live::Live;
+use labios_stack::{Backend, Place, Spec};
 use labios_store::{worker_queue, Delivery, Stores};
 use parking_lot::Mutex;
 use score::ScoreReporter;
@@ -136,7 +137,8 @@ struct Shared {
     weights: Weights,
     stores: Stores,
     queue: String,
-    storage: Arc<dyn Backend>,
+    /// The worker's stack, changeable while it runs.
+    storage: Arc<Live>,
     suspended: AtomicBool,
     decommissioned: AtomicBool,
     stopping: AtomicBool,
@@ -257,9 +259,11 @@ impl Worker {
         }
         let place = place.into();
         let capacity = spec.capacity;
-        let storage = tokio::task::spawn_blocking(move || place.stack.build(&place.dir, capacity))
-            .await
-            .map_err(|e| Error::Storage(format!("opening worker storage: {e}")))??;
+        let storage = tokio::task::spawn_blocking(move || {
+            Live::open(&place.stack, &place.dir, capacity).map(Arc::new)
+        })
+        .await
+        .map_err(|e| Error::Storage(format!("opening worker storage: {e}")))??;
         let shared = Arc::new(Shared {
             queue: worker_queue(spec.id),
             weights,
@@ -292,7 +296,7 @@ impl Worker {
             shared.spec.capacity,
             shared.spec.functions,
             &config,
-            storage,
+            storage as Arc<dyn Backend>,
             stores,
         )?);
         // Before any label: the device holds nothing the inventory does
@@ -332,6 +336,21 @@ impl WorkerHandle {
     pub async fn refresh(&self) -> WorkerStatus {
         self.shared.refresh_depth().await;
         self.shared.status()
+    }
+
+    /// The stack the worker runs now.
+    pub fn stack(&self) -> Spec {
+        self.shared.storage.spec()
+    }
+
+    /// Changes the worker's stack while labels run (LabStor's live
+    /// upgrade): labels at the storage finish on the old stack, the next
+    /// ones run on the new. Refuses a different backend.
+    pub async fn set_stack(&self, spec: Spec) -> Result<()> {
+        let storage = self.shared.storage.clone();
+        tokio::task::spawn_blocking(move || storage.set(spec))
+            .await
+            .map_err(|e| Error::Storage(format!("changing the stack: {e}")))?
     }
 
     /// Activation message (article 3.3.3b): a suspended worker becomes

@@ -256,10 +256,16 @@ impl<B: Blocks> Backend for Blocked<B> {
         let Some(len) = self.blocks.len(file)? else {
             return Ok(());
         };
-        let stop = end.min(len);
+        // Nothing to free past the end (a range may start there).
+        let stop = end.min(len).max(start);
+        // A cut below `start` zeroes the tail of the block it falls in.
+        let from = match held.last() {
+            Some(&(_, last)) if end == u64::MAX => start.min(last),
+            _ => start,
+        };
         let blocks: BTreeSet<u64> = self
             .blocks
-            .held(file, start.min(len) / BLOCK..len.div_ceil(BLOCK))?
+            .held(file, from.min(len) / BLOCK..len.div_ceil(BLOCK))?
             .into_iter()
             .collect();
         let mut change = Change {

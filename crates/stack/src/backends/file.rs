@@ -222,7 +222,8 @@ impl Backend for FileBackend {
         };
         let _turn = self.stripe(file).lock();
         let before = handle.metadata().map_err(|e| io_error(&path, e))?;
-        let stop = end.min(before.len());
+        // Nothing to free past the end (a range may start there).
+        let stop = end.min(before.len()).max(start);
         let mut at = start;
         let freed = held
             .iter()

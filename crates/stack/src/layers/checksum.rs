@@ -30,14 +30,21 @@ const STRIPES: usize = 64;
 #[derive(Debug)]
 pub struct Checksum {
     inner: Arc<dyn Backend>,
+    /// Whether files without sums get them. A stack that names no
+    /// `checksum` runs this layer passive: it keeps the sums of files that
+    /// have them true (and verifies them) and starts none, so a stack can
+    /// change under data an earlier one summed.
+    active: bool,
     /// Writers of a file alone, readers together; striped by file id.
     stripes: Vec<RwLock<()>>,
 }
 
 impl Checksum {
-    pub fn new(inner: Arc<dyn Backend>) -> Checksum {
+    /// The layer over `inner`; `active` sums every file written.
+    pub fn new(inner: Arc<dyn Backend>, active: bool) -> Checksum {
         Checksum {
             inner,
+            active,
             stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
         }
     }
@@ -132,6 +139,9 @@ impl Backend for Checksum {
             "file id {file:#x} uses the companion bit"
         );
         let _turn = self.stripe(file).write();
+        if !self.active && !self.inner.holds(file | COMPANION) {
+            return self.inner.write(file, pieces, sync);
+        }
         self.inner.write(file, pieces, sync)?;
         let touched: BTreeSet<u64> = pieces
             .iter()
@@ -186,11 +196,18 @@ impl Backend for Checksum {
         if !self.inner.holds(file) {
             return self.inner.remove(file | COMPANION);
         }
+        if !self.active && !self.inner.holds(file | COMPANION) {
+            return Ok(());
+        }
         // Freed ranges read as zeros now, and a cut file is shorter: sum
-        // again what changed, and keep no entry past the new end.
-        let touched: BTreeSet<u64> = blocks(start, end.min(len)).collect();
-        self.resum(file, &touched, &[], false)?;
+        // again what changed, including the block a cut below `start`
+        // falls in, and keep no entry past the new end.
         let now = self.inner.len(file)?.unwrap_or(0);
+        let from = if now < len { start.min(now) } else { start };
+        let touched: BTreeSet<u64> = blocks(from, end.min(len))
+            .take_while(|b| b * BLOCK < now)
+            .collect();
+        self.resum(file, &touched, &[], false)?;
         let kept = now.div_ceil(BLOCK) * ENTRY;
         self.inner
             .keep_only(file | COMPANION, 0, u64::MAX, &[(0, kept)])

@@ -2,3 +2,4 @@
 //! [`crate::Backend`] and is one itself.
 
 pub mod checksum;
+pub mod compress;
