@@ -8,7 +8,10 @@
 //!   Figure 9(b)), end to end and on the backend alone;
 //! * `checksum,file` against `file`, 1 MiB writes and reads;
 //! * synchronous 4 KiB write latency on a `memory` worker against a
-//!   `file` worker.
+//!   `file` worker;
+//! * 8 KiB labels while every worker's stack changes ten times, against
+//!   the same run without changes (a failed label fails the run, and the
+//!   files are read back and checked).
 
 use super::{block, machine, percentiles, MIB};
 use crate::config::Config;
@@ -53,10 +56,19 @@ async fn runtime_on(
 
 /// `n` 8 KiB labels over [`SMALL_FILES`] files through a runtime on
 /// `stack`: labels/s from the first submission to the last completion.
-async fn small_labels(config: &Config, stack: &Spec, n: u64) -> anyhow::Result<f64> {
+/// With `swaps`, every worker's stack changes to each in turn, evenly
+/// spread over the run while labels are in flight (a failed label fails
+/// the run); the files are read back and checked either way.
+async fn small_labels(
+    config: &Config,
+    stack: &Spec,
+    n: u64,
+    swaps: &[Spec],
+) -> anyhow::Result<f64> {
     let (runtime, _dir) = runtime_on(config, stack, config.workers.len()).await?;
     let client = runtime.client(0).await?;
     let data = block(11, 8192);
+    let every = n / (swaps.len() as u64 + 1);
     let t = Instant::now();
     let mut pending = Vec::new();
     for i in 0..n {
@@ -70,9 +82,24 @@ async fn small_labels(config: &Config, stack: &Spec, n: u64) -> anyhow::Result<f
             client.wait_many(&pending).await?;
             pending.clear();
         }
+        if let Some(next) = swaps
+            .get((i / every.max(1)) as usize)
+            .filter(|_| i % every == every - 1)
+        {
+            for w in 0..config.workers.len() as u32 {
+                runtime.manager.handle(w)?.set_stack(next.clone()).await?;
+            }
+        }
     }
     client.wait_many(&pending).await?;
     let secs = t.elapsed().as_secs_f64();
+    for f in 0..SMALL_FILES.min(n) {
+        let back = client.read(&format!("/stacks/small/{f}")).await?;
+        anyhow::ensure!(
+            back.chunks(8192).all(|c| c == data),
+            "{stack}: file {f} reads back wrong"
+        );
+    }
     runtime.shutdown().await?;
     Ok(n as f64 / secs)
 }
@@ -203,7 +230,7 @@ pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json
     let (mut e2e, mut backend, mut raw) = ([vec![], vec![]], [vec![], vec![]], vec![]);
     for _ in 0..ROUNDS {
         for (i, stack) in [&file, &kv].into_iter().enumerate() {
-            e2e[i].push(small_labels(&config, stack, SMALL).await?);
+            e2e[i].push(small_labels(&config, stack, SMALL, &[]).await?);
             backend[i].push(small_backend(stack, 4 * SMALL)?);
         }
         raw.push(small_raw(4 * SMALL)?);
@@ -218,6 +245,27 @@ pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json
         "kv_backend_writes_per_s": kv_backend, "kv_over_file_backend": kv_backend / file_backend,
         "raw_pwrite_per_s": median(raw), "machine": machine() }),
     );
+
+    // Ten live changes of every worker's stack against none: to the same
+    // declaration (what a change itself costs: the stack rebuilt, the
+    // calls on the old one drained), and alternating with
+    // `checksum,zstd,file` (that, plus what those layers cost).
+    let same: Vec<Spec> = vec![file.clone(); 10];
+    let mixed: Vec<Spec> = (0..10)
+        .map(|i| spec(["checksum,zstd,file", "file"][i % 2]))
+        .collect::<anyhow::Result<_>>()?;
+    let mut runs = [vec![], vec![], vec![]];
+    for _ in 0..ROUNDS {
+        for (i, swaps) in [&[][..], &same[..], &mixed[..]].into_iter().enumerate() {
+            runs[i].push(small_labels(&config, &file, SMALL, swaps).await?);
+        }
+    }
+    let [steady, same, mixed] = runs.map(median);
+    out.push(json!({ "scenario": "stacks", "case": "8 KiB labels during 10 live stack changes against none",
+        "labels": SMALL, "swaps": 10, "rounds": ROUNDS, "steady_labels_per_s": steady,
+        "same_stack_swaps_labels_per_s": same, "same_over_steady": same / steady,
+        "mixed_swaps_labels_per_s": mixed, "mixed_over_steady": mixed / steady,
+        "machine": machine() }));
 
     let (mut writes, mut reads) = ([vec![], vec![]], [vec![], vec![]]);
     for _ in 0..ROUNDS {

@@ -17,8 +17,10 @@
 //! is freed. A crash at any point leaves the record naming a whole unit,
 //! old or new, never a mix.
 //!
-//! Units that do not shrink by at least a file system block are stored as
-//! they are. A payload that does not decode fails the read with an error
+//! A unit stored as it is gets compressed when a write reaches its end
+//! (a whole-unit write, or the last of sequential ones), so small writes
+//! inside a unit cost no read; units that do not shrink by at least a file
+//! system block stay as they are. A compressed unit is rewritten whole. A payload that does not decode fails the read with an error
 //! naming the file and the unit's offset.
 
 use crate::Backend;
@@ -435,16 +437,27 @@ impl Backend for Compress {
         };
         let (mut changes, mut in_place) = (Vec::new(), Vec::new());
         for (u, old) in entries {
-            if old.in_place() && self.codec == Codec::Raw {
+            // A unit stored as it is gets compressed when a write reaches
+            // its end (written whole, or the last of sequential writes):
+            // small writes inside it stay in place and read nothing.
+            let (start, size) = (u * UNIT, unit_size(u, len));
+            let reaches_end = clip(pieces, u).any(|(at, d)| at + d.len() as u64 == start + UNIT);
+            if old.in_place() && (self.codec == Codec::Raw || !reaches_end) {
                 in_place.extend(clip(pieces, u));
                 continue;
             }
-            let (start, size) = (u * UNIT, unit_size(u, len));
-            let mut bytes = self.unit(file, u, old, old_len)?;
-            bytes.resize(size, 0);
-            for (at, d) in clip(pieces, u) {
-                bytes[(at - start) as usize..][..d.len()].copy_from_slice(d);
-            }
+            let mut parts = clip(pieces, u);
+            let bytes = match (parts.next(), parts.next()) {
+                (Some((at, d)), None) if at == start && d.len() == size => d.to_vec(),
+                _ => {
+                    let mut bytes = self.unit(file, u, old, old_len)?;
+                    bytes.resize(size, 0);
+                    for (at, d) in clip(pieces, u) {
+                        bytes[(at - start) as usize..][..d.len()].copy_from_slice(d);
+                    }
+                    bytes
+                }
+            };
             let packed = self.pack(&bytes)?;
             if old.in_place() && packed.is_none() {
                 in_place.extend(clip(pieces, u));
