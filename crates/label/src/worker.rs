@@ -45,6 +45,9 @@ pub struct WorkerStatus {
     /// When the worker last published this status (ns since the epoch): a
     /// worker manager in another process tells a dead worker by its silence.
     pub heartbeat: u64,
+    /// The worker's I/O stack as it runs now: module names, the backend
+    /// last (README "Worker I/O stacks"); empty until the worker says.
+    pub stack: Vec<String>,
 }
 
 impl WorkerStatus {
@@ -58,6 +61,7 @@ impl WorkerStatus {
             labels_done: 0,
             bytes_done: 0,
             heartbeat: crate::id::now_nanos(),
+            stack: Vec::new(),
         }
     }
 

@@ -631,12 +631,12 @@ async fn status(client: &Client) -> anyhow::Result<()> {
     };
     workers.sort_by_key(|w| w.spec.id);
     println!(
-        "{:>3} {:<8} {:<14} {:>5} {:>6} {:>6} {:>7} {:>12} {:>12}",
+        "{:>3} {:<8} {:<14} {:>5} {:>6} {:>6} {:>7} {:>12} {:>12}  stack",
         "id", "tier", "state", "speed", "energy", "score", "queued", "used", "labels"
     );
     for w in &workers {
         println!(
-            "{:>3} {:<8} {:<14} {:>5} {:>6} {:>6.3} {:>7} {:>12} {:>12}",
+            "{:>3} {:<8} {:<14} {:>5} {:>6} {:>6.3} {:>7} {:>12} {:>12}  {}",
             w.spec.id,
             w.spec.tier,
             format!("{:?}", w.state),
@@ -645,7 +645,8 @@ async fn status(client: &Client) -> anyhow::Result<()> {
             w.score,
             w.queued,
             w.used,
-            w.labels_done
+            w.labels_done,
+            w.stack.join(",")
         );
     }
     let stores = client.stores();

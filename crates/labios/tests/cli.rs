@@ -34,6 +34,19 @@ fn put_get_ls_stat_rm_status_and_restart() {
         assert!(status.contains(tier), "status lacks tier {tier}: {status}");
     }
     assert!(status.contains("labels/s"), "{status}");
+    // Each worker's row ends with the stack it runs (the default: file).
+    let rows: Vec<&str> = status
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|id| id.parse::<u32>().is_ok())
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "{status}");
+    for row in rows {
+        assert_eq!(row.split_whitespace().last(), Some("file"), "{status}");
+    }
     server.stop();
 
     // Same data directory, new process: the file is still there, byte-exact.

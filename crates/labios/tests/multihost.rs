@@ -457,7 +457,8 @@ fn labels_and_data_cross_hosts() {
             .lines()
             .find(|l| l.split_whitespace().next() == Some(id))
             .unwrap_or_else(|| panic!("no worker {id} in {status}"));
-        let labels: u64 = row.split_whitespace().last().unwrap().parse().unwrap();
+        // Columns: id tier state speed energy score queued used labels stack.
+        let labels: u64 = row.split_whitespace().nth(8).unwrap().parse().unwrap();
         assert!(labels > 0, "worker {id} executed no label: {status}");
     }
     // ...and stored the bytes on their own hosts' disks, nowhere else.

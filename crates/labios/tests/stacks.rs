@@ -206,6 +206,7 @@ async fn live_stack_changes_under_four_clients_fail_no_label() {
             let worker = rt.manager.handle(w).unwrap();
             worker.set_stack(last.clone()).await.unwrap();
             assert_eq!(worker.stack(), last);
+            assert_eq!(worker.status().stack, Vec::<String>::from(last.clone()));
         }
     }
     done.store(true, Ordering::Release);

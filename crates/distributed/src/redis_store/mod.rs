@@ -1692,10 +1692,21 @@ impl Inventory for RedisInventory {
             .link
             .cmd(redis::cmd("HGETALL").arg(format!("{}workers", self.p)))
             .await?;
+        // Each worker writes its record again at start and on every
+        // heartbeat; one in an older format is skipped, not an error that
+        // would blind the manager to every other worker.
         let mut out: Vec<(u32, WorkerStatus)> = all
             .into_iter()
-            .map(|(id, b)| Ok((id, self.decode_at(&format!("workers[{id}]"), &b)?)))
-            .collect::<Result<_>>()?;
+            .filter_map(
+                |(id, b)| match self.decode_at(&format!("workers[{id}]"), &b) {
+                    Ok(w) => Some((id, w)),
+                    Err(e) => {
+                        tracing::warn!("skipping worker {id} record: {e}");
+                        None
+                    }
+                },
+            )
+            .collect();
         out.sort_by_key(|(id, _)| *id);
         Ok(out.into_iter().map(|(_, w)| w).collect())
     }

@@ -186,6 +186,7 @@ impl Shared {
                 .saturating_add(self.executing.load(Ordering::Relaxed)),
             labels_done: self.labels_done.load(Ordering::Relaxed),
             bytes_done: self.bytes_done.load(Ordering::Relaxed),
+            stack: self.storage.spec().into(),
             ..WorkerStatus::new(self.spec.clone())
         };
         status.score = self.weights.score(&status);
