@@ -103,8 +103,12 @@ pub enum Command {
     Stat { path: String },
     /// Remove a file or an empty directory.
     Rm { path: String },
-    /// Workers (state, tier, score), queue depths and labels per second.
+    /// Workers (state, tier, score, stack), queue depths and labels per
+    /// second.
     Status,
+    /// Workers' I/O stacks (README "Worker I/O stacks").
+    #[command(subcommand)]
+    Stack(StackCommand),
     /// Run an unmodified program with its I/O under the LABIOS prefixes
     /// intercepted (LD_PRELOAD); exits with the program's status.
     Run {
@@ -185,6 +189,15 @@ pub enum AppCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum StackCommand {
+    /// Change the stack of running worker WORKER to SPEC (module names,
+    /// comma-separated, the backend last, e.g. checksum,zstd,file): labels
+    /// at its storage finish on the old stack, the next run on the new.
+    /// Lasts until the worker restarts (its configuration's stack then).
+    Set { worker: u32, spec: String },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum FunctionCommand {
     /// Register MODULE (.wasm or .wat) as function NAME of this application.
     Add { name: String, module: PathBuf },
@@ -214,6 +227,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Manager => crate::processes::manager(config, cli.config).await,
         Command::App(cmd) => app(&config, cmd).await,
+        Command::Stack(StackCommand::Set { worker, spec }) => {
+            stack_set(&config, worker, &spec).await
+        }
         Command::Run {
             asynchronous,
             prefixes,
@@ -381,6 +397,82 @@ pub async fn connect_client(
                 config.client_settings(),
             )?)
         }
+    }
+}
+
+/// The inventory as LABIOS itself sees it, for what only the service may
+/// do: through `labios serve` with the service secret it keeps in its
+/// data directory (embedded), or NATS and Redis with the configuration's
+/// service credentials (distributed).
+pub async fn service_inventory(
+    config: &Config,
+) -> anyhow::Result<std::sync::Arc<dyn labios_store::Inventory>> {
+    match config.deployment {
+        Deployment::Embedded => {
+            let endpoint = Endpoint::parse(&config.endpoint())?;
+            let file = crate::serve::service_secret_file(&config.data_dir);
+            let secret = std::fs::read_to_string(&file).with_context(|| {
+                format!(
+                    "reading the service secret that `labios serve` keeps in its data directory, {}: run as the same user with the same data directory (--config / LABIOS_DATA_DIR)",
+                    file.display()
+                )
+            })?;
+            let key = labios_core::administrator::SERVICE_KEY;
+            Ok(connect(&endpoint, Some(key.into()), Some(secret))
+                .await
+                .with_context(|| {
+                    format!(
+                        "the server at {endpoint} refused the service secret in {}",
+                        file.display()
+                    )
+                })?
+                .0
+                .inventory)
+        }
+        Deployment::Distributed => Ok(distributed_stores(config).await?.inventory),
+    }
+}
+
+/// `labios stack set`: asks the worker, then waits until its status says
+/// it runs the new stack.
+async fn stack_set(config: &Config, worker: u32, names: &str) -> anyhow::Result<()> {
+    let spec = labios_stack::Spec::try_from(
+        names
+            .split(',')
+            .map(|n| n.trim().to_string())
+            .collect::<Vec<_>>(),
+    )?;
+    let inventory = service_inventory(config).await?;
+    let status = |workers: Vec<WorkerStatus>| workers.into_iter().find(|w| w.spec.id == worker);
+    let Some(now) = status(inventory.workers().await?) else {
+        let ids: Vec<String> = inventory
+            .workers()
+            .await?
+            .iter()
+            .map(|w| w.spec.id.to_string())
+            .collect();
+        anyhow::bail!("no worker {worker} (workers: {})", ids.join(", "));
+    };
+    if let Some(backend) = now.stack.last().filter(|b| b.as_str() != spec.backend()) {
+        anyhow::bail!(
+            "stack: {spec} keeps its bytes on {:?}, worker {worker} on {backend:?}; a running worker changes its layers, not its backend",
+            spec.backend()
+        );
+    }
+    let wanted: Vec<String> = spec.clone().into();
+    inventory.ask_stack(worker, wanted.clone()).await?;
+    // A worker takes the request at its next heartbeat (a score interval).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if status(inventory.workers().await?).is_some_and(|w| w.stack == wanted) {
+            println!("worker {worker} runs {spec}");
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "worker {worker} did not take stack {spec} within 15 s (is it running? its log says why it refused)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -8,15 +8,13 @@
 
 use crate::cli::connect_client;
 use crate::config::{Config, Deployment};
-use crate::deployment::distributed_stores;
 use crate::run::reachable;
-use crate::serve::{service_secret_file, Served};
+use crate::serve::Served;
 use anyhow::Context;
 use async_trait::async_trait;
 use labios_client::Client;
-use labios_core::administrator::SERVICE_KEY;
 use labios_gateway::{Gateway, ObjectBuckets, Tenants};
-use labios_store::remote::{connect, Endpoint};
+use labios_store::remote::Endpoint;
 use labios_store::{AppRecord, Inventory};
 use std::sync::Arc;
 
@@ -56,32 +54,15 @@ pub async fn s3(mut config: Config, listen: &str) -> anyhow::Result<()> {
     // a small-write cache, and a PUT must be stored when it returns.
     config.client.min_label_size = 0;
     let mut served = None;
-    let registry = match config.deployment {
-        Deployment::Embedded => {
-            let endpoint = Endpoint::parse(&config.endpoint())?;
-            if !reachable(&endpoint).await {
-                served = Some(Served::start(config.clone()).await?);
-            }
-            let file = service_secret_file(&config.data_dir);
-            let secret = std::fs::read_to_string(&file).with_context(|| {
-                format!(
-                    "labios s3 reads the service secret that `labios serve` keeps in its data directory, {}: run it as the same user with the same data directory (--config / LABIOS_DATA_DIR)",
-                    file.display()
-                )
-            })?;
-            connect(&endpoint, Some(SERVICE_KEY.into()), Some(secret))
-                .await
-                .with_context(|| {
-                    format!(
-                        "labios s3: the server at {endpoint} refused the service secret in {}",
-                        file.display()
-                    )
-                })?
-                .0
-                .inventory
+    if config.deployment == Deployment::Embedded {
+        let endpoint = Endpoint::parse(&config.endpoint())?;
+        if !reachable(&endpoint).await {
+            served = Some(Served::start(config.clone()).await?);
         }
-        Deployment::Distributed => distributed_stores(&config).await?.inventory,
-    };
+    }
+    let registry = crate::cli::service_inventory(&config)
+        .await
+        .context("labios s3")?;
     let objects = ObjectBuckets::open(&config.s3.buckets)?;
     let apps = registry.apps().await?;
     for (name, b) in &config.s3.buckets {

@@ -282,3 +282,81 @@ fn pipelines_from_the_command_line() {
     }
     server.stop();
 }
+
+/// `labios stack set` changes a running worker's stack: `labios status`
+/// shows it, files written before and after read back byte-exact on every
+/// stack, and a malformed stack, another backend or an unknown worker are
+/// refused naming what is wrong, changing nothing.
+#[test]
+fn stack_set_changes_a_running_workers_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let env = vec![("LABIOS_DATA_DIR".to_string(), data.display().to_string())];
+    let server = Server::start_with(&data, None, env);
+    let put = |name: &str, bytes: &[u8]| {
+        let local = dir.path().join(name);
+        std::fs::write(&local, bytes).unwrap();
+        server.ok(
+            None,
+            &["put", local.to_str().unwrap(), &format!("/st/{name}")],
+        );
+    };
+    let check = |name: &str, bytes: &[u8]| {
+        let back = dir.path().join(format!("{name}.back"));
+        server.ok(
+            None,
+            &["get", &format!("/st/{name}"), back.to_str().unwrap()],
+        );
+        assert!(std::fs::read(&back).unwrap() == bytes, "{name}");
+    };
+    let row = |id: &str| {
+        let status = server.ok(None, &["status"]);
+        status
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .unwrap_or_else(|| panic!("no worker {id}: {status}"))
+            .to_string()
+    };
+    // Runs a codec shrinks, and bytes it does not.
+    let packed: Vec<u8> = (0..3 << 20).map(|i| (i / 100 % 7) as u8).collect();
+    let random = common::data(7, (2 << 20) + 5).to_vec();
+    put("before", &packed);
+    let out = server.ok(None, &["stack", "set", "1", "checksum,zstd,file"]);
+    assert!(out.contains("worker 1 runs checksum,zstd,file"), "{out}");
+    assert!(row("1").ends_with("checksum,zstd,file"), "{}", row("1"));
+    assert!(row("0").ends_with(" file"), "{}", row("0"));
+    put("during", &packed);
+    put("random", &random);
+    // Worker 1's codec stored units: their records (file id bit 62).
+    let records = common::files_under(&data.join("workers"))
+        .iter()
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with('4'))
+        .count();
+    assert!(records > 0, "no unit records under {}", data.display());
+    for (args, says) in [
+        (
+            &["stack", "set", "1", "zstd,lz4,file"][..],
+            "do one layer's work",
+        ),
+        (
+            &["stack", "set", "1", "cache,file"][..],
+            "unknown layer \"cache\"",
+        ),
+        (&["stack", "set", "1", "kv"][..], "not its backend"),
+        (&["stack", "set", "9", "file"][..], "no worker 9"),
+    ] {
+        let err = server.err(None, args);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert!(row("1").ends_with("checksum,zstd,file"), "{}", row("1"));
+    server.ok(None, &["stack", "set", "1", "file"]);
+    assert!(row("1").ends_with(" file"), "{}", row("1"));
+    for (name, bytes) in [
+        ("before", &packed),
+        ("during", &packed),
+        ("random", &random),
+    ] {
+        check(name, bytes);
+    }
+    server.stop();
+}

@@ -1020,6 +1020,12 @@ impl Inventory for HeldLookup {
     async fn remove_worker(&self, id: WorkerId) -> Result<()> {
         self.inner.remove_worker(id).await
     }
+    async fn ask_stack(&self, id: WorkerId, stack: Vec<String>) -> Result<()> {
+        self.inner.ask_stack(id, stack).await
+    }
+    async fn take_stack(&self, id: WorkerId) -> Result<Option<Vec<String>>> {
+        self.inner.take_stack(id).await
+    }
     async fn put_app(&self, app: AppRecord) -> Result<()> {
         self.inner.put_app(app).await
     }

@@ -235,3 +235,53 @@ async fn live_stack_changes_under_four_clients_fail_no_label() {
     assert!(err.contains("not its backend"), "{err}");
     rt.shutdown().await.unwrap();
 }
+
+/// In the distributed deployment, `labios stack set` reaches a worker
+/// process through the inventory (Redis): the worker takes the stack at
+/// its next heartbeat, says so in its status, stores with it, and every
+/// file written before and after reads back byte-exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stack_set_reaches_a_worker_process_of_the_cluster() {
+    let d = Deployed::start(Kind::Cluster, |c| {
+        c.workers.truncate(2);
+        c.client.max_label_size = 64 << 10;
+    })
+    .await;
+    let c = d.client().await;
+    let packed: Vec<u8> = (0..1 << 20).map(|i| (i / 50 % 9) as u8).collect();
+    let files = [
+        ("/cs/before", packed.clone()),
+        ("/cs/after", packed.clone()),
+        ("/cs/random", data(3, 700_001).to_vec()),
+    ];
+    c.write_at_sync(files[0].0, 0, files[0].1.clone().into())
+        .await
+        .unwrap();
+    let out = std::process::Command::new(common::deploy::BIN)
+        .args(["stack", "set", "1", "checksum,lz4,file"])
+        .envs(common::deploy::env_of(d.config()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("worker 1 runs"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let workers = d.stores().inventory.workers().await.unwrap();
+    let w1 = workers.iter().find(|w| w.spec.id == 1).unwrap();
+    assert_eq!(w1.stack, ["checksum", "lz4", "file"]);
+    for (path, bytes) in &files[1..] {
+        c.write_at_sync(*path, 0, bytes.clone().into())
+            .await
+            .unwrap();
+    }
+    for (path, bytes) in &files {
+        assert!(c.read(path).await.unwrap() == bytes[..], "{path}");
+    }
+    let records = common::files_under(&d.config().worker_dir(1))
+        .iter()
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with('4'))
+        .count();
+    assert!(records > 0, "worker 1 stored no unit with its codec");
+    d.shutdown().await;
+}

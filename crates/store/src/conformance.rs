@@ -489,6 +489,20 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     assert!(i.workers().await.unwrap().contains(&w));
     i.remove_worker(wid).await.unwrap();
     assert!(!i.workers().await.unwrap().contains(&w));
+    // A stack asked of a worker reaches it once; a newer request replaces
+    // one not yet taken; other workers see none.
+    let stack = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    assert_eq!(i.take_stack(wid).await.unwrap(), None);
+    i.ask_stack(wid, stack(&["zstd", "file"])).await.unwrap();
+    i.ask_stack(wid, stack(&["checksum", "file"]))
+        .await
+        .unwrap();
+    assert_eq!(i.take_stack(wid + 1).await.unwrap(), None);
+    assert_eq!(
+        i.take_stack(wid).await.unwrap(),
+        Some(stack(&["checksum", "file"]))
+    );
+    assert_eq!(i.take_stack(wid).await.unwrap(), None);
     let app = AppRecord {
         id: wid,
         name: "conformance".into(),

@@ -468,6 +468,13 @@ pub trait Inventory: Send + Sync {
     async fn put_worker(&self, status: WorkerStatus) -> Result<()>;
     async fn workers(&self) -> Result<Vec<WorkerStatus>>;
     async fn remove_worker(&self, id: WorkerId) -> Result<()>;
+    /// Asks worker `id` to run the stack `stack` (module names, the
+    /// backend last): `labios stack set`. The worker takes the request at
+    /// its next heartbeat; a newer request replaces one not yet taken.
+    async fn ask_stack(&self, id: WorkerId, stack: Vec<String>) -> Result<()>;
+    /// The stack asked of worker `id` and not yet taken, which this call
+    /// takes: each request reaches the worker once.
+    async fn take_stack(&self, id: WorkerId) -> Result<Option<Vec<String>>>;
 
     // ---- applications ----------------------------------------------------
     async fn put_app(&self, app: AppRecord) -> Result<()>;

@@ -703,3 +703,12 @@ end
 redis.call('HSET', P .. 'ctr', 'subdirs', '1')
 return {'ok'}
 "#;
+
+/// Takes one field of a hash: its value, gone from the hash once read.
+/// KEYS = hash; ARGV = field.
+pub const TAKE_FIELD: &str = r#"
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return false end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return v
+"#;

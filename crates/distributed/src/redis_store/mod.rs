@@ -832,6 +832,7 @@ struct Scripts {
     let_go: Script,
     let_go_session: Script,
     drop_unheld: Script,
+    take_field: Script,
 }
 
 impl Scripts {
@@ -860,6 +861,7 @@ impl Scripts {
             let_go: s(lua::LET_GO),
             let_go_session: s(lua::LET_GO_SESSION),
             drop_unheld: s(lua::DROP_UNHELD),
+            take_field: s(lua::TAKE_FIELD),
         }
     }
 }
@@ -1717,6 +1719,33 @@ impl Inventory for RedisInventory {
             .cmd::<i64>(redis::cmd("HDEL").arg(format!("{}workers", self.p)).arg(id))
             .await?;
         Ok(())
+    }
+
+    async fn ask_stack(&self, id: WorkerId, stack: Vec<String>) -> Result<()> {
+        self.link
+            .cmd::<i64>(
+                redis::cmd("HSET")
+                    .arg(format!("{}stacks", self.p))
+                    .arg(id)
+                    .arg(encode(&stack)),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn take_stack(&self, id: WorkerId) -> Result<Option<Vec<String>>> {
+        let key = format!("{}stacks", self.p);
+        let taken: Option<Vec<u8>> = self
+            .link
+            .script(
+                &self.scripts.take_field,
+                &[&key],
+                &[id.to_string().as_bytes()],
+            )
+            .await?;
+        taken
+            .map(|b| self.decode_at(&format!("stacks[{id}]"), &b))
+            .transpose()
     }
 
     async fn put_app(&self, app: AppRecord) -> Result<()> {

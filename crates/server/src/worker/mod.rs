@@ -212,6 +212,27 @@ impl Shared {
         self.state.send_modify(|s| s.0 = state);
     }
 
+    /// Runs the stack an administrator asked for (`labios stack set`),
+    /// if one was, and says so at once.
+    async fn take_stack(&self) {
+        let id = self.spec.id;
+        let asked = match self.stores.inventory.take_stack(id).await {
+            Ok(Some(asked)) => asked,
+            Ok(None) => return,
+            Err(e) => return tracing::warn!(worker = id, "cannot look for a stack asked: {e}"),
+        };
+        let storage = self.storage.clone();
+        let set = tokio::task::spawn_blocking(move || storage.set(Spec::try_from(asked)?)).await;
+        match set {
+            Ok(Ok(())) => {
+                tracing::info!(worker = id, stack = %self.storage.spec(), "stack changed");
+                self.publish(true).await;
+            }
+            Ok(Err(e)) => tracing::warn!(worker = id, "refused the stack asked: {e}"),
+            Err(e) => tracing::warn!(worker = id, "changing the stack failed: {e}"),
+        }
+    }
+
     async fn refresh_depth(&self) {
         match self.stores.tasks.depth(&self.queue).await {
             Ok(depth) => self
@@ -351,7 +372,9 @@ impl WorkerHandle {
         let storage = self.shared.storage.clone();
         tokio::task::spawn_blocking(move || storage.set(spec))
             .await
-            .map_err(|e| Error::Storage(format!("changing the stack: {e}")))?
+            .map_err(|e| Error::Storage(format!("changing the stack: {e}")))??;
+        self.shared.publish(true).await;
+        Ok(())
     }
 
     /// Activation message (article 3.3.3b): a suspended worker becomes
@@ -517,6 +540,7 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
             // until the manager declares a live worker down. A late depth
             // is left for the next tick.
             _ = ticker.tick() => {
+                shared.take_stack().await;
                 shared.publish(false).await;
                 if !suspended {
                     let _ = tokio::time::timeout(score_interval, shared.refresh_depth()).await;

@@ -102,6 +102,9 @@ pub struct RedbInventory {
     db: Arc<Database>,
     ns: RwLock<Namespace>,
     workers: RwLock<BTreeMap<WorkerId, WorkerStatus>>,
+    /// Stacks asked of workers and not yet taken. Kept in memory: a
+    /// worker restarts on the stack of its configuration.
+    stacks_asked: parking_lot::Mutex<BTreeMap<WorkerId, Vec<String>>>,
     apps: RwLock<BTreeMap<AppId, AppRecord>>,
     functions: RwLock<BTreeMap<(AppId, String), Bytes>>,
     counters: Mutex<HashMap<String, Counter>>,
@@ -839,6 +842,7 @@ impl RedbInventory {
             db,
             ns: RwLock::new(loaded.ns),
             workers: RwLock::new(loaded.workers),
+            stacks_asked: parking_lot::Mutex::new(BTreeMap::new()),
             apps: RwLock::new(loaded.apps),
             functions: RwLock::new(loaded.functions),
             counters: Mutex::new(loaded.counters),
@@ -1534,6 +1538,15 @@ impl Inventory for RedbInventory {
             self.log.append(&mut vec![Op::DelWorker(id)])?;
         }
         Ok(())
+    }
+
+    async fn ask_stack(&self, id: WorkerId, stack: Vec<String>) -> Result<()> {
+        self.stacks_asked.lock().insert(id, stack);
+        Ok(())
+    }
+
+    async fn take_stack(&self, id: WorkerId) -> Result<Option<Vec<String>>> {
+        Ok(self.stacks_asked.lock().remove(&id))
     }
 
     async fn put_app(&self, app: AppRecord) -> Result<()> {

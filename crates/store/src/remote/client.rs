@@ -471,6 +471,12 @@ impl Inventory for RemoteInventory {
     async fn remove_worker(&self, id: WorkerId) -> Result<()> {
         expect!(self.0.call(Request::RemoveWorker(id)).await?, Reply::Unit => ())
     }
+    async fn ask_stack(&self, id: WorkerId, stack: Vec<String>) -> Result<()> {
+        expect!(self.0.call(Request::AskStack(id, stack)).await?, Reply::Unit => ())
+    }
+    async fn take_stack(&self, id: WorkerId) -> Result<Option<Vec<String>>> {
+        expect!(self.0.call(Request::TakeStack(id)).await?, Reply::Stack(s) => s)
+    }
     async fn put_app(&self, app: AppRecord) -> Result<()> {
         expect!(self.0.call(Request::PutApp(app)).await?, Reply::Unit => ())
     }

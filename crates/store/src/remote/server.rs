@@ -468,6 +468,8 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
         Request::PutWorker(st) => i.put_worker(st).await.map(|_| Reply::Unit)?,
         Request::Workers => Reply::Workers(i.workers().await?),
         Request::RemoveWorker(id) => i.remove_worker(id).await.map(|_| Reply::Unit)?,
+        Request::AskStack(id, stack) => i.ask_stack(id, stack).await.map(|_| Reply::Unit)?,
+        Request::TakeStack(id) => Reply::Stack(i.take_stack(id).await?),
         Request::PutApp(app) => i.put_app(app).await.map(|_| Reply::Unit)?,
         Request::App(id) => Reply::App(i.app(id).await?),
         Request::Apps => Reply::Apps(i.apps().await?),
@@ -897,9 +899,13 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
         }
         Request::Lock(r) | Request::LockConflict(r) => own_file(app, i.file(r.file).await?)?,
         Request::Hold { file, .. } => own_file(app, i.file(*file).await?)?,
-        Request::SetStatus(_) | Request::PutWorker(_) | Request::RemoveWorker(_) => {
+        Request::SetStatus(_)
+        | Request::PutWorker(_)
+        | Request::RemoveWorker(_)
+        | Request::AskStack(..)
+        | Request::TakeStack(_) => {
             return Err(denied(
-                "label statuses and workers are reserved to LABIOS itself",
+                "label statuses and workers are reserved to LABIOS itself and its administrator",
             ));
         }
         Request::Status(id) => own_labels(origins, app, std::slice::from_ref(id))?,
