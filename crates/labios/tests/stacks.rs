@@ -236,52 +236,114 @@ async fn live_stack_changes_under_four_clients_fail_no_label() {
     rt.shutdown().await.unwrap();
 }
 
-/// In the distributed deployment, `labios stack set` reaches a worker
-/// process through the inventory (Redis): the worker takes the stack at
-/// its next heartbeat, says so in its status, stores with it, and every
-/// file written before and after reads back byte-exact.
+/// In the distributed deployment, `labios stack set` reaches the worker
+/// processes through the inventory (Redis): ten changes alternating over
+/// the two workers while four clients write and read fail no label, each
+/// worker's status says the stack it took, its codec stores units, and
+/// every file reads back byte-exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stack_set_reaches_a_worker_process_of_the_cluster() {
+async fn stack_set_changes_worker_processes_of_the_cluster_under_load() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
     let d = Deployed::start(Kind::Cluster, |c| {
         c.workers.truncate(2);
         c.client.max_label_size = 64 << 10;
     })
     .await;
-    let c = d.client().await;
-    let packed: Vec<u8> = (0..1 << 20).map(|i| (i / 50 % 9) as u8).collect();
-    let files = [
-        ("/cs/before", packed.clone()),
-        ("/cs/after", packed.clone()),
-        ("/cs/random", data(3, 700_001).to_vec()),
+    let (done, progress) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut clients = Vec::new();
+    for t in 0..4u64 {
+        let c = d.client().await;
+        let (done, progress) = (done.clone(), progress.clone());
+        clients.push(tokio::spawn(async move {
+            let path = format!("/cs/c{t}");
+            let mut model: Vec<u8> = Vec::new();
+            let mut rng = fastrand::Rng::with_seed(t);
+            let mut round = 0;
+            while !done.load(Ordering::Acquire) || round < 4 {
+                round += 1;
+                let (offset, len) = (rng.usize(..300_000), rng.usize(1..150_000));
+                let bytes: Vec<u8> = if rng.bool() {
+                    (0..len).map(|i| (i / 50 % 9) as u8 + t as u8).collect()
+                } else {
+                    data(t * 1000 + round, len).to_vec()
+                };
+                c.write_at_sync(path.as_str(), offset as u64, bytes.clone().into())
+                    .await
+                    .unwrap_or_else(|e| panic!("client {t} write {round}: {e}"));
+                if model.len() < offset + len {
+                    model.resize(offset + len, 0);
+                }
+                model[offset..offset + len].copy_from_slice(&bytes);
+                let back = c
+                    .read(&path)
+                    .await
+                    .unwrap_or_else(|e| panic!("client {t} read {round}: {e}"));
+                assert!(back == model[..], "client {t} round {round}: wrong bytes");
+                progress.fetch_add(1, Ordering::AcqRel);
+            }
+            (path, model)
+        }));
+    }
+    let stacks = [
+        "checksum,lz4,file",
+        "zstd,file",
+        "file",
+        "checksum,zstd,file",
     ];
-    c.write_at_sync(files[0].0, 0, files[0].1.clone().into())
+    let mut last = [String::from("file"), String::from("file")];
+    for i in 0..10usize {
+        let (worker, stack) = (i % 2, stacks[i / 2 % stacks.len()]);
+        // Each change comes after two more writes and reads.
+        let (seen, deadline) = (
+            progress.load(Ordering::Acquire),
+            std::time::Instant::now() + std::time::Duration::from_secs(60),
+        );
+        while progress.load(Ordering::Acquire) < seen + 2 {
+            assert!(std::time::Instant::now() < deadline, "the clients stalled");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let env = common::deploy::env_of(d.config());
+        let args = ["stack", "set", &worker.to_string(), stack].map(String::from);
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(common::deploy::BIN)
+                .args(args)
+                .envs(env)
+                .output()
+                .unwrap()
+        })
         .await
         .unwrap();
-    let out = std::process::Command::new(common::deploy::BIN)
-        .args(["stack", "set", "1", "checksum,lz4,file"])
-        .envs(common::deploy::env_of(d.config()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("worker 1 runs"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let workers = d.stores().inventory.workers().await.unwrap();
-    let w1 = workers.iter().find(|w| w.spec.id == 1).unwrap();
-    assert_eq!(w1.stack, ["checksum", "lz4", "file"]);
-    for (path, bytes) in &files[1..] {
-        c.write_at_sync(*path, 0, bytes.clone().into())
-            .await
-            .unwrap();
+        assert!(
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout)
+                    .contains(&format!("worker {worker} runs {stack}")),
+            "change {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last[worker] = stack.to_string();
     }
-    for (path, bytes) in &files {
-        assert!(c.read(path).await.unwrap() == bytes[..], "{path}");
+    done.store(true, Ordering::Release);
+    let mut written = Vec::new();
+    for c in clients {
+        written.push(c.await.unwrap());
     }
-    let records = common::files_under(&d.config().worker_dir(1))
-        .iter()
+    let statuses = d.stores().inventory.workers().await.unwrap();
+    for (w, stack) in last.iter().enumerate() {
+        let status = statuses.iter().find(|s| s.spec.id == w as u32).unwrap();
+        assert_eq!(status.stack.join(","), *stack, "worker {w}");
+    }
+    let c = d.client().await;
+    for (path, model) in &written {
+        assert!(c.read(path).await.unwrap() == model[..], "{path}");
+    }
+    let records = (0..2)
+        .flat_map(|i| common::files_under(&d.config().worker_dir(i)))
         .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with('4'))
         .count();
-    assert!(records > 0, "worker 1 stored no unit with its codec");
+    assert!(records > 0, "no worker stored a unit with its codec");
     d.shutdown().await;
 }
