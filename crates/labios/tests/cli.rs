@@ -328,10 +328,7 @@ fn stack_set_changes_a_running_workers_stack() {
     put("during", &packed);
     put("random", &random);
     // Worker 1's codec stored units: their records (file id bit 62).
-    let records = common::files_under(&data.join("workers"))
-        .iter()
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with('4'))
-        .count();
+    let records = common::unit_records(&data.join("workers"));
     assert!(records > 0, "no unit records under {}", data.display());
     for (args, says) in [
         (

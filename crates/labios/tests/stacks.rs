@@ -11,6 +11,49 @@ fn spec(names: &[&str]) -> labios_stack::Spec {
     labios_stack::Spec::try_from(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap()
 }
 
+/// Writes and reads file `/{dir}/c{t}` through `c` until `done` (and at
+/// least `rounds` times): random ranges, half of them bytes a codec
+/// shrinks, each write checked by reading the whole file back against a
+/// model; `progress` counts the rounds of every client. Returns the path
+/// and what the file must hold.
+async fn write_and_check(
+    c: labios_client::Client,
+    t: u64,
+    dir: &str,
+    rounds: u64,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    progress: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> (String, Vec<u8>) {
+    use std::sync::atomic::Ordering;
+    let path = format!("/{dir}/c{t}");
+    let mut model: Vec<u8> = Vec::new();
+    let mut rng = fastrand::Rng::with_seed(t);
+    let mut round = 0;
+    while !done.load(Ordering::Acquire) || round < rounds {
+        round += 1;
+        let (offset, len) = (rng.usize(..300_000), rng.usize(1..150_000));
+        let bytes: Vec<u8> = if rng.bool() {
+            (0..len).map(|i| (i / 9 % 17) as u8 + t as u8).collect()
+        } else {
+            data(t * 1000 + round, len).to_vec()
+        };
+        c.write_at_sync(path.as_str(), offset as u64, bytes.clone().into())
+            .await
+            .unwrap_or_else(|e| panic!("client {t} write {round}: {e}"));
+        if model.len() < offset + len {
+            model.resize(offset + len, 0);
+        }
+        model[offset..offset + len].copy_from_slice(&bytes);
+        let back = c
+            .read(&path)
+            .await
+            .unwrap_or_else(|e| panic!("client {t} read {round}: {e}"));
+        assert!(back == model[..], "client {t} round {round}: wrong bytes");
+        progress.fetch_add(1, Ordering::AcqRel);
+    }
+    (path, model)
+}
+
 /// A pool of a `memory` worker and a `checksum,file` worker: files
 /// striped over both read back byte-exact, only the second worker's
 /// directory holds bytes, and a byte changed there fails the read of its
@@ -157,37 +200,9 @@ async fn live_stack_changes_under_four_clients_fail_no_label() {
     for t in 0..4u64 {
         let c = rt.client(0).await.unwrap();
         let (done, progress) = (done.clone(), progress.clone());
-        clients.push(tokio::spawn(async move {
-            let path = format!("/live/c{t}");
-            let mut model: Vec<u8> = Vec::new();
-            let mut rng = fastrand::Rng::with_seed(t);
-            let mut round = 0;
-            while !done.load(Ordering::Acquire) || round < 8 {
-                round += 1;
-                let offset = rng.usize(..400_000);
-                let len = rng.usize(1..200_000);
-                // Half the writes shrink under a codec, half do not.
-                let bytes: Vec<u8> = if rng.bool() {
-                    (0..len).map(|i| (i / 9 % 17) as u8 + t as u8).collect()
-                } else {
-                    data(t * 1000 + round, len).to_vec()
-                };
-                c.write_at_sync(path.as_str(), offset as u64, bytes.clone().into())
-                    .await
-                    .unwrap_or_else(|e| panic!("client {t} write {round}: {e}"));
-                if model.len() < offset + len {
-                    model.resize(offset + len, 0);
-                }
-                model[offset..offset + len].copy_from_slice(&bytes);
-                let back = c
-                    .read(&path)
-                    .await
-                    .unwrap_or_else(|e| panic!("client {t} read {round}: {e}"));
-                assert!(back == model[..], "client {t} round {round}: wrong bytes");
-                progress.fetch_add(1, Ordering::AcqRel);
-            }
-            (path, model)
-        }));
+        clients.push(tokio::spawn(write_and_check(
+            c, t, "live", 8, done, progress,
+        )));
     }
     let stacks = [
         spec(&["checksum", "zstd", "file"]),
@@ -220,9 +235,8 @@ async fn live_stack_changes_under_four_clients_fail_no_label() {
     }
     // The codecs stored units: their records (file id bit 62) are there.
     let records = (0..2)
-        .flat_map(|i| common::files_under(&rt.config.worker_dir(i)))
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with('4'))
-        .count();
+        .map(|i| common::unit_records(&rt.config.worker_dir(i)))
+        .sum::<usize>();
     assert!(records > 0, "no unit records: no codec stored a unit");
     let err = rt
         .manager
@@ -258,35 +272,7 @@ async fn stack_set_changes_worker_processes_of_the_cluster_under_load() {
     for t in 0..4u64 {
         let c = d.client().await;
         let (done, progress) = (done.clone(), progress.clone());
-        clients.push(tokio::spawn(async move {
-            let path = format!("/cs/c{t}");
-            let mut model: Vec<u8> = Vec::new();
-            let mut rng = fastrand::Rng::with_seed(t);
-            let mut round = 0;
-            while !done.load(Ordering::Acquire) || round < 4 {
-                round += 1;
-                let (offset, len) = (rng.usize(..300_000), rng.usize(1..150_000));
-                let bytes: Vec<u8> = if rng.bool() {
-                    (0..len).map(|i| (i / 50 % 9) as u8 + t as u8).collect()
-                } else {
-                    data(t * 1000 + round, len).to_vec()
-                };
-                c.write_at_sync(path.as_str(), offset as u64, bytes.clone().into())
-                    .await
-                    .unwrap_or_else(|e| panic!("client {t} write {round}: {e}"));
-                if model.len() < offset + len {
-                    model.resize(offset + len, 0);
-                }
-                model[offset..offset + len].copy_from_slice(&bytes);
-                let back = c
-                    .read(&path)
-                    .await
-                    .unwrap_or_else(|e| panic!("client {t} read {round}: {e}"));
-                assert!(back == model[..], "client {t} round {round}: wrong bytes");
-                progress.fetch_add(1, Ordering::AcqRel);
-            }
-            (path, model)
-        }));
+        clients.push(tokio::spawn(write_and_check(c, t, "cs", 4, done, progress)));
     }
     let stacks = [
         "checksum,lz4,file",
@@ -341,9 +327,8 @@ async fn stack_set_changes_worker_processes_of_the_cluster_under_load() {
         assert!(c.read(path).await.unwrap() == model[..], "{path}");
     }
     let records = (0..2)
-        .flat_map(|i| common::files_under(&d.config().worker_dir(i)))
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with('4'))
-        .count();
+        .map(|i| common::unit_records(&d.config().worker_dir(i)))
+        .sum::<usize>();
     assert!(records > 0, "no worker stored a unit with its codec");
     d.shutdown().await;
 }

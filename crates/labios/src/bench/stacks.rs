@@ -104,6 +104,22 @@ async fn small_labels(
     Ok(n as f64 / secs)
 }
 
+/// Runs `lane(0)` and `lane(1)` on two threads, as the two cores of the
+/// machine: the first error, if any.
+fn two_lanes<E: Send>(lane: impl Fn(u64) -> Result<(), E> + Sync) -> Result<(), E> {
+    std::thread::scope(|s| {
+        let lanes: Vec<_> = (0..2u64)
+            .map(|i| {
+                let lane = &lane;
+                s.spawn(move || lane(i))
+            })
+            .collect();
+        lanes
+            .into_iter()
+            .try_for_each(|l| l.join().expect("writer thread panicked"))
+    })
+}
+
 /// The same `n` 8 KiB writes on the backend alone, from two threads:
 /// what the stack itself costs, without queues and hand-offs.
 fn small_backend(stack: &Spec, n: u64) -> anyhow::Result<f64> {
@@ -111,20 +127,10 @@ fn small_backend(stack: &Spec, n: u64) -> anyhow::Result<f64> {
     let backend = stack.build(dir.path(), u64::MAX)?;
     let data = block(12, 8192);
     let t = Instant::now();
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..2u64)
-            .map(|lane| {
-                let (backend, data) = (&backend, &data);
-                s.spawn(move || {
-                    (lane..n).step_by(2).try_for_each(|i| {
-                        backend.write(i % SMALL_FILES, &[((i / SMALL_FILES) * 8192, data)], false)
-                    })
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().expect("writer thread panicked"))
+    two_lanes(|lane| {
+        (lane..n).step_by(2).try_for_each(|i| {
+            backend.write(i % SMALL_FILES, &[((i / SMALL_FILES) * 8192, &data)], false)
+        })
     })?;
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
@@ -135,30 +141,19 @@ fn small_raw(n: u64) -> anyhow::Result<f64> {
     let dir = tempfile::tempdir_in(std::env::temp_dir())?;
     let data = block(13, 8192);
     let t = Instant::now();
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..2u64)
-            .map(|lane| {
-                let (dir, data) = (dir.path(), &data);
-                s.spawn(move || -> std::io::Result<()> {
-                    let files: Vec<_> = (0..SMALL_FILES)
-                        .map(|f| {
-                            std::fs::OpenOptions::new()
-                                .create(true)
-                                .truncate(false)
-                                .write(true)
-                                .open(dir.join(f.to_string()))
-                        })
-                        .collect::<std::io::Result<_>>()?;
-                    (lane..n).step_by(2).try_for_each(|i| {
-                        files[(i % SMALL_FILES) as usize]
-                            .write_all_at(data, (i / SMALL_FILES) * 8192)
-                    })
-                })
+    two_lanes(|lane| -> std::io::Result<()> {
+        let files: Vec<_> = (0..SMALL_FILES)
+            .map(|f| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(dir.path().join(f.to_string()))
             })
-            .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().expect("writer thread panicked"))
+            .collect::<std::io::Result<_>>()?;
+        (lane..n).step_by(2).try_for_each(|i| {
+            files[(i % SMALL_FILES) as usize].write_all_at(&data, (i / SMALL_FILES) * 8192)
+        })
     })?;
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }

@@ -71,3 +71,16 @@ pub fn files_under(root: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Unit record files (a codec layer's, file id bit 62) under `root`: more
+/// than none means a codec stored units there.
+pub fn unit_records(root: &Path) -> usize {
+    files_under(root)
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('4'))
+        })
+        .count()
+}
