@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 # A build cache outside the clone keeps repeated runs fast; override freely.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/labios-target}"
 export CARGO_TERM_COLOR=never
+# A test run builds once: incremental state (tens of GB per clone path over
+# a few runs) only fills the disk. Override freely.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 if ! command -v cargo >/dev/null; then
   echo "cargo is required (https://rustup.rs)" >&2
