@@ -29,8 +29,8 @@ fn bad_values_name_the_field() {
             "workers[0].speed",
         ),
         (
-            "[[workers]]\ntier = \"x\"\nspeed = 1\nenergy = 1\ncapacity = 10\nstack = [\"zstd\", \"file\"]\n",
-            "unknown layer \"zstd\"",
+            "[[workers]]\ntier = \"x\"\nspeed = 1\nenergy = 1\ncapacity = 10\nstack = [\"snappy\", \"file\"]\n",
+            "unknown layer \"snappy\"",
         ),
         (
             "[[workers]]\ntier = \"x\"\nspeed = 1\nenergy = 1\ncapacity = 10\nstack = [\"ssd\"]\n",

@@ -626,14 +626,20 @@ async fn removed_truncated_and_overwritten_bytes_free_their_space_on_every_worke
     assert!(c.read("/space/b").await.unwrap() == data(2, 8 << 20));
 
     // Bytes of a file the inventory does not know (a delete a down worker
-    // missed) go at the worker's next start; known files stay whole.
-    let stray = d.worker_dirs()[1]
-        .join("files")
-        .join(format!("{:016x}", u64::MAX - 7));
-    std::fs::write(&stray, vec![7u8; 1 << 20]).unwrap();
+    // missed) go at the worker's next start, and so do a layer's sums
+    // left without their file (a crash between the two removes); known
+    // files stay whole.
+    let files = d.worker_dirs()[1].join("files");
+    let strays = [(1u64 << 40) + 7, ((1u64 << 40) + 9) | 1 << 63]
+        .map(|id| files.join(format!("{id:016x}")));
+    for stray in &strays {
+        std::fs::write(stray, vec![7u8; 1 << 20]).unwrap();
+    }
     drop(c);
     d.restart().await;
-    assert!(!stray.exists(), "a stray file survived the restart");
+    for stray in &strays {
+        assert!(!stray.exists(), "{} survived the restart", stray.display());
+    }
     let c = d.client().await;
     assert!(c.read("/space/b").await.unwrap() == data(2, 8 << 20));
     until_allocated_at_most(&d, 8 * mib, "restarted").await;

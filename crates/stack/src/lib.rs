@@ -23,6 +23,13 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The largest LABIOS file id a stack stores. Layers keep their own data
+/// for file F under ids with bits above this one set (the codec's unit
+/// records and second slots, the checksum's sums), so an id beyond it
+/// would be taken for another file's companion. The inventory counts
+/// file ids up from 1; a label naming one beyond this is refused.
+pub const LAST_FILE: FileId = (1 << 61) - 1;
+
 /// What a worker does to its storage.
 pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Writes each `(offset, bytes)` piece at its offset of `file`. Bytes

@@ -777,9 +777,18 @@ fn zeros(label: &Label, len: u64) -> Result<Bytes, Failure> {
 }
 
 fn file_of(label: &Label, pointer: &Pointer, which: &str) -> Result<(FileId, u64, u64), Failure> {
-    pointer
+    let (file, offset, len) = pointer
         .file()
-        .ok_or_else(|| bad_pointer(label, which, "a file range"))
+        .ok_or_else(|| bad_pointer(label, which, "a file range"))?;
+    if file > labios_stack::LAST_FILE {
+        return Err(format!(
+            "{:?} label {} names file id {file:#x} as {which}, beyond the last a worker stores ({:#x})",
+            label.kind,
+            label.id,
+            labios_stack::LAST_FILE
+        ));
+    }
+    Ok((file, offset, len))
 }
 
 fn bad_pointer(label: &Label, which: &str, wanted: &str) -> Failure {

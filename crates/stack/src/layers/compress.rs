@@ -599,8 +599,10 @@ impl Backend for Compress {
             .inner
             .files()?
             .into_iter()
-            .filter(|f| f & (1 << 63) == 0)
-            .map(|f| f & !(RECORDS | SLOTS))
+            .map(|f| match f & (1 << 63) {
+                0 => f & !(RECORDS | SLOTS),
+                _ => f,
+            })
             .collect();
         Ok(files.into_iter().collect())
     }
