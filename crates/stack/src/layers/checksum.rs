@@ -11,6 +11,13 @@
 //! file's local length, zeros after. Writes and reclamation of a file
 //! recompute the sums of the blocks they touch under the file's lock, and
 //! reads verify under it, so a read never sees new bytes with an old sum.
+//!
+//! A change is three steps on the backend: the sums of the summed blocks
+//! it touches go (their entries become zeros), the bytes change, the new
+//! sums are kept. A crash (a `kill -9`, or a device that fails a step)
+//! between them leaves those blocks unchecked until they are written
+//! again, never checked against a sum of other bytes: the bytes a block
+//! held before, written and acknowledged, stay readable.
 
 use crate::Backend;
 use labios_label::{Error, FileId, Result};
@@ -69,6 +76,30 @@ impl Checksum {
     /// The entries of blocks `first..=last` (zeros where none was kept).
     fn entries(&self, file: FileId, first: u64, last: u64) -> Result<Vec<u8>> {
         self.bytes(file | COMPANION, first * ENTRY, (last + 1) * ENTRY)
+    }
+
+    /// Drops the sums of those of `blocks` of `file` (`len` bytes long)
+    /// that may have one, before their bytes change. With `sync`, that is
+    /// on the device first, so that a power loss after the change cannot
+    /// leave new bytes under an old sum.
+    fn unsum(&self, file: FileId, len: u64, blocks: &BTreeSet<u64>, sync: bool) -> Result<()> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &b in blocks.iter().take_while(|&&b| b * BLOCK < len) {
+            match runs.last_mut() {
+                Some((_, last)) if *last + 1 == b => *last = b,
+                _ => runs.push((b, b)),
+            }
+        }
+        let most = runs.iter().map(|(f, l)| l - f + 1).max().unwrap_or(0);
+        if most == 0 {
+            return Ok(());
+        }
+        let zeros = vec![0; (most * ENTRY) as usize];
+        let pieces: Vec<(u64, &[u8])> = runs
+            .iter()
+            .map(|&(f, l)| (f * ENTRY, &zeros[..((l - f + 1) * ENTRY) as usize]))
+            .collect();
+        self.inner.write(file | COMPANION, &pieces, sync)
     }
 
     /// Sums blocks `blocks` of `file` as they now are and keeps the sums.
@@ -142,11 +173,13 @@ impl Backend for Checksum {
         if !self.active && !self.inner.holds(file | COMPANION) {
             return self.inner.write(file, pieces, sync);
         }
-        self.inner.write(file, pieces, sync)?;
         let touched: BTreeSet<u64> = pieces
             .iter()
             .flat_map(|(o, d)| blocks(*o, o + d.len() as u64))
             .collect();
+        let len = self.inner.len(file)?.unwrap_or(0);
+        self.unsum(file, len, &touched, sync)?;
+        self.inner.write(file, pieces, sync)?;
         self.resum(file, &touched, pieces, sync)
     }
 
@@ -192,19 +225,28 @@ impl Backend for Checksum {
         let Some(len) = self.inner.len(file)? else {
             return self.inner.remove(file | COMPANION);
         };
+        let summed = self.active || self.inner.holds(file | COMPANION);
+        // Freed ranges will read as zeros, and a cut file is shorter: the
+        // blocks from the lower of `start` and the cut lose their sums
+        // first, and those the file still has are summed again after.
+        let cut = match held.last() {
+            Some(&(_, last)) if end == u64::MAX => last,
+            _ => start,
+        };
+        let touched: BTreeSet<u64> = blocks(start.min(cut), end.min(len)).collect();
+        if summed {
+            self.unsum(file, len, &touched, false)?;
+        }
         self.inner.keep_only(file, start, end, held)?;
         if !self.inner.holds(file) {
             return self.inner.remove(file | COMPANION);
         }
-        if !self.active && !self.inner.holds(file | COMPANION) {
+        if !summed {
             return Ok(());
         }
-        // Freed ranges read as zeros now, and a cut file is shorter: sum
-        // again what changed, including the block a cut below `start`
-        // falls in, and keep no entry past the new end.
         let now = self.inner.len(file)?.unwrap_or(0);
-        let from = if now < len { start.min(now) } else { start };
-        let touched: BTreeSet<u64> = blocks(from, end.min(len))
+        let touched: BTreeSet<u64> = touched
+            .into_iter()
             .take_while(|b| b * BLOCK < now)
             .collect();
         self.resum(file, &touched, &[], false)?;
@@ -213,13 +255,17 @@ impl Backend for Checksum {
             .keep_only(file | COMPANION, 0, u64::MAX, &[(0, kept)])
     }
 
+    /// A file's sums stand for the file: sums left without their file
+    /// (a crash between the two removes) name it, so that reclaiming it
+    /// frees them too.
     fn files(&self) -> Result<Vec<FileId>> {
-        Ok(self
+        let files: BTreeSet<FileId> = self
             .inner
             .files()?
             .into_iter()
-            .filter(|f| f & COMPANION == 0)
-            .collect())
+            .map(|f| f & !COMPANION)
+            .collect();
+        Ok(files.into_iter().collect())
     }
 
     fn flush(&self, file: FileId) -> Result<()> {

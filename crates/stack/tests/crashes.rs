@@ -1,0 +1,209 @@
+//! A crash at every step of a change: each durable stack runs a write, an
+//! overwrite or a reclamation on a device that stops after its k-th change
+//! (every k until the change completes), then is opened again over what
+//! the device kept, as a worker restarted after `kill -9` is. Bytes
+//! written and acknowledged before the change read back exact, with no
+//! error from any layer; bytes the interrupted change touched read as
+//! they were or as it would have left them.
+
+use labios_label::{Error, FileId, Result};
+use labios_stack::conformance::every_stack;
+use labios_stack::Backend;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A device that applies `left` more changes, then fails every change
+/// as a stopped process would never make it (reads still answer, as
+/// they would from what was kept).
+#[derive(Debug)]
+struct Stopping {
+    inner: Arc<dyn Backend>,
+    left: AtomicU64,
+}
+
+impl Stopping {
+    fn change(&self) -> Result<()> {
+        self.left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .map(drop)
+            .map_err(|_| Error::Storage("the device stopped (a crash)".into()))
+    }
+}
+
+impl Backend for Stopping {
+    fn write(&self, file: FileId, pieces: &[(u64, &[u8])], sync: bool) -> Result<()> {
+        self.change()?;
+        self.inner.write(file, pieces, sync)
+    }
+    fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.inner.read(file, offset, buf)
+    }
+    fn remove(&self, file: FileId) -> Result<()> {
+        self.change()?;
+        self.inner.remove(file)
+    }
+    fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
+        self.change()?;
+        self.inner.keep_only(file, start, end, held)
+    }
+    fn files(&self) -> Result<Vec<FileId>> {
+        self.inner.files()
+    }
+    fn flush(&self, file: FileId) -> Result<()> {
+        self.inner.flush(file)
+    }
+    fn holds(&self, file: FileId) -> bool {
+        self.inner.holds(file)
+    }
+    fn len(&self, file: FileId) -> Result<Option<u64>> {
+        self.inner.len(file)
+    }
+    fn used(&self) -> u64 {
+        self.inner.used()
+    }
+}
+
+const FILE: FileId = 9;
+
+/// Bytes a codec shrinks, different for each `seed`.
+fn packed(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add((i / 7 % 13) as u8))
+        .collect()
+}
+
+/// The change a crash interrupts, and what each byte may read as after.
+enum Change {
+    /// One write of these pieces.
+    Write(Vec<(u64, Vec<u8>)>),
+    /// A reclamation keeping `held` (the file ends at the last held byte).
+    KeepOnly(Vec<(u64, u64)>),
+}
+
+impl Change {
+    fn run(&self, stack: &dyn Backend) -> Result<()> {
+        match self {
+            Change::Write(pieces) => {
+                let pieces: Vec<(u64, &[u8])> = pieces.iter().map(|(o, d)| (*o, &d[..])).collect();
+                stack.write(FILE, &pieces, true)
+            }
+            Change::KeepOnly(held) => stack.keep_only(FILE, 0, u64::MAX, held),
+        }
+    }
+
+    /// The file as the finished change leaves `before`.
+    fn after(&self, before: &[u8]) -> Vec<u8> {
+        match self {
+            Change::Write(pieces) => {
+                let mut now = before.to_vec();
+                for (o, d) in pieces {
+                    let end = *o as usize + d.len();
+                    if now.len() < end {
+                        now.resize(end, 0);
+                    }
+                    now[*o as usize..end].copy_from_slice(d);
+                }
+                now
+            }
+            Change::KeepOnly(held) => {
+                let end = held.last().map_or(0, |h| h.1) as usize;
+                (0..end.min(before.len()))
+                    .map(|i| {
+                        let kept = held.iter().any(|&(s, e)| (s..e).contains(&(i as u64)));
+                        if kept {
+                            before[i]
+                        } else {
+                            0
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+/// What the file holds before the change: acknowledged, synced.
+fn acknowledged() -> Vec<u8> {
+    let mut a = packed(200_000, 1);
+    a[70_000..90_000].copy_from_slice(&packed(20_000, 2)[..]);
+    a
+}
+
+fn changes() -> Vec<(&'static str, Change)> {
+    vec![
+        (
+            "an overwrite inside blocks and codec units",
+            Change::Write(vec![(5_000, packed(3_000, 3)), (66_000, packed(100, 4))]),
+        ),
+        (
+            "a write over whole units and past the end",
+            Change::Write(vec![(131_072, packed(140_000, 5))]),
+        ),
+        (
+            "an append in the last block",
+            Change::Write(vec![(200_000, packed(5, 6))]),
+        ),
+        (
+            "a reclamation with a cut inside a block",
+            Change::KeepOnly(vec![(0, 10_000), (65_536, 70_001), (100_000, 150_003)]),
+        ),
+    ]
+}
+
+/// The file's bytes as `stack` reads them: every one, or the error.
+fn contents(stack: &dyn Backend) -> Result<Vec<u8>> {
+    let len = stack.len(FILE)?.unwrap_or(0);
+    let mut buf = vec![0; len as usize];
+    stack.read(FILE, 0, &mut buf)?;
+    Ok(buf)
+}
+
+#[test]
+fn a_crash_at_any_step_of_a_change_keeps_every_acknowledged_byte_readable() {
+    let before = acknowledged();
+    let mut crashes = 0;
+    for spec in every_stack().into_iter().filter(|s| s.durable()) {
+        for (what, change) in changes() {
+            let done = change.after(&before);
+            for k in 0.. {
+                let at = format!("{spec}, {what}, a crash after {k} device changes");
+                let dir = tempfile::tempdir().unwrap();
+                let device = Arc::new(Stopping {
+                    inner: spec.open(dir.path(), 1 << 30).unwrap(),
+                    left: AtomicU64::new(u64::MAX),
+                });
+                let stack = spec.over(device.clone());
+                stack.write(FILE, &[(0, &before)], true).unwrap();
+                device.left.store(k, Ordering::SeqCst);
+                let finished = change.run(stack.as_ref()).is_ok();
+                drop((stack, device));
+                let again = spec.build(dir.path(), 1 << 30).unwrap();
+                let now = contents(again.as_ref())
+                    .unwrap_or_else(|e| panic!("{at}: the file no longer reads: {e}"));
+                if finished {
+                    assert!(now == done, "{at}: the finished change reads otherwise");
+                    break;
+                }
+                crashes += 1;
+                for i in 0..now.len().max(before.len()).max(done.len()) {
+                    let (was, will) = (before.get(i), done.get(i));
+                    let got = now.get(i);
+                    // A byte a reclamation frees reads as it was, as zero,
+                    // or is gone with the cut, whichever step came last.
+                    let freed = match &change {
+                        Change::KeepOnly(held) => {
+                            !held.iter().any(|&(s, e)| (s..e).contains(&(i as u64)))
+                                && (got.is_none() || got == Some(&0))
+                        }
+                        Change::Write(_) => false,
+                    };
+                    assert!(
+                        got == was || got == will || freed,
+                        "{at}: byte {i} reads {got:?}, was {was:?}, would be {will:?}"
+                    );
+                }
+            }
+        }
+    }
+    eprintln!("{crashes} crashes, every acknowledged byte readable");
+}
