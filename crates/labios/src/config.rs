@@ -361,11 +361,21 @@ impl Config {
         })
     }
 
-    /// Where worker `index` keeps its bytes, and on what stack.
+    /// Where worker `index` keeps its bytes, on what stack, and the faults
+    /// `[faults]` injects into its device (each worker its own sequence).
     pub fn worker_place(&self, index: usize) -> labios_stack::Place {
+        let f = &self.faults;
         labios_stack::Place {
             dir: self.worker_dir(index),
             stack: self.workers[index].stack.clone(),
+            faults: labios_stack::faults::DeviceFaults {
+                seed: match f.seed {
+                    0 => 0,
+                    seed => (seed ^ (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)).max(1),
+                },
+                error_ppm: f.error_ppm,
+                lost_reply_ppm: f.lost_reply_ppm,
+            },
         }
     }
 }

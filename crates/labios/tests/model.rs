@@ -138,25 +138,32 @@ async fn embedded() {
     labios_target(Kind::Embedded, 30).await;
 }
 
-/// The embedded pool with every worker on a stack of named layers
-/// (checksums and both codecs over files): what the layers store and
-/// rewrite reads as the model says.
+/// Every worker of `c` on a stack of named layers: checksums and both
+/// codecs over files and over a key-value store.
+fn on_layered_stacks(c: &mut labios::Config) {
+    let stacks = [
+        &["checksum", "zstd", "file"][..],
+        &["lz4", "file"][..],
+        &["checksum", "kv"][..],
+        &["zstd", "file"][..],
+    ];
+    for (w, names) in c.workers.iter_mut().zip(stacks.iter().cycle()) {
+        w.stack =
+            labios_stack::Spec::try_from(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+    }
+}
+
+/// The embedded pool with every worker on a stack of named layers: what
+/// the layers store and rewrite reads as the model says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_on_layered_stacks() {
-    labios_target_on(Kind::Embedded, "embedded_on_layered_stacks", 30, |c| {
-        let stacks = [
-            &["checksum", "zstd", "file"][..],
-            &["lz4", "file"][..],
-            &["checksum", "file"][..],
-            &["zstd", "file"][..],
-        ];
-        for (w, names) in c.workers.iter_mut().zip(stacks.iter().cycle()) {
-            w.stack = labios_stack::Spec::try_from(
-                names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
-            )
-            .unwrap();
-        }
-    })
+    labios_target_on(
+        Kind::Embedded,
+        "embedded_on_layered_stacks",
+        30,
+        on_layered_stacks,
+    )
     .await;
 }
 
@@ -256,7 +263,8 @@ async fn iris_mappings() {
 }
 
 /// The embedded runtime with faults injected into its warehouse,
-/// inventory and queues (README "Durability: what survives what"): every
+/// inventory and queues, and into its workers' devices under layered
+/// stacks (README "Durability: what survives what"): every
 /// operation that succeeded is kept, every one that failed changed all or
 /// nothing (a write: each byte old or new), and no label is applied twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -271,7 +279,11 @@ async fn embedded_with_faults() {
         duplicate_ppm: 5_000,
         lost_ack_ppm: 0,
     };
-    let d = Deployed::start(Kind::Embedded, move |c| c.faults = faults).await;
+    let d = Deployed::start(Kind::Embedded, move |c| {
+        c.faults = faults;
+        on_layered_stacks(c);
+    })
+    .await;
     let mut target = Labios::new(d, None).await;
     target.deployment.abilities = Abilities {
         asynchronous: false,

@@ -630,8 +630,8 @@ async fn removed_truncated_and_overwritten_bytes_free_their_space_on_every_worke
     // left without their file (a crash between the two removes); known
     // files stay whole.
     let files = d.worker_dirs()[1].join("files");
-    let strays = [(1u64 << 40) + 7, ((1u64 << 40) + 9) | 1 << 63]
-        .map(|id| files.join(format!("{id:016x}")));
+    let strays =
+        [(1u64 << 40) + 7, ((1u64 << 40) + 9) | 1 << 63].map(|id| files.join(format!("{id:016x}")));
     for stray in &strays {
         std::fs::write(stray, vec![7u8; 1 << 20]).unwrap();
     }

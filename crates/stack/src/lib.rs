@@ -15,6 +15,7 @@
 
 pub mod backends;
 pub mod conformance;
+pub mod faults;
 pub mod layers;
 pub mod live;
 
@@ -228,11 +229,14 @@ impl Spec {
     }
 }
 
-/// Where and on what a worker keeps its bytes: its directory and its stack.
+/// Where and on what a worker keeps its bytes: its directory, its stack,
+/// and the faults its device is made to show (tests only; off by
+/// default).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
     pub dir: PathBuf,
     pub stack: Spec,
+    pub faults: faults::DeviceFaults,
 }
 
 impl From<PathBuf> for Place {
@@ -241,6 +245,7 @@ impl From<PathBuf> for Place {
         Place {
             dir,
             stack: Spec::default(),
+            faults: Default::default(),
         }
     }
 }

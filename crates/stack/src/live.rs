@@ -7,10 +7,9 @@
 //! layer, passive where not named (see [`crate::LAYERS`]), so the new
 //! stack reads whatever the old one wrote.
 
-use crate::{Backend, Spec};
+use crate::{Backend, Place, Spec};
 use labios_label::{Error, FileId, Result};
 use parking_lot::RwLock;
-use std::path::Path;
 use std::sync::Arc;
 
 /// The stack a worker runs now, over the backend it opened at start.
@@ -24,10 +23,12 @@ pub struct Live {
 }
 
 impl Live {
-    /// Opens the backend of `spec` under `dir`, holding at most
-    /// `capacity` bytes, with the stack `spec` declares over it.
-    pub fn open(spec: &Spec, dir: &Path, capacity: u64) -> Result<Live> {
-        let backend = spec.open(dir, capacity)?;
+    /// Opens the backend of `place`'s stack in its directory, holding at
+    /// most `capacity` bytes, with the stack over it (and the place's
+    /// device faults between them).
+    pub fn open(place: &Place, capacity: u64) -> Result<Live> {
+        let spec = &place.stack;
+        let backend = place.faults.over(spec.open(&place.dir, capacity)?);
         Ok(Live {
             now: RwLock::new((spec.clone(), spec.over(backend.clone()))),
             backend,

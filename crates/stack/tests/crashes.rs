@@ -207,3 +207,60 @@ fn a_crash_at_any_step_of_a_change_keeps_every_acknowledged_byte_readable() {
     }
     eprintln!("{crashes} crashes, every acknowledged byte readable");
 }
+
+/// Runs `call` until it succeeds, as the worker retries a device error;
+/// counts the failures.
+fn retried<T>(failures: &mut u64, mut call: impl FnMut() -> Result<T>) -> T {
+    loop {
+        match call() {
+            Ok(v) => return v,
+            Err(Error::Storage(e)) if e.contains("injected device fault") => *failures += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Writes, overwrites and reclamations on a device that fails 4 % of
+/// its calls before or after they take effect, each retried as the
+/// worker does: every stack reads back what a model of the file holds.
+#[test]
+fn a_device_failing_calls_under_retries_keeps_every_byte() {
+    use labios_stack::faults::DeviceFaults;
+    let seed: u64 = std::env::var("LABIOS_STACK_SEED").map_or(7, |s| s.parse().unwrap());
+    let mut failures = 0;
+    for spec in every_stack() {
+        let at = format!("{spec}, seed {seed}");
+        let dir = tempfile::tempdir().unwrap();
+        let faults = DeviceFaults {
+            seed,
+            error_ppm: 20_000,
+            lost_reply_ppm: 20_000,
+        };
+        let stack = spec.over(faults.over(spec.open(dir.path(), 1 << 30).unwrap()));
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut model: Vec<u8> = Vec::new();
+        for op in 0..24 {
+            if rng.u8(..4) == 0 && !model.is_empty() {
+                let keep = rng.u64(..model.len() as u64);
+                let held = [(0, keep)];
+                retried(&mut failures, || stack.keep_only(FILE, 0, u64::MAX, &held));
+                model.truncate(keep as usize);
+            } else {
+                let offset = rng.u64(..150_000);
+                let data = packed(rng.usize(1..40_000), rng.u8(..));
+                retried(&mut failures, || {
+                    stack.write(FILE, &[(offset, &data)], rng.bool())
+                });
+                let end = offset as usize + data.len();
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[offset as usize..end].copy_from_slice(&data);
+            }
+            let now = retried(&mut failures, || contents(stack.as_ref()));
+            assert!(now == model, "{at}, op {op}: the file reads otherwise");
+        }
+    }
+    assert!(failures > 50, "only {failures} injected failures");
+    eprintln!("{failures} device calls failed, every byte as written");
+}

@@ -204,7 +204,15 @@ fn a_live_change_under_load_fails_no_call_and_keeps_every_byte() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     for backend in ["file", "kv", "memory"] {
         let dir = tempfile::tempdir().unwrap();
-        let live = Live::open(&spec(&[backend]), dir.path(), 1 << 30).unwrap();
+        let live = Live::open(
+            &labios_stack::Place {
+                dir: dir.path().to_path_buf(),
+                stack: spec(&[backend]),
+                faults: Default::default(),
+            },
+            1 << 30,
+        )
+        .unwrap();
         let (done, progress) = (AtomicBool::new(false), AtomicU64::new(0));
         std::thread::scope(|s| {
             for t in 0..4u64 {

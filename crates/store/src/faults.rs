@@ -31,7 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// `[faults]`: rates are per million calls of the data path.
+/// `[faults]`: rates are per million calls of the data path: the stores'
+/// calls, and (`error_ppm` and `lost_reply_ppm`) each worker's device
+/// calls (`labios_stack::faults`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FaultConfig {

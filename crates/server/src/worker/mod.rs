@@ -281,11 +281,10 @@ impl Worker {
         }
         let place = place.into();
         let capacity = spec.capacity;
-        let storage = tokio::task::spawn_blocking(move || {
-            Live::open(&place.stack, &place.dir, capacity).map(Arc::new)
-        })
-        .await
-        .map_err(|e| Error::Storage(format!("opening worker storage: {e}")))??;
+        let storage =
+            tokio::task::spawn_blocking(move || Live::open(&place, capacity).map(Arc::new))
+                .await
+                .map_err(|e| Error::Storage(format!("opening worker storage: {e}")))??;
         let shared = Arc::new(Shared {
             queue: worker_queue(spec.id),
             weights,
