@@ -138,11 +138,11 @@ async fn embedded() {
     labios_target(Kind::Embedded, 30).await;
 }
 
-/// Every worker of `c` on a stack of named layers: checksums and both
-/// codecs over files and over a key-value store.
+/// Every worker of `c` on a stack of named layers: checksums, a cache and
+/// both codecs over files and over a key-value store.
 fn on_layered_stacks(c: &mut labios::Config) {
     let stacks = [
-        &["checksum", "zstd", "file"][..],
+        &["checksum", "cache:8MiB", "zstd", "file"][..],
         &["lz4", "file"][..],
         &["checksum", "kv"][..],
         &["zstd", "file"][..],

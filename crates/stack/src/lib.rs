@@ -101,18 +101,27 @@ const BACKENDS: &[(&str, Open)] = &[
     }),
 ];
 
-/// What a layer wraps: the stack below it, and the name the stack gives
-/// the layer (`None`: the stack does not name it, and it runs passive).
+/// What a layer wraps: the stack below it, and the module the stack names
+/// for the layer, its argument included (`None`: the stack does not name
+/// it, and it runs passive).
 type Wrap = fn(Arc<dyn Backend>, Option<&str>) -> Arc<dyn Backend>;
 
 /// The layers, from the top: each is one or more names for one layer's
 /// work. Every stack has each of them, just above its backend and in this
 /// order: each records per block what wrote it, and one a stack does not
 /// name runs passive, reading what its records say and starting none, so
-/// that a stack can change under the data an earlier one wrote.
+/// that a stack can change under the data an earlier one wrote. (The
+/// cache records nothing: unnamed, it is not there.)
 pub(crate) const LAYERS: &[(&[&str], Wrap)] = &[
     (&["checksum"], |inner, named| {
         Arc::new(layers::checksum::Checksum::new(inner, named.is_some()))
+    }),
+    (&["cache"], |inner, named| match named {
+        Some(module) => Arc::new(layers::cache::Cache::new(
+            inner,
+            layers::cache::size_of(module).expect("a spec holds valid sizes"),
+        )),
+        None => inner,
     }),
     (&["zstd", "lz4"], |inner, named| {
         use layers::compress::{Codec, Compress};
@@ -129,9 +138,23 @@ fn known<T>(table: &[(&str, T)]) -> String {
     table.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
 }
 
-/// The index in [`LAYERS`] of the layer named `name`.
-fn layer_of(name: &str) -> Option<usize> {
+/// The index in [`LAYERS`] of the layer `module` names (its name is what
+/// comes before any `:ARGUMENT`).
+fn layer_of(module: &str) -> Option<usize> {
+    let name = module.split(':').next().unwrap_or(module);
     LAYERS.iter().position(|(names, _)| names.contains(&name))
+}
+
+/// Refuses an argument the layer of `module` does not take, or one it
+/// cannot read, naming the module.
+fn check_argument(module: &str) -> Result<()> {
+    match module.split_once(':') {
+        None => Ok(()),
+        Some(("cache", _)) => layers::cache::size_of(module).map(drop),
+        Some((name, _)) => Err(Error::InvalidArgument(format!(
+            "stack: {module:?}: the {name} layer takes no argument"
+        ))),
+    }
 }
 
 impl TryFrom<Vec<String>> for Spec {
@@ -161,6 +184,7 @@ impl TryFrom<Vec<String>> for Spec {
                     names.join(", ")
                 )));
             };
+            check_argument(layer)?;
             match above {
                 Some((was, name)) if was == at => {
                     return Err(Error::InvalidArgument(format!(
@@ -217,7 +241,7 @@ impl Spec {
     pub fn over(&self, backend: Arc<dyn Backend>) -> Arc<dyn Backend> {
         let layers = &self.0[..self.0.len() - 1];
         LAYERS.iter().rev().fold(backend, |stack, (names, wrap)| {
-            let named = layers.iter().find(|l| names.contains(&l.as_str()));
+            let named = layers.iter().find(|l| layer_of(l) == layer_of(names[0]));
             wrap(stack, named.map(String::as_str))
         })
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 #[test]
 fn every_stack_passes_the_suite_and_restarts_as_it_says() {
     let specs = every_stack();
-    assert_eq!(specs.len(), 18, "{specs:?}");
+    assert_eq!(specs.len(), 36, "{specs:?}");
     for spec in specs {
         let dir = tempfile::tempdir().unwrap();
         backend_suite(spec.build(dir.path(), 1 << 30).unwrap().as_ref());
@@ -28,7 +28,28 @@ fn a_malformed_stack_is_refused_naming_the_module() {
     for (names, named) in [
         (&[][..], "empty"),
         (&["ssd"][..], "\"ssd\""),
-        (&["cache", "file"][..], "unknown layer \"cache\""),
+        (&["snappy", "file"][..], "unknown layer \"snappy\""),
+        (&["cache:0", "file"][..], "\"cache:0\": the cache's size"),
+        (
+            &["cache:64XB", "kv"][..],
+            "\"cache:64XB\": the cache's size",
+        ),
+        (
+            &["cache:99999999999GiB", "kv"][..],
+            "\"cache:99999999999GiB\": the cache's size",
+        ),
+        (
+            &["checksum:1", "file"][..],
+            "\"checksum:1\": the checksum layer takes no argument",
+        ),
+        (
+            &["zstd", "cache:1MiB", "file"][..],
+            "\"cache:1MiB\" must come before \"zstd\"",
+        ),
+        (
+            &["cache", "checksum", "file"][..],
+            "\"checksum\" must come before \"cache\"",
+        ),
         (
             &["zstd", "checksum", "file"][..],
             "\"checksum\" must come before \"zstd\"",

@@ -9,59 +9,10 @@
 use labios_label::{Error, FileId, Result};
 use labios_stack::conformance::every_stack;
 use labios_stack::Backend;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-/// A device that applies `left` more changes, then fails every change
-/// as a stopped process would never make it (reads still answer, as
-/// they would from what was kept).
-#[derive(Debug)]
-struct Stopping {
-    inner: Arc<dyn Backend>,
-    left: AtomicU64,
-}
-
-impl Stopping {
-    fn change(&self) -> Result<()> {
-        self.left
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .map(drop)
-            .map_err(|_| Error::Storage("the device stopped (a crash)".into()))
-    }
-}
-
-impl Backend for Stopping {
-    fn write(&self, file: FileId, pieces: &[(u64, &[u8])], sync: bool) -> Result<()> {
-        self.change()?;
-        self.inner.write(file, pieces, sync)
-    }
-    fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.inner.read(file, offset, buf)
-    }
-    fn remove(&self, file: FileId) -> Result<()> {
-        self.change()?;
-        self.inner.remove(file)
-    }
-    fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
-        self.change()?;
-        self.inner.keep_only(file, start, end, held)
-    }
-    fn files(&self) -> Result<Vec<FileId>> {
-        self.inner.files()
-    }
-    fn flush(&self, file: FileId) -> Result<()> {
-        self.inner.flush(file)
-    }
-    fn holds(&self, file: FileId) -> bool {
-        self.inner.holds(file)
-    }
-    fn len(&self, file: FileId) -> Result<Option<u64>> {
-        self.inner.len(file)
-    }
-    fn used(&self) -> u64 {
-        self.inner.used()
-    }
-}
+mod common;
+use common::Stopping;
 
 const FILE: FileId = 9;
 
@@ -162,16 +113,18 @@ fn contents(stack: &dyn Backend) -> Result<Vec<u8>> {
 fn a_crash_at_any_step_of_a_change_keeps_every_acknowledged_byte_readable() {
     let before = acknowledged();
     let mut crashes = 0;
-    for spec in every_stack().into_iter().filter(|s| s.durable()) {
+    // A cache keeps nothing across a restart: stacks naming one crash as
+    // those without it do.
+    let durable = every_stack()
+        .into_iter()
+        .filter(|s| s.durable() && !s.to_string().contains("cache"));
+    for spec in durable {
         for (what, change) in changes() {
             let done = change.after(&before);
             for k in 0.. {
                 let at = format!("{spec}, {what}, a crash after {k} device changes");
                 let dir = tempfile::tempdir().unwrap();
-                let device = Arc::new(Stopping {
-                    inner: spec.open(dir.path(), 1 << 30).unwrap(),
-                    left: AtomicU64::new(u64::MAX),
-                });
+                let device = Stopping::over(spec.open(dir.path(), 1 << 30).unwrap());
                 let stack = spec.over(device.clone());
                 stack.write(FILE, &[(0, &before)], true).unwrap();
                 device.left.store(k, Ordering::SeqCst);
