@@ -336,8 +336,12 @@ fn stack_set_changes_a_running_workers_stack() {
             "do one layer's work",
         ),
         (
-            &["stack", "set", "1", "cache,file"][..],
-            "unknown layer \"cache\"",
+            &["stack", "set", "1", "snappy,file"][..],
+            "unknown layer \"snappy\"",
+        ),
+        (
+            &["stack", "set", "1", "cache:64XB,file"][..],
+            "\"cache:64XB\": the cache's size",
         ),
         (&["stack", "set", "1", "kv"][..], "not its backend"),
         (&["stack", "set", "9", "file"][..], "no worker 9"),
