@@ -122,6 +122,71 @@ fn a_corrupted_byte_under_checksum_is_an_error_not_data() {
     assert_eq!(all, data);
 }
 
+/// A change that keeps some of a corrupted block's old bytes (a write or
+/// a cut inside it) fails before it changes anything, naming the block,
+/// and the block goes on failing reads: the corrupted byte is never summed
+/// as if it had been written. Written whole, the block mends.
+#[test]
+fn a_change_inside_a_corrupted_block_fails_and_never_sums_the_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = Arc::new(FileBackend::open(dir.path()).unwrap());
+    let stack = Checksum::new(file.clone(), true);
+    let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 239) as u8).collect();
+    stack.write(9, &[(0, &data)], false).unwrap();
+    use std::os::unix::fs::FileExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file.path(9))
+        .unwrap()
+        .write_all_at(&[data[4096 + 7] ^ 0x08], 4096 + 7)
+        .unwrap();
+    let fails_in_block_1 = |what: &str, err: labios_label::Error| {
+        let err = err.to_string();
+        assert!(
+            err.contains("checksum mismatch") && err.contains("offset 4096"),
+            "{what}: {err}"
+        );
+    };
+    let still_corrupt = |what: &str| {
+        let mut block = vec![0; 4096];
+        let err = stack.read(9, 4096, &mut block).unwrap_err();
+        fails_in_block_1(what, err);
+        let mut around = vec![0; 4096];
+        stack.read(9, 0, &mut around).unwrap();
+        assert_eq!(around, data[..4096], "{what}: block 0");
+        stack.read(9, 2 * 4096, &mut around).unwrap();
+        assert_eq!(around, data[2 * 4096..], "{what}: block 2");
+        assert_eq!(stack.len(9).unwrap(), Some(3 * 4096), "{what}: length");
+    };
+    let err = stack.write(9, &[(4096 + 100, b"new")], false).unwrap_err();
+    fails_in_block_1("a write inside it", err);
+    still_corrupt("after a write inside it");
+    let err = stack
+        .write(9, &[(0, &data[..4096 + 10])], false)
+        .unwrap_err();
+    fails_in_block_1("a write over its start", err);
+    still_corrupt("after a write over its start");
+    let err = stack
+        .keep_only(9, 0, u64::MAX, &[(0, 4096 + 2000)])
+        .unwrap_err();
+    fails_in_block_1("a cut inside it", err);
+    still_corrupt("after a cut inside it");
+    let err = stack.keep_only(9, 4096 + 3000, 3 * 4096, &[]).unwrap_err();
+    fails_in_block_1("a hole punched inside it", err);
+    still_corrupt("after a hole punched inside it");
+    // A write of the whole block keeps none of its old bytes: it goes
+    // through, and the block reads as written again; so does a cut then.
+    stack
+        .write(9, &[(4096, &data[4096..2 * 4096])], false)
+        .unwrap();
+    stack
+        .keep_only(9, 0, u64::MAX, &[(0, 4096 + 2000)])
+        .unwrap();
+    let mut all = vec![0; 4096 + 2000];
+    stack.read(9, 0, &mut all).unwrap();
+    assert_eq!(all, data[..4096 + 2000]);
+}
+
 /// Where the crash test's child writes, and on which stack; set only in
 /// the child.
 const CRASH_DIR: &str = "LABIOS_STACK_CRASH_DIR";

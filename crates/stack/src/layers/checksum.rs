@@ -18,11 +18,17 @@
 //! between them leaves those blocks unchecked until they are written
 //! again, never checked against a sum of other bytes: the bytes a block
 //! held before, written and acknowledged, stay readable.
+//!
+//! A change that keeps some of a summed block's old bytes (a write or a
+//! cut inside it) reads the block and verifies it first, and sums the
+//! block from those bytes with the change applied: a byte the device
+//! corrupted is never summed as if it had been written. A mismatch fails
+//! the change before anything changes, naming the file and the block.
 
 use crate::Backend;
 use labios_label::{Error, FileId, Result};
 use parking_lot::RwLock;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Bytes one sum covers.
@@ -102,36 +108,51 @@ impl Checksum {
         self.inner.write(file | COMPANION, &pieces, sync)
     }
 
-    /// Sums blocks `blocks` of `file` as they now are and keeps the sums.
-    /// A block that one of `written` (the pieces just written) covers
-    /// whole, and no other touches, is summed from those bytes; any other
-    /// is read back, so a large write reads back only its edges.
+    /// Bytes of blocks `blocks` of `file` (`len` bytes long) as they read
+    /// now, each verified against its sum where it has one: what a change
+    /// that keeps some of them starts from. A mismatch is an error, and
+    /// the change does not happen.
+    fn verified(
+        &self,
+        file: FileId,
+        len: u64,
+        blocks: impl Iterator<Item = u64>,
+    ) -> Result<BTreeMap<u64, Vec<u8>>> {
+        let mut out = BTreeMap::new();
+        for b in blocks {
+            let (start, stop) = (b * BLOCK, (b + 1) * BLOCK);
+            let bytes = self.bytes(file, start, stop)?;
+            if start < len {
+                let kept = self.entries(file, b, b)?;
+                if kept != [0; ENTRY as usize] && entry_of(&bytes) != kept[..] {
+                    return Err(mismatch(file, start));
+                }
+            }
+            out.insert(b, bytes);
+        }
+        Ok(out)
+    }
+
+    /// Keeps the sums of blocks `blocks` of `file` as a change left them:
+    /// a block that one of `written` (the pieces just written) covers
+    /// whole is summed from those bytes, one in `after` from its bytes
+    /// there, any other is a hole (no sum). Nothing is read back.
     fn resum(
         &self,
         file: FileId,
         blocks: &BTreeSet<u64>,
         written: &[(u64, &[u8])],
+        after: &BTreeMap<u64, Vec<u8>>,
         sync: bool,
     ) -> Result<()> {
-        let len = self.inner.len(file)?.unwrap_or(0);
         // Runs of neighbouring blocks' entries: one piece each, so a
         // 1 MiB write keeps its 256 sums with one call, not 256.
         let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
         for &b in blocks {
-            let (start, stop) = (b * BLOCK, (b + 1) * BLOCK);
-            let mut touching = written
-                .iter()
-                .filter(|(o, d)| *o < stop && o + d.len() as u64 > start);
-            let whole = match (touching.next(), touching.next()) {
-                (Some((o, d)), None) if *o <= start && o + d.len() as u64 >= stop => {
-                    Some(&d[(start - o) as usize..][..BLOCK as usize])
-                }
-                _ => None,
-            };
-            let entry = match whole {
-                Some(bytes) => entry_of(bytes),
-                None if start < len => entry_of(&self.bytes(file, start, stop)?),
-                None => [0; ENTRY as usize],
+            let entry = match (covering(written, b), after.get(&b)) {
+                (Some(bytes), _) => entry_of(bytes),
+                (None, Some(bytes)) => entry_of(bytes),
+                (None, None) => [0; ENTRY as usize],
             };
             match runs.last_mut() {
                 Some((at, run)) if *at + run.len() as u64 == b * ENTRY => {
@@ -145,11 +166,82 @@ impl Checksum {
     }
 }
 
+/// The bytes of block `b` when one of `pieces` covers it whole and no
+/// other touches it.
+fn covering<'a>(pieces: &[(u64, &'a [u8])], b: u64) -> Option<&'a [u8]> {
+    let (start, stop) = (b * BLOCK, (b + 1) * BLOCK);
+    let mut touching = pieces
+        .iter()
+        .filter(|(o, d)| *o < stop && o + d.len() as u64 > start);
+    match (touching.next(), touching.next()) {
+        (Some((o, d)), None) if *o <= start && o + d.len() as u64 >= stop => {
+            Some(&d[(start - o) as usize..][..BLOCK as usize])
+        }
+        _ => None,
+    }
+}
+
+fn mismatch(file: FileId, start: u64) -> Error {
+    Error::Storage(format!(
+        "checksum mismatch in file {file:016x} at offset {start} ({BLOCK} bytes): \
+         the stored bytes are not those written"
+    ))
+}
+
+/// Zeros `range` of `block`, the bytes of block number `b`.
+fn zero(block: &mut [u8], b: u64, (from, to): (u64, u64)) {
+    let (start, stop) = (b * BLOCK, (b + 1) * BLOCK);
+    let (from, to) = (from.max(start), to.min(stop));
+    if from < to {
+        block[(from - start) as usize..(to - start) as usize].fill(0);
+    }
+}
+
 fn entry_of(block: &[u8]) -> [u8; ENTRY as usize] {
     let mut e = [0; ENTRY as usize];
     e[..4].copy_from_slice(&crc32c::crc32c(block).to_le_bytes());
     e[4..].copy_from_slice(&MARK);
     e
+}
+
+/// The ranges of a file `len` bytes long that a
+/// [`Backend::keep_only`]`(start, end, held)` frees, sorted and merged:
+/// `start..end` outside `held`, and with `end == u64::MAX` everything
+/// past the last held byte.
+fn freed(start: u64, end: u64, len: u64, held: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let stop = end.min(len);
+    let mut ranges = Vec::new();
+    let mut at = start;
+    for &(from, to) in held {
+        if to <= at {
+            continue;
+        }
+        if from >= stop {
+            break;
+        }
+        if from > at {
+            ranges.push((at, from));
+        }
+        at = to;
+    }
+    if at < stop {
+        ranges.push((at, stop));
+    }
+    if end == u64::MAX {
+        let cut = held.last().map_or(0, |&(_, last)| last);
+        if cut < len {
+            ranges.push((cut, len));
+        }
+    }
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (from, to) in ranges {
+        match merged.last_mut() {
+            Some((_, last)) if *last >= from => *last = (*last).max(to),
+            _ => merged.push((from, to)),
+        }
+    }
+    merged
 }
 
 /// The blocks `[from, to)` touches.
@@ -178,9 +270,24 @@ impl Backend for Checksum {
             .flat_map(|(o, d)| blocks(*o, o + d.len() as u64))
             .collect();
         let len = self.inner.len(file)?.unwrap_or(0);
+        let edges = touched
+            .iter()
+            .copied()
+            .filter(|&b| covering(pieces, b).is_none());
+        let mut after = self.verified(file, len, edges)?;
+        for (&b, block) in after.iter_mut() {
+            let start = b * BLOCK;
+            for (o, d) in pieces {
+                let (from, to) = ((*o).max(start), (o + d.len() as u64).min(start + BLOCK));
+                if from < to {
+                    block[(from - start) as usize..(to - start) as usize]
+                        .copy_from_slice(&d[(from - o) as usize..(to - o) as usize]);
+                }
+            }
+        }
         self.unsum(file, len, &touched, sync)?;
         self.inner.write(file, pieces, sync)?;
-        self.resum(file, &touched, pieces, sync)
+        self.resum(file, &touched, pieces, &after, sync)
     }
 
     fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
@@ -205,10 +312,7 @@ impl Backend for Checksum {
                 entry_of(&self.bytes(file, start, stop)?)
             };
             if sum != kept {
-                return Err(Error::Storage(format!(
-                    "checksum mismatch in file {file:016x} at offset {start} ({BLOCK} bytes): \
-                     the stored bytes are not those written"
-                )));
+                return Err(mismatch(file, start));
             }
         }
         Ok(())
@@ -225,31 +329,34 @@ impl Backend for Checksum {
         let Some(len) = self.inner.len(file)? else {
             return self.inner.remove(file | COMPANION);
         };
-        let summed = self.active || self.inner.holds(file | COMPANION);
-        // Freed ranges will read as zeros, and a cut file is shorter: the
-        // blocks from the lower of `start` and the cut lose their sums
-        // first, and those the file still has are summed again after.
-        let cut = match held.last() {
-            Some(&(_, last)) if end == u64::MAX => last,
-            _ => start,
-        };
-        let touched: BTreeSet<u64> = blocks(start.min(cut), end.min(len)).collect();
-        if summed {
-            self.unsum(file, len, &touched, false)?;
+        if !(self.active || self.inner.holds(file | COMPANION)) {
+            return self.inner.keep_only(file, start, end, held);
         }
+        // Freed ranges will read as zeros, and a cut file is shorter: the
+        // blocks they touch lose their sums first. Those that keep some
+        // old bytes are verified before and summed again after, from
+        // those bytes with the freed ones zeroed.
+        let freed = freed(start, end, len, held);
+        let touched: BTreeSet<u64> = freed.iter().flat_map(|&(f, t)| blocks(f, t)).collect();
+        let partial = touched.iter().copied().filter(|&b| {
+            let (start, stop) = (b * BLOCK, ((b + 1) * BLOCK).min(len));
+            !freed.iter().any(|&(f, t)| f <= start && t >= stop)
+        });
+        let mut after = self.verified(file, len, partial)?;
+        self.unsum(file, len, &touched, false)?;
         self.inner.keep_only(file, start, end, held)?;
         if !self.inner.holds(file) {
             return self.inner.remove(file | COMPANION);
         }
-        if !summed {
-            return Ok(());
-        }
         let now = self.inner.len(file)?.unwrap_or(0);
-        let touched: BTreeSet<u64> = touched
-            .into_iter()
-            .take_while(|b| b * BLOCK < now)
-            .collect();
-        self.resum(file, &touched, &[], false)?;
+        after.retain(|&b, _| b * BLOCK < now);
+        for (&b, block) in after.iter_mut() {
+            for &range in freed.iter().chain([(now, u64::MAX)].iter()) {
+                zero(block, b, range);
+            }
+        }
+        let touched: BTreeSet<u64> = after.keys().copied().collect();
+        self.resum(file, &touched, &[], &after, false)?;
         let kept = now.div_ceil(BLOCK) * ENTRY;
         self.inner
             .keep_only(file | COMPANION, 0, u64::MAX, &[(0, kept)])
