@@ -99,23 +99,9 @@ impl Backend for Faulty {
         })
     }
 
-    fn files(&self) -> Result<Vec<FileId>> {
-        self.inner.files()
-    }
+    crate::pass_through!(inner: files, holds, len, used);
 
     fn flush(&self, file: FileId) -> Result<()> {
         self.change("flush", file, || self.inner.flush(file))
-    }
-
-    fn holds(&self, file: FileId) -> bool {
-        self.inner.holds(file)
-    }
-
-    fn len(&self, file: FileId) -> Result<Option<u64>> {
-        self.inner.len(file)
-    }
-
-    fn used(&self) -> u64 {
-        self.inner.used()
     }
 }

@@ -61,6 +61,41 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn used(&self) -> u64;
 }
 
+/// Implements the named [`Backend`] methods (`files`, `flush`, `holds`,
+/// `len`, `used`) of a layer by passing each to the backend in its field
+/// `$inner` unchanged: a layer states only what it changes.
+#[macro_export]
+macro_rules! pass_through {
+    ($inner:ident: $($method:ident),+ $(,)?) => {
+        $($crate::pass_through!(@ $inner $method);)+
+    };
+    (@ $inner:ident files) => {
+        fn files(&self) -> ::labios_label::Result<Vec<::labios_label::FileId>> {
+            self.$inner.files()
+        }
+    };
+    (@ $inner:ident flush) => {
+        fn flush(&self, file: ::labios_label::FileId) -> ::labios_label::Result<()> {
+            self.$inner.flush(file)
+        }
+    };
+    (@ $inner:ident holds) => {
+        fn holds(&self, file: ::labios_label::FileId) -> bool {
+            self.$inner.holds(file)
+        }
+    };
+    (@ $inner:ident len) => {
+        fn len(&self, file: ::labios_label::FileId) -> ::labios_label::Result<Option<u64>> {
+            self.$inner.len(file)
+        }
+    };
+    (@ $inner:ident used) => {
+        fn used(&self) -> u64 {
+            self.$inner.used()
+        }
+    };
+}
+
 /// Whether a [`Backend::keep_only`] of `..end` keeping `held` leaves the
 /// file nothing (it then goes); asserts the invariant of `held`, sorted
 /// and disjoint, which every backend relies on.

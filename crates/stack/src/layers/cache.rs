@@ -193,24 +193,6 @@ impl Backend for Cache {
         done
     }
 
-    fn files(&self) -> Result<Vec<FileId>> {
-        self.inner.files()
-    }
-
-    fn flush(&self, file: FileId) -> Result<()> {
-        self.inner.flush(file)
-    }
-
-    fn holds(&self, file: FileId) -> bool {
-        self.inner.holds(file)
-    }
-
-    fn len(&self, file: FileId) -> Result<Option<u64>> {
-        self.inner.len(file)
-    }
-
-    /// The device's bytes: the cache is memory, not capacity.
-    fn used(&self) -> u64 {
-        self.inner.used()
-    }
+    // `used` is the device's: the cache is memory, not capacity.
+    crate::pass_through!(inner: files, flush, holds, len, used);
 }

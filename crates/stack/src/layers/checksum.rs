@@ -380,16 +380,6 @@ impl Backend for Checksum {
         self.inner.flush(file | COMPANION)
     }
 
-    fn holds(&self, file: FileId) -> bool {
-        self.inner.holds(file)
-    }
-
-    fn len(&self, file: FileId) -> Result<Option<u64>> {
-        self.inner.len(file)
-    }
-
-    /// The sums' space counts too: the worker's capacity is its device's.
-    fn used(&self) -> u64 {
-        self.inner.used()
-    }
+    // `used` counts the sums' space too: the capacity is the device's.
+    crate::pass_through!(inner: holds, len, used);
 }

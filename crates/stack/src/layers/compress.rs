@@ -631,7 +631,5 @@ impl Backend for Compress {
         }
     }
 
-    fn used(&self) -> u64 {
-        self.inner.used()
-    }
+    crate::pass_through!(inner: used);
 }

@@ -50,19 +50,5 @@ impl Backend for Stopping {
         self.change()?;
         self.inner.keep_only(file, start, end, held)
     }
-    fn files(&self) -> Result<Vec<FileId>> {
-        self.inner.files()
-    }
-    fn flush(&self, file: FileId) -> Result<()> {
-        self.inner.flush(file)
-    }
-    fn holds(&self, file: FileId) -> bool {
-        self.inner.holds(file)
-    }
-    fn len(&self, file: FileId) -> Result<Option<u64>> {
-        self.inner.len(file)
-    }
-    fn used(&self) -> u64 {
-        self.inner.used()
-    }
+    labios_stack::pass_through!(inner: files, flush, holds, len, used);
 }
