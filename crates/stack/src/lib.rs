@@ -59,6 +59,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn len(&self, file: FileId) -> Result<Option<u64>>;
     /// Bytes held (allocated, not logical sizes).
     fn used(&self) -> u64;
+    /// Writes down whatever the stack holds only in memory (a `tier`'s
+    /// dirty bytes), before the stack is changed or stopped. Only the top
+    /// of a stack buffers, so the layers below keep this default.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Implements the named [`Backend`] methods (`files`, `flush`, `holds`,
@@ -145,16 +151,27 @@ type Wrap = fn(Arc<dyn Backend>, Option<&str>) -> Arc<dyn Backend>;
 /// work. Every stack has each of them, just above its backend and in this
 /// order: each records per block what wrote it, and one a stack does not
 /// name runs passive, reading what its records say and starting none, so
-/// that a stack can change under the data an earlier one wrote. (The
-/// cache records nothing: unnamed, it is not there.)
+/// that a stack can change under the data an earlier one wrote. (The tier
+/// and the cache record nothing: unnamed, they are not there. The tier is
+/// on top, so that a write is acknowledged before the layers below spend
+/// anything on it.)
 pub(crate) const LAYERS: &[(&[&str], Wrap)] = &[
+    (&["tier"], |inner, named| match named {
+        Some(module) => Arc::new(layers::tier::Tier::new(
+            inner,
+            layers::cache::size_of(module, layers::tier::DEFAULT_BYTES)
+                .expect("a spec holds valid sizes"),
+        )),
+        None => inner,
+    }),
     (&["checksum"], |inner, named| {
         Arc::new(layers::checksum::Checksum::new(inner, named.is_some()))
     }),
     (&["cache"], |inner, named| match named {
         Some(module) => Arc::new(layers::cache::Cache::new(
             inner,
-            layers::cache::size_of(module).expect("a spec holds valid sizes"),
+            layers::cache::size_of(module, layers::cache::DEFAULT_BYTES)
+                .expect("a spec holds valid sizes"),
         )),
         None => inner,
     }),
@@ -185,7 +202,7 @@ fn layer_of(module: &str) -> Option<usize> {
 fn check_argument(module: &str) -> Result<()> {
     match module.split_once(':') {
         None => Ok(()),
-        Some(("cache", _)) => layers::cache::size_of(module).map(drop),
+        Some(("cache" | "tier", _)) => layers::cache::size_of(module, 0).map(drop),
         Some((name, _)) => Err(Error::InvalidArgument(format!(
             "stack: {module:?}: the {name} layer takes no argument"
         ))),
@@ -285,6 +302,13 @@ impl Spec {
     /// worker.
     pub fn durable(&self) -> bool {
         self.backend() != "memory"
+    }
+
+    /// Whether the stack acknowledges writes before they reach its
+    /// backend (it names `tier`): a crash loses those not yet written
+    /// back (layers/tier.rs).
+    pub fn buffers(&self) -> bool {
+        self.0.iter().any(|m| layer_of(m) == layer_of("tier"))
     }
 }
 

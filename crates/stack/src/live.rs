@@ -54,7 +54,11 @@ impl Live {
             )));
         }
         let stack = spec.over(self.backend.clone());
-        *self.now.write() = (spec, stack);
+        let mut now = self.now.write();
+        // What the old stack holds only in memory reaches the backend
+        // before the new one takes a call; if it cannot, the old stays.
+        now.1.settle()?;
+        *now = (spec, stack);
         Ok(())
     }
 
@@ -98,5 +102,9 @@ impl Backend for Live {
 
     fn used(&self) -> u64 {
         self.stack().1.used()
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.stack().1.settle()
     }
 }

@@ -11,7 +11,10 @@
 //!   `file` worker;
 //! * 8 KiB labels while every worker's stack changes ten times, against
 //!   the same run without changes (a failed label fails the run, and the
-//!   files are read back and checked).
+//!   files are read back and checked);
+//! * hot 64 KiB reads of compressed data on the stack alone,
+//!   `cache:64MiB,zstd,kv` against `zstd,kv`, with `pread` of the same
+//!   bytes from the page cache as the raw baseline.
 
 use super::{block, machine, percentiles, MIB};
 use crate::config::Config;
@@ -212,6 +215,81 @@ async fn sync_latency(config: &Config, stack: &Spec) -> anyhow::Result<(f64, f64
     Ok(percentiles(&mut lat))
 }
 
+/// Bytes the hot reads cycle over, and how many reads of [`HOT_READ`]
+/// bytes each round makes.
+const HOT_SET: u64 = 16 * MIB;
+const HOT_READ: u64 = 64 * 1024;
+const HOT_READS: u64 = 4096;
+
+/// Bytes that compress about 4:1 under zstd's fastest level, as logs and
+/// text do: a stack's codec stores them compressed.
+fn compressible(len: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(40);
+    let words: Vec<Vec<u8>> = (0..256)
+        .map(|_| {
+            (0..rng.usize(3..10))
+                .map(|_| rng.alphanumeric() as u8)
+                .collect()
+        })
+        .collect();
+    let mut out = Vec::with_capacity(len as usize + 16);
+    while (out.len() as u64) < len {
+        out.extend_from_slice(&words[rng.usize(..words.len())]);
+        out.push(b' ');
+    }
+    out.truncate(len as usize);
+    out
+}
+
+/// [`HOT_READS`] reads of [`HOT_READ`] bytes at random aligned offsets of
+/// a [`HOT_SET`] file written once on `stack` alone (after one warming
+/// pass): MiB/s, every read checked against what was written, and the
+/// bytes the stack stores the set in.
+fn hot_reads(stack: &Spec, data: &[u8]) -> anyhow::Result<(f64, u64)> {
+    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let backend = stack.build(dir.path(), u64::MAX)?;
+    backend.write(1, &[(0, data)], false)?;
+    let mut buf = vec![0; HOT_READ as usize];
+    let slots = HOT_SET / HOT_READ;
+    for i in 0..slots {
+        backend.read(1, i * HOT_READ, &mut buf)?;
+    }
+    let mut rng = fastrand::Rng::with_seed(41);
+    let t = Instant::now();
+    for _ in 0..HOT_READS {
+        let at = rng.u64(..slots) * HOT_READ;
+        backend.read(1, at, &mut buf)?;
+        anyhow::ensure!(
+            buf[..] == data[at as usize..][..HOT_READ as usize],
+            "{stack}: the read at {at} is wrong"
+        );
+    }
+    let mib_s = (HOT_READS * HOT_READ) as f64 / MIB as f64 / t.elapsed().as_secs_f64();
+    Ok((mib_s, backend.used()))
+}
+
+/// The raw baseline of the hot reads: the same reads with `pread` from a
+/// local file the page cache holds.
+fn hot_raw(data: &[u8]) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let path = dir.path().join("hot");
+    std::fs::write(&path, data)?;
+    let f = std::fs::File::open(&path)?;
+    let mut buf = vec![0; HOT_READ as usize];
+    let slots = HOT_SET / HOT_READ;
+    for i in 0..slots {
+        f.read_exact_at(&mut buf, i * HOT_READ)?;
+    }
+    let mut rng = fastrand::Rng::with_seed(41);
+    let t = Instant::now();
+    for _ in 0..HOT_READS {
+        let at = rng.u64(..slots) * HOT_READ;
+        f.read_exact_at(&mut buf, at)?;
+        anyhow::ensure!(buf[..] == data[at as usize..][..HOT_READ as usize]);
+    }
+    Ok((HOT_READS * HOT_READ) as f64 / MIB as f64 / t.elapsed().as_secs_f64())
+}
+
 pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json::Value>> {
     let (file, kv, checksum, memory) = (
         spec("file")?,
@@ -294,6 +372,24 @@ pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json
         "rounds": ROUNDS, "memory_p50_us": mem50, "memory_p99_us": mem99, "file_p50_us": file50,
         "file_p99_us": file99, "memory_over_file_p50": mem50 / file50,
         "raw_pwrite_fdatasync_p50_us": raw_sync_latency()?, "machine": machine() }));
+
+    let (cached, plain) = (spec("cache:64MiB,zstd,kv")?, spec("zstd,kv")?);
+    let data = compressible(HOT_SET);
+    let (mut runs, mut raw, mut stored) = ([vec![], vec![]], vec![], 0);
+    for _ in 0..ROUNDS {
+        for (i, stack) in [&cached, &plain].into_iter().enumerate() {
+            let (mib_s, used) = hot_reads(stack, &data)?;
+            runs[i].push(mib_s);
+            stored = used;
+        }
+        raw.push(hot_raw(&data)?);
+    }
+    let [cached_mib_s, plain_mib_s] = runs.map(median);
+    out.push(json!({ "scenario": "stacks", "case": "hot 64 KiB reads of compressed data, cache:64MiB,zstd,kv against zstd,kv, the stack alone",
+        "set_bytes": HOT_SET, "reads": HOT_READS, "rounds": ROUNDS, "stored_bytes": stored,
+        "cached_mib_s": cached_mib_s, "plain_mib_s": plain_mib_s,
+        "cached_over_plain": cached_mib_s / plain_mib_s, "raw_pread_mib_s": median(raw),
+        "machine": machine() }));
     Ok(out)
 }
 

@@ -569,6 +569,17 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
             "reclaim sender ended abnormally: {e}"
         );
     }
+    // What the stack acknowledged from memory (a `tier`) reaches the
+    // device before the worker says it stopped.
+    let storage = shared.storage.clone();
+    match tokio::task::spawn_blocking(move || storage.settle()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(
+            worker = shared.spec.id,
+            "writes held in the stack's memory were not written back: {e}"
+        ),
+        Err(e) => tracing::error!(worker = shared.spec.id, "write-back ended abnormally: {e}"),
+    }
     shared.suspended.store(true, Ordering::Release);
     shared.refresh_depth().await;
     shared.publish(true).await;

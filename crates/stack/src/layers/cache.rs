@@ -53,11 +53,13 @@ impl std::fmt::Debug for Cache {
     }
 }
 
-/// The bytes `module` (`cache` or `cache:SIZE`, SIZE in bytes or with a
-/// KiB, MiB or GiB suffix) keeps; an error naming the module otherwise.
-pub fn size_of(module: &str) -> Result<u64> {
-    let Some(size) = module.strip_prefix("cache:") else {
-        return Ok(DEFAULT_BYTES);
+/// The bytes `module` (`LAYER` or `LAYER:SIZE`, SIZE in bytes or with a
+/// KiB, MiB or GiB suffix) keeps, `default` for a bare `LAYER`; an error
+/// naming the module otherwise. The cache and the tier are sized so.
+pub fn size_of(module: &str, default: u64) -> Result<u64> {
+    let (layer, size) = match module.split_once(':') {
+        None => return Ok(default),
+        Some(split) => split,
     };
     let (digits, unit) = match size.find(|c: char| !c.is_ascii_digit()) {
         Some(at) => size.split_at(at),
@@ -76,8 +78,8 @@ pub fn size_of(module: &str) -> Result<u64> {
     }
     .map_err(|()| {
         Error::InvalidArgument(format!(
-            "stack: {module:?}: the cache's size is a positive number of bytes, or of KiB, \
-             MiB or GiB (e.g. cache:64MiB)"
+            "stack: {module:?}: the {layer}'s size is a positive number of bytes, or of KiB, \
+             MiB or GiB (e.g. {layer}:64MiB)"
         ))
     })
 }

@@ -4,3 +4,4 @@
 pub mod cache;
 pub mod checksum;
 pub mod compress;
+pub mod tier;

@@ -1,0 +1,379 @@
+//! The `tier` layer: a burst buffer inside a worker. Writes are kept in
+//! memory, bounded in bytes (`tier:256MiB`), and acknowledged from there;
+//! a background thread writes them back to the stack below (the durable
+//! tier: a file or key-value backend, under any other layers) every
+//! [`EVERY`], or sooner once half the bound is dirty. A write that would
+//! pass the bound first writes everything back itself (backpressure), and
+//! one larger than the bound goes straight below.
+//!
+//! What a crash costs: a `kill -9` of the worker's process, or a power
+//! loss, loses the writes acknowledged since the last write-back, at most
+//! [`EVERY`] of them and at most the bound's bytes, even those of
+//! synchronous labels: a synchronous label on a tier waits for memory,
+//! not for the disk. `flush` (a Flush label, `fsync` under `labios run`)
+//! returns once the file's writes are written back and flushed below. A
+//! write-back that fails keeps its bytes here and is tried again; `flush`
+//! answers its error. A graceful stop, and a change of the worker's stack,
+//! write everything back first ([`Backend::settle`]).
+//!
+//! Reads see the newest bytes: the durable tier's, with the bytes being
+//! written back over them, and the dirty ones over those. Reclamation and
+//! removal of a file first write back (or drop) what is here of it, then
+//! pass below, so that the order of a file's changes is the order they
+//! reach the device. A stack that does not name `tier` has none.
+
+use crate::Backend;
+use labios_label::{Error, FileId, Result};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a write may stay only in memory while the layer is idle.
+pub const EVERY: Duration = Duration::from_millis(200);
+/// The bytes a bare `tier` keeps in memory.
+pub const DEFAULT_BYTES: u64 = 256 << 20;
+const STRIPES: usize = 64;
+
+/// A file's bytes held here: disjoint pieces by offset.
+type Pieces = BTreeMap<u64, Vec<u8>>;
+
+fn size(pieces: &Pieces) -> u64 {
+    pieces.values().map(|d| d.len() as u64).sum()
+}
+
+/// Puts `data` at `offset` of `pieces`, over what it overlaps; the bytes
+/// `pieces` holds after, less before.
+fn put(pieces: &mut Pieces, offset: u64, data: Vec<u8>) -> i64 {
+    let end = offset + data.len() as u64;
+    let mut delta = data.len() as i64;
+    let over: Vec<u64> = pieces
+        .range(..end)
+        .rev()
+        .take_while(|(o, d)| *o + d.len() as u64 > offset)
+        .map(|(o, _)| *o)
+        .collect();
+    for at in over {
+        let old = pieces.remove(&at).expect("a piece just seen");
+        delta -= old.len() as i64;
+        let old_end = at + old.len() as u64;
+        if at < offset {
+            let left = old[..(offset - at) as usize].to_vec();
+            delta += left.len() as i64;
+            pieces.insert(at, left);
+        }
+        if old_end > end {
+            let right = old[(end - at) as usize..].to_vec();
+            delta += right.len() as i64;
+            pieces.insert(end, right);
+        }
+    }
+    pieces.insert(offset, data);
+    delta
+}
+
+/// One past the last byte `pieces` holds.
+fn end_of(pieces: &Pieces) -> Option<u64> {
+    pieces.last_key_value().map(|(o, d)| o + d.len() as u64)
+}
+
+#[derive(Default)]
+struct State {
+    /// Writes not yet written back, by file.
+    dirty: HashMap<FileId, Pieces>,
+    /// Writes being written back, by file: older than its dirty ones.
+    flight: HashMap<FileId, Arc<Pieces>>,
+    /// Bytes of both.
+    bytes: u64,
+    stop: bool,
+}
+
+impl State {
+    /// The bytes of `file` held here that overlap `[offset, end)`, oldest
+    /// first, and one past the last byte held here.
+    fn overlay(&self, file: FileId, offset: u64, end: u64) -> (Vec<(u64, Vec<u8>)>, Option<u64>) {
+        let layers = [self.flight.get(&file).map(|p| &**p), self.dirty.get(&file)];
+        let mut out = Vec::new();
+        for pieces in layers.iter().flatten() {
+            for (o, d) in pieces.range(..end) {
+                let (from, to) = ((*o).max(offset), (o + d.len() as u64).min(end));
+                if from < to {
+                    out.push((from, d[(from - o) as usize..(to - o) as usize].to_vec()));
+                }
+            }
+        }
+        let held = layers.iter().flatten().filter_map(|p| end_of(p)).max();
+        (out, held)
+    }
+}
+
+struct Shared {
+    inner: Arc<dyn Backend>,
+    bound: u64,
+    state: Mutex<State>,
+    wake: Condvar,
+    /// Write-backs, reclamations and removals of a file alone, reads
+    /// together; striped by file id.
+    stripes: Vec<RwLock<()>>,
+}
+
+impl Shared {
+    fn stripe(&self, file: FileId) -> &RwLock<()> {
+        &self.stripes[(file % STRIPES as u64) as usize]
+    }
+
+    /// Writes back what is dirty of `file`; the caller holds its stripe.
+    /// On failure the bytes stay here, under any written since.
+    fn write_back(&self, file: FileId) -> Result<()> {
+        let pieces = {
+            let mut st = self.state.lock();
+            let Some(pieces) = st.dirty.remove(&file) else {
+                return Ok(());
+            };
+            let pieces = Arc::new(pieces);
+            st.flight.insert(file, pieces.clone());
+            pieces
+        };
+        let list: Vec<(u64, &[u8])> = pieces.iter().map(|(o, d)| (*o, &d[..])).collect();
+        let done = self.inner.write(file, &list, false);
+        let mut st = self.state.lock();
+        st.flight.remove(&file);
+        let written = size(&pieces);
+        if done.is_ok() {
+            st.bytes -= written;
+            return done;
+        }
+        // Back under the writes that came since: the file's bytes here
+        // are then `back`, which starts as the `written` ones.
+        let mut back = Arc::try_unwrap(pieces).unwrap_or_else(|p| (*p).clone());
+        let newer = st.dirty.remove(&file).unwrap_or_default();
+        let newer_bytes = size(&newer);
+        let mut now = written as i64;
+        for (o, d) in newer {
+            now += put(&mut back, o, d);
+        }
+        st.bytes = (st.bytes as i64 - written as i64 - newer_bytes as i64 + now) as u64;
+        debug_assert_eq!(
+            st.bytes,
+            st.dirty.values().map(size).sum::<u64>() + size(&back)
+        );
+        st.dirty.insert(file, back);
+        done
+    }
+
+    /// Writes back every dirty file: the first error, after trying all.
+    fn write_back_all(&self) -> Result<()> {
+        let files: Vec<FileId> = self.state.lock().dirty.keys().copied().collect();
+        let mut first = Ok(());
+        for file in files {
+            let _turn = self.stripe(file).write();
+            if let Err(e) = self.write_back(file) {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+
+    /// The background write-back: every [`EVERY`], sooner when half the
+    /// bound is dirty, and everything once the layer stops. A failed
+    /// write-back is tried again next round.
+    fn run(&self) {
+        loop {
+            let stop = {
+                let mut st = self.state.lock();
+                if !st.stop && st.bytes < self.bound / 2 {
+                    self.wake.wait_for(&mut st, EVERY);
+                }
+                st.stop
+            };
+            let done = self.write_back_all();
+            if stop {
+                if let Err(e) = done {
+                    tracing::error!("tier: writes lost at the stop, not written back: {e}");
+                }
+                return;
+            }
+        }
+    }
+}
+
+pub struct Tier {
+    shared: Arc<Shared>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tier")
+            .field("bound", &self.shared.bound)
+            .field("inner", &self.shared.inner)
+            .finish()
+    }
+}
+
+impl Tier {
+    /// The layer over `inner`, keeping at most `bound` bytes in memory.
+    pub fn new(inner: Arc<dyn Backend>, bound: u64) -> Tier {
+        let shared = Arc::new(Shared {
+            inner,
+            bound,
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
+        });
+        let run = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("labios-tier".into())
+            .spawn(move || run.run())
+            .expect("the tier's write-back thread starts");
+        Tier {
+            shared,
+            writer: Some(writer),
+        }
+    }
+
+    /// Bytes held here, not yet written back.
+    pub fn dirty(&self) -> u64 {
+        self.shared.state.lock().bytes
+    }
+}
+
+impl Drop for Tier {
+    /// Writes everything back before the layer goes.
+    fn drop(&mut self) {
+        self.shared.state.lock().stop = true;
+        self.shared.wake.notify_one();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl Backend for Tier {
+    fn write(&self, file: FileId, pieces: &[(u64, &[u8])], sync: bool) -> Result<()> {
+        let s = &self.shared;
+        let n: u64 = pieces.iter().map(|(_, d)| d.len() as u64).sum();
+        if n > s.bound {
+            // Larger than the memory: straight below, after what is here
+            // of the file, so that the older bytes cannot land over it.
+            let _turn = s.stripe(file).write();
+            s.write_back(file)?;
+            return s.inner.write(file, pieces, sync);
+        }
+        loop {
+            let mut st = s.state.lock();
+            if st.bytes + n <= s.bound {
+                let dirty = st.dirty.entry(file).or_default();
+                let mut delta = 0;
+                for (o, d) in pieces {
+                    delta += put(dirty, *o, d.to_vec());
+                }
+                st.bytes = (st.bytes as i64 + delta) as u64;
+                assert!(
+                    st.bytes <= s.bound,
+                    "the tier holds {} bytes, over its bound {}",
+                    st.bytes,
+                    s.bound
+                );
+                if st.bytes >= s.bound / 2 {
+                    s.wake.notify_one();
+                }
+                return Ok(());
+            }
+            drop(st);
+            s.write_back_all()?;
+        }
+    }
+
+    fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let s = &self.shared;
+        let _turn = s.stripe(file).read();
+        let end = offset + buf.len() as u64;
+        let (overlay, held) = s.state.lock().overlay(file, offset, end);
+        let below = s.inner.len(file)?;
+        let len = below.unwrap_or(0).max(held.unwrap_or(0));
+        if held.is_none() && (below.is_none() || end > len) {
+            // Missing, or shorter than the range: below names which.
+            return s.inner.read(file, offset, buf);
+        }
+        if end > len {
+            return Err(Error::Storage(format!(
+                "file {file:016x} in the tier is {len} bytes long, shorter than the {} bytes \
+                 at offset {offset} it should hold",
+                buf.len()
+            )));
+        }
+        let from_below = below.unwrap_or(0).clamp(offset, end);
+        buf[(from_below - offset) as usize..].fill(0);
+        if from_below > offset {
+            s.inner
+                .read(file, offset, &mut buf[..(from_below - offset) as usize])?;
+        }
+        for (o, d) in overlay {
+            buf[(o - offset) as usize..][..d.len()].copy_from_slice(&d);
+        }
+        Ok(())
+    }
+
+    fn remove(&self, file: FileId) -> Result<()> {
+        let s = &self.shared;
+        let _turn = s.stripe(file).write();
+        {
+            let mut st = s.state.lock();
+            if let Some(pieces) = st.dirty.remove(&file) {
+                st.bytes -= size(&pieces);
+            }
+        }
+        s.inner.remove(file)
+    }
+
+    fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
+        let s = &self.shared;
+        let _turn = s.stripe(file).write();
+        s.write_back(file)?;
+        s.inner.keep_only(file, start, end, held)
+    }
+
+    fn files(&self) -> Result<Vec<FileId>> {
+        let mut files = self.shared.inner.files()?;
+        {
+            let st = self.shared.state.lock();
+            files.extend(st.dirty.keys().chain(st.flight.keys()));
+        }
+        files.sort_unstable();
+        files.dedup();
+        Ok(files)
+    }
+
+    fn flush(&self, file: FileId) -> Result<()> {
+        let s = &self.shared;
+        let _turn = s.stripe(file).write();
+        s.write_back(file)?;
+        s.inner.flush(file)
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.shared.write_back_all()?;
+        self.shared.inner.settle()
+    }
+
+    fn holds(&self, file: FileId) -> bool {
+        let held = {
+            let st = self.shared.state.lock();
+            st.dirty.contains_key(&file) || st.flight.contains_key(&file)
+        };
+        held || self.shared.inner.holds(file)
+    }
+
+    fn len(&self, file: FileId) -> Result<Option<u64>> {
+        let s = &self.shared;
+        let (_, held) = s.state.lock().overlay(file, 0, 0);
+        let below = s.inner.len(file)?;
+        Ok(below.max(held))
+    }
+
+    /// The device's bytes and those held here, which will reach it.
+    fn used(&self) -> u64 {
+        self.shared.inner.used() + self.dirty()
+    }
+}

@@ -1,0 +1,147 @@
+//! The `tier` layer: writes acknowledged from memory, written back in the
+//! background, on `flush`, under its bound, on a stack change and at a
+//! stop; a device that fails keeps them here.
+
+mod common;
+
+use common::Stopping;
+use labios_stack::backends::memory::MemoryBackend;
+use labios_stack::layers::tier::Tier;
+use labios_stack::live::Live;
+use labios_stack::{Backend, Place, Spec};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn bytes(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn read(b: &dyn Backend, file: u64, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0; len];
+    b.read(file, offset, &mut buf).unwrap();
+    buf
+}
+
+/// Waits until `done` holds, for at most 10 s.
+fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within 10 s");
+        std::thread::yield_now();
+    }
+}
+
+/// A device that takes no change: the tier acknowledges writes and reads
+/// them back from memory; `flush` answers the device's error and keeps
+/// them; once the device works, `flush` puts them on it.
+#[test]
+fn writes_are_acknowledged_from_memory_and_flush_puts_them_on_the_device() {
+    let device = Stopping::over(Arc::new(MemoryBackend::new(1 << 30)));
+    device.left.store(0, Ordering::SeqCst);
+    let tier = Tier::new(device.clone(), 1 << 20);
+    let data = bytes(10_000, 1);
+    tier.write(3, &[(100, &data)], true).unwrap();
+    tier.write(3, &[(5_000, b"newer")], false).unwrap();
+    let mut want = vec![0; 100];
+    want.extend_from_slice(&data);
+    want[5_000..5_005].copy_from_slice(b"newer");
+    assert_eq!(read(&tier, 3, 0, want.len()), want);
+    assert_eq!(tier.len(3).unwrap(), Some(10_100));
+    assert!(tier.holds(3) && !device.holds(3));
+    let err = tier.flush(3).unwrap_err().to_string();
+    assert!(err.contains("the device stopped"), "{err}");
+    assert_eq!(read(&tier, 3, 0, want.len()), want, "kept after the error");
+    assert_eq!(tier.dirty(), 10_000);
+    // Past the end: an error naming the length, not zeros.
+    let mut past = [0; 10];
+    let err = tier.read(3, 10_095, &mut past).unwrap_err().to_string();
+    assert!(err.contains("shorter"), "{err}");
+    device.left.store(u64::MAX, Ordering::SeqCst);
+    tier.flush(3).unwrap();
+    assert_eq!(tier.dirty(), 0);
+    assert_eq!(read(device.as_ref(), 3, 0, want.len()), want);
+}
+
+/// Without `flush`, the background write-back puts a write on the device
+/// within its interval.
+#[test]
+fn the_background_write_back_reaches_the_device() {
+    let device = Arc::new(MemoryBackend::new(1 << 30));
+    let tier = Tier::new(device.clone(), 1 << 20);
+    let data = bytes(70_000, 2);
+    tier.write(5, &[(0, &data)], false).unwrap();
+    until("the write-back", || device.holds(5) && tier.dirty() == 0);
+    assert_eq!(read(device.as_ref(), 5, 0, data.len()), data);
+}
+
+/// Many writes through a small tier: it never holds more than its bound,
+/// and a write larger than the bound goes straight to the device, after
+/// the older bytes of its file.
+#[test]
+fn the_tier_stays_within_its_bound() {
+    let device = Arc::new(MemoryBackend::new(1 << 30));
+    let tier = Tier::new(device.clone(), 64 << 10);
+    let mut model = vec![0u8; 1 << 20];
+    for i in 0..200u64 {
+        let at = (i * 7919) % ((1 << 20) - 16_384);
+        let data = bytes(16_384, i as u8);
+        tier.write(1, &[(at, &data)], false).unwrap();
+        model[at as usize..][..data.len()].copy_from_slice(&data);
+        assert!(tier.dirty() <= 64 << 10, "{} bytes held", tier.dirty());
+    }
+    let large = bytes(100_000, 9);
+    tier.write(1, &[(1_000, &large)], false).unwrap();
+    model[1_000..101_000].copy_from_slice(&large);
+    let end = tier.len(1).unwrap().unwrap() as usize;
+    assert_eq!(read(&tier, 1, 0, end), model[..end]);
+    tier.settle().unwrap();
+    assert_eq!(read(device.as_ref(), 1, 0, end), model[..end]);
+}
+
+/// A worker whose stack drops its tier, and one whose stack stops: every
+/// byte the tier held reaches the device first.
+#[test]
+fn a_stack_change_and_a_stop_write_everything_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec =
+        |s: &str| Spec::try_from(s.split(',').map(String::from).collect::<Vec<_>>()).unwrap();
+    let place = Place {
+        stack: spec("tier:1MiB,checksum,file"),
+        ..Place::from(dir.path().to_path_buf())
+    };
+    let live = Live::open(&place, 1 << 30).unwrap();
+    let data = bytes(300_000, 3);
+    live.write(2, &[(0, &data)], false).unwrap();
+    live.set(spec("checksum,zstd,file")).unwrap();
+    let plain = spec("checksum,file").build(dir.path(), 1 << 30).unwrap();
+    assert_eq!(read(plain.as_ref(), 2, 0, data.len()), data);
+    drop(plain);
+    live.set(spec("tier,file")).unwrap();
+    live.write(2, &[(7, b"last")], false).unwrap();
+    drop(live);
+    let plain = spec("file").build(dir.path(), 1 << 30).unwrap();
+    assert_eq!(read(plain.as_ref(), 2, 7, 4), b"last");
+    assert_eq!(read(plain.as_ref(), 2, 11, 1000), data[11..1011]);
+}
+
+/// Removal drops what the tier holds of a file, and reclamation writes it
+/// back first, so that the device keeps the file's order of changes.
+#[test]
+fn removal_and_reclamation_keep_the_order_of_changes() {
+    let device = Arc::new(MemoryBackend::new(1 << 30));
+    let tier = Tier::new(device.clone(), 1 << 20);
+    tier.write(4, &[(0, &bytes(50_000, 4))], false).unwrap();
+    tier.remove(4).unwrap();
+    assert!(!tier.holds(4) && tier.dirty() == 0);
+    tier.settle().unwrap();
+    assert!(!device.holds(4), "a removed file came back");
+    let data = bytes(50_000, 5);
+    tier.write(4, &[(0, &data)], false).unwrap();
+    tier.keep_only(4, 0, u64::MAX, &[(0, 20_000)]).unwrap();
+    assert_eq!(tier.len(4).unwrap(), Some(20_000));
+    assert_eq!(read(device.as_ref(), 4, 0, 20_000), data[..20_000]);
+    assert_eq!(device.len(4).unwrap(), Some(20_000));
+}
