@@ -25,11 +25,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The largest LABIOS file id a stack stores. Layers keep their own data
-/// for file F under ids with bits above this one set (the codec's unit
-/// records and second slots, the checksum's sums), so an id beyond it
-/// would be taken for another file's companion. The inventory counts
-/// file ids up from 1; a label naming one beyond this is refused.
-pub const LAST_FILE: FileId = (1 << 61) - 1;
+/// under ids with bits above this one set (the codec's unit records and
+/// second slots, the checksum's sums, the tier's journal), so an id
+/// beyond it would be taken for another file's companion. The inventory
+/// counts file ids up from 1; a label naming one beyond this is refused.
+pub const LAST_FILE: FileId = (1 << 60) - 1;
 
 /// What a worker does to its storage.
 pub trait Backend: Send + Sync + std::fmt::Debug {
@@ -142,10 +142,11 @@ const BACKENDS: &[(&str, Open)] = &[
     }),
 ];
 
-/// What a layer wraps: the stack below it, and the module the stack names
-/// for the layer, its argument included (`None`: the stack does not name
-/// it, and it runs passive).
-type Wrap = fn(Arc<dyn Backend>, Option<&str>) -> Arc<dyn Backend>;
+/// What a layer wraps: the stack below it, the backend under every layer
+/// (where the tier keeps its journal), and the module the stack names for
+/// the layer, its argument included (`None`: the stack does not name it,
+/// and it runs passive).
+type Wrap = fn(Arc<dyn Backend>, &Arc<dyn Backend>, Option<&str>) -> Result<Arc<dyn Backend>>;
 
 /// The layers, from the top: each is one or more names for one layer's
 /// work. Every stack has each of them, just above its backend and in this
@@ -156,33 +157,40 @@ type Wrap = fn(Arc<dyn Backend>, Option<&str>) -> Arc<dyn Backend>;
 /// on top, so that a write is acknowledged before the layers below spend
 /// anything on it.)
 pub(crate) const LAYERS: &[(&[&str], Wrap)] = &[
-    (&["tier"], |inner, named| match named {
-        Some(module) => Arc::new(layers::tier::Tier::new(
+    // Unnamed, the tier is not there, but a journal a stopped tier left
+    // on the backend is replayed all the same.
+    (&["tier"], |inner, raw, named| match named {
+        Some(module) => Ok(Arc::new(layers::tier::Tier::new(
             inner,
-            layers::cache::size_of(module, layers::tier::DEFAULT_BYTES)
-                .expect("a spec holds valid sizes"),
-        )),
-        None => inner,
+            raw.clone(),
+            layers::cache::size_of(module, layers::tier::DEFAULT_BYTES)?,
+        )?)),
+        None => {
+            layers::tier::replay(inner.as_ref(), raw.as_ref())?;
+            Ok(inner)
+        }
     }),
-    (&["checksum"], |inner, named| {
-        Arc::new(layers::checksum::Checksum::new(inner, named.is_some()))
-    }),
-    (&["cache"], |inner, named| match named {
-        Some(module) => Arc::new(layers::cache::Cache::new(
+    (&["checksum"], |inner, _, named| {
+        Ok(Arc::new(layers::checksum::Checksum::new(
             inner,
-            layers::cache::size_of(module, layers::cache::DEFAULT_BYTES)
-                .expect("a spec holds valid sizes"),
-        )),
-        None => inner,
+            named.is_some(),
+        )))
     }),
-    (&["zstd", "lz4"], |inner, named| {
+    (&["cache"], |inner, _, named| match named {
+        Some(module) => Ok(Arc::new(layers::cache::Cache::new(
+            inner,
+            layers::cache::size_of(module, layers::cache::DEFAULT_BYTES)?,
+        ))),
+        None => Ok(inner),
+    }),
+    (&["zstd", "lz4"], |inner, _, named| {
         use layers::compress::{Codec, Compress};
         let codec = match named {
             Some("zstd") => Codec::Zstd,
             Some("lz4") => Codec::Lz4,
             _ => Codec::Raw,
         };
-        Arc::new(Compress::new(inner, codec))
+        Ok(Arc::new(Compress::new(inner, codec)))
     }),
 ];
 
@@ -271,7 +279,7 @@ impl Spec {
     /// The stack a worker storing under `dir`, at most `capacity` bytes,
     /// runs.
     pub fn build(&self, dir: &Path, capacity: u64) -> Result<Arc<dyn Backend>> {
-        Ok(self.over(self.open(dir, capacity)?))
+        self.over(self.open(dir, capacity)?)
     }
 
     /// The stack's backend alone, opened under `dir`.
@@ -289,13 +297,18 @@ impl Spec {
     }
 
     /// The stack's layers over `backend`, which the stack's own backend
-    /// opened: every layer, passive where the stack does not name it.
-    pub fn over(&self, backend: Arc<dyn Backend>) -> Arc<dyn Backend> {
+    /// opened: every layer, passive where the stack does not name it. A
+    /// tier's journal left on `backend` is replayed first, so no other
+    /// stack may be taking calls on it.
+    pub fn over(&self, backend: Arc<dyn Backend>) -> Result<Arc<dyn Backend>> {
         let layers = &self.0[..self.0.len() - 1];
-        LAYERS.iter().rev().fold(backend, |stack, (names, wrap)| {
-            let named = layers.iter().find(|l| layer_of(l) == layer_of(names[0]));
-            wrap(stack, named.map(String::as_str))
-        })
+        LAYERS
+            .iter()
+            .rev()
+            .try_fold(backend.clone(), |stack, (names, wrap)| {
+                let named = layers.iter().find(|l| layer_of(l) == layer_of(names[0]));
+                wrap(stack, &backend, named.map(String::as_str))
+            })
     }
 
     /// Whether the stack keeps what it holds across a restart of its

@@ -30,7 +30,7 @@ impl Live {
         let spec = &place.stack;
         let backend = place.faults.over(spec.open(&place.dir, capacity)?);
         Ok(Live {
-            now: RwLock::new((spec.clone(), spec.over(backend.clone()))),
+            now: RwLock::new((spec.clone(), spec.over(backend.clone())?)),
             backend,
         })
     }
@@ -53,11 +53,12 @@ impl Live {
                 was.backend()
             )));
         }
-        let stack = spec.over(self.backend.clone());
         let mut now = self.now.write();
         // What the old stack holds only in memory reaches the backend
-        // before the new one takes a call; if it cannot, the old stays.
+        // before the new one is built (a new stack replays any journal it
+        // finds) or takes a call; if it cannot, the old one stays.
         now.1.settle()?;
+        let stack = spec.over(self.backend.clone())?;
         *now = (spec, stack);
         Ok(())
     }

@@ -125,7 +125,7 @@ fn a_crash_at_any_step_of_a_change_keeps_every_acknowledged_byte_readable() {
                 let at = format!("{spec}, {what}, a crash after {k} device changes");
                 let dir = tempfile::tempdir().unwrap();
                 let device = Stopping::over(spec.open(dir.path(), 1 << 30).unwrap());
-                let stack = spec.over(device.clone());
+                let stack = spec.over(device.clone()).unwrap();
                 stack.write(FILE, &[(0, &before)], true).unwrap();
                 device.left.store(k, Ordering::SeqCst);
                 let finished = change.run(stack.as_ref()).is_ok();
@@ -189,7 +189,9 @@ fn a_device_failing_calls_under_retries_keeps_every_byte() {
             error_ppm: 20_000,
             lost_reply_ppm: 20_000,
         };
-        let stack = spec.over(faults.over(spec.open(dir.path(), 1 << 30).unwrap()));
+        let stack = spec
+            .over(faults.over(spec.open(dir.path(), 1 << 30).unwrap()))
+            .unwrap();
         let mut rng = fastrand::Rng::with_seed(seed);
         let mut model: Vec<u8> = Vec::new();
         for op in 0..24 {

@@ -52,7 +52,10 @@ fn churn(backend: Arc<dyn Backend>, name: &str, seed: u64) {
     let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     for step in 0..24 {
         let names = &tops[rng.usize(..tops.len())];
-        let stack = Spec::try_from(names.clone()).unwrap().over(backend.clone());
+        let stack = Spec::try_from(names.clone())
+            .unwrap()
+            .over(backend.clone())
+            .unwrap();
         let at = format!("seed {seed}, step {step}, stack {names:?}");
         for op in 0..12 {
             let file = rng.u64(1..4);
@@ -163,20 +166,24 @@ fn a_codec_stores_less_and_its_units_stay_readable_and_checked() {
     let file = Arc::new(FileBackend::open(dir.path()).unwrap());
     let data: Vec<u8> = (0..1 << 20).map(|i| (i / 64 % 251) as u8).collect();
     for codec in ["zstd", "lz4"] {
-        let stack = spec(&["checksum", codec, "file"]).over(file.clone());
+        let stack = spec(&["checksum", codec, "file"])
+            .over(file.clone())
+            .unwrap();
         stack.write(9, &[(0, &data)], true).unwrap();
         assert!(
             file.used() < 300 << 10,
             "{codec}: 1 MiB takes {} bytes",
             file.used()
         );
-        let plain = spec(&["file"]).over(file.clone());
+        let plain = spec(&["file"]).over(file.clone()).unwrap();
         let mut back = vec![0; data.len()];
         plain.read(9, 0, &mut back).unwrap();
         assert!(back == data, "{codec}: a stack without codec reads it");
         plain.remove(9).unwrap();
     }
-    let stack = spec(&["checksum", "zstd", "file"]).over(file.clone());
+    let stack = spec(&["checksum", "zstd", "file"])
+        .over(file.clone())
+        .unwrap();
     stack.write(9, &[(0, &data)], false).unwrap();
     // The second slot of file 9 holds its compressed units.
     let slot = file.path(9 | 1 << 61);

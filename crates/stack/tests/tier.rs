@@ -34,14 +34,16 @@ fn until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-/// A device that takes no change: the tier acknowledges writes and reads
-/// them back from memory; `flush` answers the device's error and keeps
-/// them; once the device works, `flush` puts them on it.
+/// A stack below that takes no change (its journal elsewhere): the tier
+/// acknowledges writes and reads them back from memory; `flush` answers
+/// the device's error and keeps them; once the device works, `flush` puts
+/// them on it.
 #[test]
 fn writes_are_acknowledged_from_memory_and_flush_puts_them_on_the_device() {
     let device = Stopping::over(Arc::new(MemoryBackend::new(1 << 30)));
     device.left.store(0, Ordering::SeqCst);
-    let tier = Tier::new(device.clone(), 1 << 20);
+    let journal = Arc::new(MemoryBackend::new(1 << 30));
+    let tier = Tier::new(device.clone(), journal, 1 << 20).unwrap();
     let data = bytes(10_000, 1);
     tier.write(3, &[(100, &data)], true).unwrap();
     tier.write(3, &[(5_000, b"newer")], false).unwrap();
@@ -70,7 +72,7 @@ fn writes_are_acknowledged_from_memory_and_flush_puts_them_on_the_device() {
 #[test]
 fn the_background_write_back_reaches_the_device() {
     let device = Arc::new(MemoryBackend::new(1 << 30));
-    let tier = Tier::new(device.clone(), 1 << 20);
+    let tier = Tier::new(device.clone(), device.clone(), 1 << 20).unwrap();
     let data = bytes(70_000, 2);
     tier.write(5, &[(0, &data)], false).unwrap();
     until("the write-back", || device.holds(5) && tier.dirty() == 0);
@@ -83,7 +85,7 @@ fn the_background_write_back_reaches_the_device() {
 #[test]
 fn the_tier_stays_within_its_bound() {
     let device = Arc::new(MemoryBackend::new(1 << 30));
-    let tier = Tier::new(device.clone(), 64 << 10);
+    let tier = Tier::new(device.clone(), device.clone(), 64 << 10).unwrap();
     let mut model = vec![0u8; 1 << 20];
     for i in 0..200u64 {
         let at = (i * 7919) % ((1 << 20) - 16_384);
@@ -132,7 +134,7 @@ fn a_stack_change_and_a_stop_write_everything_back() {
 #[test]
 fn removal_and_reclamation_keep_the_order_of_changes() {
     let device = Arc::new(MemoryBackend::new(1 << 30));
-    let tier = Tier::new(device.clone(), 1 << 20);
+    let tier = Tier::new(device.clone(), device.clone(), 1 << 20).unwrap();
     tier.write(4, &[(0, &bytes(50_000, 4))], false).unwrap();
     tier.remove(4).unwrap();
     assert!(!tier.holds(4) && tier.dirty() == 0);
@@ -144,4 +146,47 @@ fn removal_and_reclamation_keep_the_order_of_changes() {
     assert_eq!(tier.len(4).unwrap(), Some(20_000));
     assert_eq!(read(device.as_ref(), 4, 0, 20_000), data[..20_000]);
     assert_eq!(device.len(4).unwrap(), Some(20_000));
+}
+
+/// A worker's process that stops before its tier writes back: the next
+/// stack on the backend, with or without a tier, replays the journal
+/// first, up to a record whose append the stop cut short (never
+/// acknowledged), and drops it.
+#[test]
+fn the_journal_is_replayed_by_the_next_stack_up_to_a_torn_record() {
+    use labios_stack::backends::file::FileBackend;
+    use labios_stack::layers::tier::JOURNAL;
+    for next in ["tier,checksum,file", "checksum,file"] {
+        let dir = tempfile::tempdir().unwrap();
+        let device = Arc::new(FileBackend::open(dir.path()).unwrap());
+        // The data path refuses every change; the journal goes through.
+        let stopped = Stopping::over(device.clone());
+        stopped.left.store(0, Ordering::SeqCst);
+        let tier = Tier::new(stopped.clone(), device.clone(), 1 << 20).unwrap();
+        let (a, b, c) = (bytes(5_000, 6), bytes(3_000, 7), bytes(100, 8));
+        tier.write(1, &[(0, &a)], false).unwrap();
+        tier.write(2, &[(10, &b)], true).unwrap();
+        tier.write(1, &[(4_000, &c)], false).unwrap();
+        // The process is gone: nothing of the tier runs its stop.
+        std::mem::forget(tier);
+        let journal = device.path(JOURNAL);
+        let len = std::fs::metadata(&journal).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&journal)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        let spec = Spec::try_from(next.split(',').map(String::from).collect::<Vec<_>>()).unwrap();
+        let stack = spec.over(device.clone()).unwrap();
+        assert_eq!(read(stack.as_ref(), 1, 0, 5_000), a, "{next}");
+        assert_eq!(read(stack.as_ref(), 2, 10, 3_000), b, "{next}");
+        assert!(
+            !device.holds(JOURNAL) && !device.holds(JOURNAL + 1),
+            "{next}"
+        );
+        let mut files = stack.files().unwrap();
+        files.sort();
+        assert_eq!(files, [1, 2], "{next}: the journal is not a file");
+    }
 }

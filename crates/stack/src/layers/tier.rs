@@ -4,17 +4,23 @@
 //! tier: a file or key-value backend, under any other layers) every
 //! [`EVERY`], or sooner once half the bound is dirty. A write that would
 //! pass the bound first writes everything back itself (backpressure), and
-//! one larger than the bound goes straight below.
+//! one larger than the bound goes straight below, after everything else.
 //!
-//! What a crash costs: a `kill -9` of the worker's process, or a power
-//! loss, loses the writes acknowledged since the last write-back, at most
-//! [`EVERY`] of them and at most the bound's bytes, even those of
-//! synchronous labels: a synchronous label on a tier waits for memory,
-//! not for the disk. `flush` (a Flush label, `fsync` under `labios run`)
-//! returns once the file's writes are written back and flushed below. A
-//! write-back that fails keeps its bytes here and is tried again; `flush`
-//! answers its error. A graceful stop, and a change of the worker's stack,
-//! write everything back first ([`Backend::settle`]).
+//! Every change is also appended to a journal on the backend itself,
+//! under the other layers (two files, [`JOURNAL`] and the one after it,
+//! alternating: a journal goes once everything in it is written back),
+//! without waiting for the device: one sequential write, as cheap as the
+//! copy into memory. A `kill -9` of the worker's process therefore loses
+//! nothing (the operating system keeps what was written, as it keeps a
+//! `file` backend's bytes), and the next start of any stack on that
+//! backend replays the journal below before it takes a call. A power
+//! loss loses what was not yet on the device, `sync` labels included: on
+//! a tier a synchronous label waits for memory, not for the disk. `flush`
+//! (a Flush label, `fsync` under `labios run`) returns once the file's
+//! writes are written back and flushed below. A write-back that fails
+//! keeps its bytes here and is tried again; `flush` answers its error. A
+//! clean stop, and a change of the worker's stack, write everything back
+//! first ([`Backend::settle`]).
 //!
 //! Reads see the newest bytes: the durable tier's, with the bytes being
 //! written back over them, and the dirty ones over those. Reclamation and
@@ -34,6 +40,118 @@ pub const EVERY: Duration = Duration::from_millis(200);
 /// The bytes a bare `tier` keeps in memory.
 pub const DEFAULT_BYTES: u64 = 256 << 20;
 const STRIPES: usize = 64;
+/// The first of the tier's two journal files on the backend (bit 60: the
+/// ids above [`crate::LAST_FILE`] the other layers leave alone).
+pub const JOURNAL: FileId = 1 << 60;
+
+/// A journal record: its length and CRC-32C, then its body.
+const RECORD_HEAD: usize = 8;
+const WRITE: u8 = 1;
+const REMOVE: u8 = 2;
+const KEEP_ONLY: u8 = 3;
+
+/// One change as the journal keeps it.
+#[derive(Debug, PartialEq)]
+enum Change {
+    Write(u64, Vec<u8>),
+    Remove,
+    KeepOnly(u64, u64, Vec<(u64, u64)>),
+}
+
+/// Appends the record of `change` of `file`, number `seq`, to `out`.
+fn record(out: &mut Vec<u8>, seq: u64, file: FileId, change: &Change) {
+    let mut body = Vec::new();
+    body.extend_from_slice(&seq.to_le_bytes());
+    body.extend_from_slice(&file.to_le_bytes());
+    match change {
+        Change::Write(offset, data) => {
+            body.push(WRITE);
+            body.extend_from_slice(&offset.to_le_bytes());
+            body.extend_from_slice(data);
+        }
+        Change::Remove => body.push(REMOVE),
+        Change::KeepOnly(start, end, held) => {
+            body.push(KEEP_ONLY);
+            for v in [*start, *end]
+                .iter()
+                .chain(held.iter().flat_map(|(a, b)| [a, b]))
+            {
+                body.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    out.extend_from_slice(&body);
+}
+
+/// The records of a journal, in order, up to the first that is not whole
+/// (a crash in the middle of its append: never acknowledged).
+fn records(journal: &[u8]) -> Vec<(u64, FileId, Change)> {
+    let mut out = Vec::new();
+    let mut rest = journal;
+    while rest.len() >= RECORD_HEAD {
+        let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+        let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap());
+        let Some(body) = rest.get(RECORD_HEAD..RECORD_HEAD + len) else {
+            break;
+        };
+        if len < 17 || crc32c::crc32c(body) != crc {
+            break;
+        }
+        let word = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().unwrap());
+        let (seq, file) = (word(0), word(8));
+        let change = match body[16] {
+            WRITE if len >= 25 => Change::Write(word(17), body[25..].to_vec()),
+            REMOVE => Change::Remove,
+            KEEP_ONLY if len >= 33 && (len - 33).is_multiple_of(16) => Change::KeepOnly(
+                word(17),
+                word(25),
+                (33..len)
+                    .step_by(16)
+                    .map(|at| (word(at), word(at + 8)))
+                    .collect(),
+            ),
+            _ => break,
+        };
+        out.push((seq, file, change));
+        rest = &rest[RECORD_HEAD + len..];
+    }
+    out
+}
+
+/// Replays through `stack` the changes the journals on `raw` keep (a
+/// worker's process that stopped without writing them back), in the order
+/// they were made, then drops the journals. Every start of a stack on a
+/// backend does this first, whether or not the stack names a tier.
+pub fn replay(stack: &dyn Backend, raw: &dyn Backend) -> Result<()> {
+    let mut changes = Vec::new();
+    for journal in [JOURNAL, JOURNAL + 1] {
+        if let Some(len) = raw.len(journal)? {
+            let mut bytes = vec![0; len as usize];
+            raw.read(journal, 0, &mut bytes)?;
+            changes.extend(records(&bytes));
+        }
+    }
+    changes.sort_by_key(|(seq, _, _)| *seq);
+    if !changes.is_empty() {
+        tracing::warn!(
+            "tier: replaying {} changes a stopped worker had not written back",
+            changes.len()
+        );
+    }
+    for (_, file, change) in changes {
+        match change {
+            Change::Write(offset, data) => stack.write(file, &[(offset, &data)], false)?,
+            Change::Remove => stack.remove(file)?,
+            Change::KeepOnly(start, end, held) => stack.keep_only(file, start, end, &held)?,
+        }
+    }
+    for journal in [JOURNAL, JOURNAL + 1] {
+        raw.remove(journal)?;
+    }
+    Ok(())
+}
 
 /// A file's bytes held here: disjoint pieces by offset.
 type Pieces = BTreeMap<u64, Vec<u8>>;
@@ -77,8 +195,20 @@ fn end_of(pieces: &Pieces) -> Option<u64> {
     pieces.last_key_value().map(|(o, d)| o + d.len() as u64)
 }
 
+/// Where changes are appended: the journal in use, its length, the next
+/// record's number, and the other journal while it still holds changes
+/// not written back.
+#[derive(Default)]
+struct Journal {
+    now: FileId,
+    at: u64,
+    seq: u64,
+    sealed: Option<FileId>,
+}
+
 #[derive(Default)]
 struct State {
+    journal: Journal,
     /// Writes not yet written back, by file.
     dirty: HashMap<FileId, Pieces>,
     /// Writes being written back, by file: older than its dirty ones.
@@ -109,6 +239,8 @@ impl State {
 
 struct Shared {
     inner: Arc<dyn Backend>,
+    /// The backend under every layer, where the journal goes.
+    raw: Arc<dyn Backend>,
     bound: u64,
     state: Mutex<State>,
     wake: Condvar,
@@ -120,6 +252,20 @@ struct Shared {
 impl Shared {
     fn stripe(&self, file: FileId) -> &RwLock<()> {
         &self.stripes[(file % STRIPES as u64) as usize]
+    }
+
+    /// Appends `changes` of `file` to the journal; the caller holds the
+    /// state, so that the journal's order is the order of the changes.
+    fn log(&self, st: &mut State, file: FileId, changes: &[Change]) -> Result<()> {
+        let mut buf = Vec::new();
+        for change in changes {
+            record(&mut buf, st.journal.seq, file, change);
+            st.journal.seq += 1;
+        }
+        self.raw
+            .write(st.journal.now, &[(st.journal.at, &buf)], false)?;
+        st.journal.at += buf.len() as u64;
+        Ok(())
     }
 
     /// Writes back what is dirty of `file`; the caller holds its stripe.
@@ -162,8 +308,20 @@ impl Shared {
     }
 
     /// Writes back every dirty file: the first error, after trying all.
+    /// The journal in use is sealed first, and goes once every file dirty
+    /// then is written back: all its changes are then below.
     fn write_back_all(&self) -> Result<()> {
-        let files: Vec<FileId> = self.state.lock().dirty.keys().copied().collect();
+        let (files, sealed) = {
+            let mut st = self.state.lock();
+            let j = &mut st.journal;
+            if j.sealed.is_none() && j.at > 0 {
+                j.sealed = Some(j.now);
+                j.now ^= 1;
+                j.at = 0;
+            }
+            let sealed = j.sealed;
+            (st.dirty.keys().copied().collect::<Vec<_>>(), sealed)
+        };
         let mut first = Ok(());
         for file in files {
             let _turn = self.stripe(file).write();
@@ -171,7 +329,20 @@ impl Shared {
                 first = first.and(Err(e));
             }
         }
-        first
+        first?;
+        if let Some(sealed) = sealed {
+            self.raw.remove(sealed)?;
+            self.state.lock().journal.sealed = None;
+        }
+        Ok(())
+    }
+
+    /// Writes everything back, and drops every journal holding a change
+    /// made before the call: two rounds, since the first may only drop
+    /// the journal an earlier failed round left sealed.
+    fn settle(&self) -> Result<()> {
+        self.write_back_all()?;
+        self.write_back_all()
     }
 
     /// The background write-back: every [`EVERY`], sooner when half the
@@ -186,7 +357,11 @@ impl Shared {
                 }
                 st.stop
             };
-            let done = self.write_back_all();
+            let done = if stop {
+                self.settle()
+            } else {
+                self.write_back_all()
+            };
             if stop {
                 if let Err(e) = done {
                     tracing::error!("tier: writes lost at the stop, not written back: {e}");
@@ -212,12 +387,23 @@ impl std::fmt::Debug for Tier {
 }
 
 impl Tier {
-    /// The layer over `inner`, keeping at most `bound` bytes in memory.
-    pub fn new(inner: Arc<dyn Backend>, bound: u64) -> Tier {
+    /// The layer over `inner`, keeping at most `bound` bytes in memory
+    /// and its journal on `raw`, the backend under `inner`'s layers; what
+    /// an earlier journal there keeps is replayed first.
+    pub fn new(inner: Arc<dyn Backend>, raw: Arc<dyn Backend>, bound: u64) -> Result<Tier> {
+        replay(inner.as_ref(), raw.as_ref())?;
+        let state = State {
+            journal: Journal {
+                now: JOURNAL,
+                ..Journal::default()
+            },
+            ..State::default()
+        };
         let shared = Arc::new(Shared {
             inner,
+            raw,
             bound,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             wake: Condvar::new(),
             stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
         });
@@ -226,10 +412,10 @@ impl Tier {
             .name("labios-tier".into())
             .spawn(move || run.run())
             .expect("the tier's write-back thread starts");
-        Tier {
+        Ok(Tier {
             shared,
             writer: Some(writer),
-        }
+        })
     }
 
     /// Bytes held here, not yet written back.
@@ -254,19 +440,26 @@ impl Backend for Tier {
         let s = &self.shared;
         let n: u64 = pieces.iter().map(|(_, d)| d.len() as u64).sum();
         if n > s.bound {
-            // Larger than the memory: straight below, after what is here
-            // of the file, so that the older bytes cannot land over it.
-            let _turn = s.stripe(file).write();
-            s.write_back(file)?;
+            // Larger than the memory: straight below, after everything
+            // here, and with no journal left that a replay could put
+            // under it.
+            s.settle()?;
             return s.inner.write(file, pieces, sync);
         }
         loop {
             let mut st = s.state.lock();
             if st.bytes + n <= s.bound {
+                let changes: Vec<Change> = pieces
+                    .iter()
+                    .map(|(o, d)| Change::Write(*o, d.to_vec()))
+                    .collect();
+                s.log(&mut st, file, &changes)?;
                 let dirty = st.dirty.entry(file).or_default();
                 let mut delta = 0;
-                for (o, d) in pieces {
-                    delta += put(dirty, *o, d.to_vec());
+                for change in changes {
+                    if let Change::Write(o, d) = change {
+                        delta += put(dirty, o, d);
+                    }
                 }
                 st.bytes = (st.bytes as i64 + delta) as u64;
                 assert!(
@@ -320,6 +513,7 @@ impl Backend for Tier {
         let _turn = s.stripe(file).write();
         {
             let mut st = s.state.lock();
+            s.log(&mut st, file, &[Change::Remove])?;
             if let Some(pieces) = st.dirty.remove(&file) {
                 st.bytes -= size(&pieces);
             }
@@ -331,11 +525,15 @@ impl Backend for Tier {
         let s = &self.shared;
         let _turn = s.stripe(file).write();
         s.write_back(file)?;
+        let change = Change::KeepOnly(start, end, held.to_vec());
+        s.log(&mut s.state.lock(), file, &[change])?;
         s.inner.keep_only(file, start, end, held)
     }
 
+    /// Not the journals: they are this layer's.
     fn files(&self) -> Result<Vec<FileId>> {
         let mut files = self.shared.inner.files()?;
+        files.retain(|f| ![JOURNAL, JOURNAL + 1].contains(f));
         {
             let st = self.shared.state.lock();
             files.extend(st.dirty.keys().chain(st.flight.keys()));
@@ -353,7 +551,7 @@ impl Backend for Tier {
     }
 
     fn settle(&self) -> Result<()> {
-        self.shared.write_back_all()?;
+        self.shared.settle()?;
         self.shared.inner.settle()
     }
 
