@@ -92,9 +92,11 @@ pub struct WorkerDecl {
     /// weak or shared node may decline them.
     #[serde(default = "yes")]
     pub functions: bool,
-    /// The worker's I/O stack, its backend last: `["file"]` (a sparse file
-    /// per LABIOS file, the default) or `["memory"]` (RAM, lost with the
-    /// process). A name the registry does not know is refused at start.
+    /// The worker's I/O stack, layers first and its backend last: `["file"]`
+    /// (a sparse file per LABIOS file, the default), `["tier", "file"]`
+    /// (the default pool's `ram` worker), `["memory"]` (RAM, lost with the
+    /// process) and the rest of README "Worker I/O stacks". A name the
+    /// registry does not know is refused at start.
     #[serde(default)]
     pub stack: labios_stack::Spec,
 }
@@ -139,7 +141,14 @@ impl Default for Config {
             capacity: 64 * GIB,
             dir: None,
             functions: true,
-            stack: labios_stack::Spec::default(),
+            // The `ram` worker is a burst buffer: writes acknowledged from
+            // memory and journaled, written back to its files (README
+            // "Worker I/O stacks", `tier`), so that its speed class holds.
+            stack: match tier {
+                "ram" => labios_stack::Spec::try_from(vec!["tier".to_string(), "file".to_string()])
+                    .expect("a valid stack"),
+                _ => labios_stack::Spec::default(),
+            },
         };
         Config {
             deployment: Deployment::Embedded,

@@ -34,7 +34,8 @@ fn put_get_ls_stat_rm_status_and_restart() {
         assert!(status.contains(tier), "status lacks tier {tier}: {status}");
     }
     assert!(status.contains("labels/s"), "{status}");
-    // Each worker's row ends with the stack it runs (the default: file).
+    // Each worker's row ends with the stack it runs (the default: file; the
+    // `ram` worker's, a tier over files).
     let rows: Vec<&str> = status
         .lines()
         .filter(|l| {
@@ -45,7 +46,12 @@ fn put_get_ls_stat_rm_status_and_restart() {
         .collect();
     assert_eq!(rows.len(), 4, "{status}");
     for row in rows {
-        assert_eq!(row.split_whitespace().last(), Some("file"), "{status}");
+        let stack = if row.split_whitespace().nth(1) == Some("ram") {
+            "tier,file"
+        } else {
+            "file"
+        };
+        assert_eq!(row.split_whitespace().last(), Some(stack), "{status}");
     }
     server.stop();
 
@@ -324,7 +330,7 @@ fn stack_set_changes_a_running_workers_stack() {
     let out = server.ok(None, &["stack", "set", "1", "checksum,zstd,file"]);
     assert!(out.contains("worker 1 runs checksum,zstd,file"), "{out}");
     assert!(row("1").ends_with("checksum,zstd,file"), "{}", row("1"));
-    assert!(row("0").ends_with(" file"), "{}", row("0"));
+    assert!(row("0").ends_with(" tier,file"), "{}", row("0"));
     put("during", &packed);
     put("random", &random);
     // Worker 1's codec stored units: their records (file id bit 62).

@@ -7,8 +7,9 @@
 //! * `kv` against `file`, 8 KiB labels spread over many files (LabStor
 //!   Figure 9(b)), end to end and on the backend alone;
 //! * `checksum,file` against `file`, 1 MiB writes and reads;
-//! * synchronous 4 KiB write latency on a `memory` worker against a
-//!   `file` worker;
+//! * synchronous 4 KiB write latency on a `memory` worker and a
+//!   `tier,file` worker (the burst buffer: acknowledged from memory,
+//!   journaled) against a `file` worker (fdatasync per label);
 //! * 8 KiB labels while every worker's stack changes ten times, against
 //!   the same run without changes (a failed label fails the run, and the
 //!   files are read back and checked);
@@ -291,11 +292,12 @@ fn hot_raw(data: &[u8]) -> anyhow::Result<f64> {
 }
 
 pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json::Value>> {
-    let (file, kv, checksum, memory) = (
+    let (file, kv, checksum, memory, tier) = (
         spec("file")?,
         spec("kv")?,
         spec("checksum,file")?,
         spec("memory")?,
+        spec("tier,file")?,
     );
     let mut out = Vec::new();
 
@@ -358,19 +360,20 @@ pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json
         "raw_write_mib_s": raw_large(total)?, "machine": machine() }),
     );
 
-    let (mut p50, mut p99) = ([vec![], vec![]], [vec![], vec![]]);
+    let (mut p50, mut p99) = ([vec![], vec![], vec![]], [vec![], vec![], vec![]]);
     for _ in 0..ROUNDS {
-        for (i, stack) in [&memory, &file].into_iter().enumerate() {
+        for (i, stack) in [&memory, &tier, &file].into_iter().enumerate() {
             let (a, b) = sync_latency(&config, stack).await?;
             p50[i].push(a);
             p99[i].push(b);
         }
     }
-    let [mem50, file50] = p50.map(median);
-    let [mem99, file99] = p99.map(median);
-    out.push(json!({ "scenario": "stacks", "case": "sync 4 KiB writes, one memory worker against one file worker",
-        "rounds": ROUNDS, "memory_p50_us": mem50, "memory_p99_us": mem99, "file_p50_us": file50,
-        "file_p99_us": file99, "memory_over_file_p50": mem50 / file50,
+    let [mem50, tier50, file50] = p50.map(median);
+    let [mem99, tier99, file99] = p99.map(median);
+    out.push(json!({ "scenario": "stacks", "case": "sync 4 KiB writes, one memory worker and one tier,file worker against one file worker",
+        "rounds": ROUNDS, "memory_p50_us": mem50, "memory_p99_us": mem99, "tier_p50_us": tier50,
+        "tier_p99_us": tier99, "file_p50_us": file50, "file_p99_us": file99,
+        "memory_over_file_p50": mem50 / file50, "tier_over_file_p50": tier50 / file50,
         "raw_pwrite_fdatasync_p50_us": raw_sync_latency()?, "machine": machine() }));
 
     let (cached, plain) = (spec("cache:64MiB,zstd,kv")?, spec("zstd,kv")?);

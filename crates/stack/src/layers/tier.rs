@@ -31,7 +31,7 @@
 use crate::Backend;
 use labios_label::{Error, FileId, Result};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -320,7 +320,12 @@ impl Shared {
                 j.at = 0;
             }
             let sealed = j.sealed;
-            (st.dirty.keys().copied().collect::<Vec<_>>(), sealed)
+            // A file being written back by another call counts too: its
+            // stripe waits for that call, whose bytes come back here if it
+            // fails.
+            let files: BTreeSet<FileId> =
+                st.dirty.keys().chain(st.flight.keys()).copied().collect();
+            (files, sealed)
         };
         let mut first = Ok(());
         for file in files {
