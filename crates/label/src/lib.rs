@@ -24,4 +24,6 @@ pub use label::{
 pub use path::normalize as normalize_path;
 pub use score::Weights;
 pub use task::Task;
-pub use worker::{LabelState, LabelStatus, WorkerDirectory, WorkerSpec, WorkerState, WorkerStatus};
+pub use worker::{
+    LabelState, LabelStatus, LayerStats, WorkerDirectory, WorkerSpec, WorkerState, WorkerStatus,
+};

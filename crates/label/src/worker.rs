@@ -48,6 +48,27 @@ pub struct WorkerStatus {
     /// The worker's I/O stack as it runs now: module names, the backend
     /// last (README "Worker I/O stacks"); empty until the worker says.
     pub stack: Vec<String>,
+    /// Calls, bytes and time at each layer, top first, when the stack
+    /// names `metrics` (README "Worker I/O stacks"); empty otherwise.
+    pub layers: Vec<LayerStats>,
+}
+
+/// One layer's counters since its stack was built (the `metrics` layer).
+/// Times include the layers below, so a layer's own time is its `nanos`
+/// less the next layer's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerStats {
+    /// The module as the stack names it (`zstd`, `cache:1MiB`, `file`).
+    pub name: String,
+    pub writes: u64,
+    pub reads: u64,
+    /// Flushes, removals, reclamations and write-backs at a stop.
+    pub others: u64,
+    /// Bytes of successful writes and reads.
+    pub written: u64,
+    pub read: u64,
+    /// Time in calls to this layer and everything below it.
+    pub nanos: u64,
 }
 
 impl WorkerStatus {
@@ -62,6 +83,7 @@ impl WorkerStatus {
             bytes_done: 0,
             heartbeat: crate::id::now_nanos(),
             stack: Vec::new(),
+            layers: Vec::new(),
         }
     }
 

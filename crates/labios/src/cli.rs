@@ -741,6 +741,9 @@ async fn status(client: &Client) -> anyhow::Result<()> {
             w.stack.join(",")
         );
     }
+    for w in workers.iter().filter(|w| !w.layers.is_empty()) {
+        print!("{}", layer_table(w));
+    }
     let stores = client.stores();
     for queue in stores.labels.queues("labels.").await? {
         println!(
@@ -756,6 +759,30 @@ async fn status(client: &Client) -> anyhow::Result<()> {
     }
     println!("labels/s: {:.0}", labels_per_second(&before, &workers));
     Ok(())
+}
+
+/// A worker's `metrics` table: each layer's calls, bytes and time, and
+/// its own time (less the layer below it), top first.
+fn layer_table(w: &WorkerStatus) -> String {
+    let mut out = format!(
+        "worker {} layers since its stack was set:\n  {:<14} {:>9} {:>9} {:>7} {:>14} {:>14} {:>10} {:>10}\n",
+        w.spec.id, "layer", "writes", "reads", "others", "written", "read", "total ms", "own ms"
+    );
+    for (i, l) in w.layers.iter().enumerate() {
+        let below = w.layers.get(i + 1).map_or(0, |b| b.nanos);
+        out += &format!(
+            "  {:<14} {:>9} {:>9} {:>7} {:>14} {:>14} {:>10.1} {:>10.1}\n",
+            l.name,
+            l.writes,
+            l.reads,
+            l.others,
+            l.written,
+            l.read,
+            l.nanos as f64 / 1e6,
+            l.nanos.saturating_sub(below) as f64 / 1e6
+        );
+    }
+    out
 }
 
 /// Labels per second the workers executed between two looks at their
@@ -803,7 +830,38 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use labios_label::WorkerSpec;
+    use labios_label::{LayerStats, WorkerSpec};
+
+    #[test]
+    fn layer_table_gives_each_layers_own_time() {
+        let layer = |name: &str, written: u64, nanos: u64| LayerStats {
+            name: name.into(),
+            writes: 2,
+            written,
+            nanos,
+            ..LayerStats::default()
+        };
+        let w = WorkerStatus {
+            layers: vec![
+                layer("checksum", 8192, 9_000_000),
+                layer("file", 4096, 6_500_000),
+            ],
+            ..status(3, 0, 0)
+        };
+        let rows: Vec<Vec<String>> = layer_table(&w)
+            .lines()
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect();
+        assert_eq!(
+            rows[0].join(" "),
+            "worker 3 layers since its stack was set:"
+        );
+        assert_eq!(
+            rows[2],
+            ["checksum", "2", "0", "0", "8192", "0", "9.0", "2.5"]
+        );
+        assert_eq!(rows[3], ["file", "2", "0", "0", "4096", "0", "6.5", "6.5"]);
+    }
 
     fn status(id: u32, labels_done: u64, heartbeat: u64) -> WorkerStatus {
         WorkerStatus {

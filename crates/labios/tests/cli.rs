@@ -327,15 +327,45 @@ fn stack_set_changes_a_running_workers_stack() {
     let packed: Vec<u8> = (0..3 << 20).map(|i| (i / 100 % 7) as u8).collect();
     let random = common::data(7, (2 << 20) + 5).to_vec();
     put("before", &packed);
-    let out = server.ok(None, &["stack", "set", "1", "checksum,zstd,file"]);
-    assert!(out.contains("worker 1 runs checksum,zstd,file"), "{out}");
-    assert!(row("1").ends_with("checksum,zstd,file"), "{}", row("1"));
+    let out = server.ok(None, &["stack", "set", "1", "metrics,checksum,zstd,file"]);
+    assert!(
+        out.contains("worker 1 runs metrics,checksum,zstd,file"),
+        "{out}"
+    );
+    assert!(
+        row("1").ends_with("metrics,checksum,zstd,file"),
+        "{}",
+        row("1")
+    );
     assert!(row("0").ends_with(" tier,file"), "{}", row("0"));
     put("during", &packed);
     put("random", &random);
     // Worker 1's codec stored units: their records (file id bit 62).
     let records = common::unit_records(&data.join("workers"));
     assert!(records > 0, "no unit records under {}", data.display());
+    // `metrics`: worker 1's table, a row per module it names, top first,
+    // each row's time including the rows below it.
+    let status = server.ok(None, &["status"]);
+    let table: Vec<Vec<&str>> = status
+        .lines()
+        .skip_while(|l| !l.starts_with("worker 1 layers since its stack was set:"))
+        .skip(2)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let names: Vec<&str> = table.iter().map(|r| r[0]).collect();
+    assert_eq!(names, ["checksum", "zstd", "file"], "{status}");
+    let number = |row: usize, col: usize| table[row][col].parse::<f64>().unwrap();
+    assert!(
+        number(0, 1) > 0.0 && number(0, 4) > 0.0,
+        "writes, bytes: {status}"
+    );
+    assert!(number(2, 4) > 0.0, "{status}");
+    assert!(
+        number(0, 6) >= number(1, 6) && number(1, 6) >= number(2, 6),
+        "{status}"
+    );
+    assert!(!status.contains("worker 2 layers"), "{status}");
     for (args, says) in [
         (
             &["stack", "set", "1", "zstd,lz4,file"][..],
@@ -355,7 +385,11 @@ fn stack_set_changes_a_running_workers_stack() {
         let err = server.err(None, args);
         assert!(err.contains(says), "{args:?}: {err}");
     }
-    assert!(row("1").ends_with("checksum,zstd,file"), "{}", row("1"));
+    assert!(
+        row("1").ends_with("metrics,checksum,zstd,file"),
+        "{}",
+        row("1")
+    );
     server.ok(None, &["stack", "set", "1", "file"]);
     assert!(row("1").ends_with(" file"), "{}", row("1"));
     for (name, bytes) in [

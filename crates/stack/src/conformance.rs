@@ -38,7 +38,8 @@ pub fn every_stack() -> Vec<Spec> {
             [
                 "tier,file",
                 "tier:1MiB,checksum,lz4,kv",
-                "tier:64KiB,cache:1MiB,memory",
+                "metrics,tier:64KiB,cache:1MiB,memory",
+                "metrics,checksum,zstd,file",
             ]
             .map(|s| {
                 Spec::try_from(s.split(',').map(String::from).collect::<Vec<_>>())

@@ -235,10 +235,24 @@ impl TryFrom<Vec<String>> for Spec {
                 known(BACKENDS)
             )));
         }
+        // `metrics` times the layers under it, so it comes first.
+        let layers = match layers.split_first() {
+            Some((first, rest)) if first == layers::metrics::NAME => rest,
+            _ => layers,
+        };
         let mut above: Option<(usize, &String)> = None;
         for layer in layers {
+            if layer.split(':').next() == Some(layers::metrics::NAME) {
+                return Err(Error::InvalidArgument(if layer == layers::metrics::NAME {
+                    format!("stack: {layer:?} comes first, once: it times every layer below it")
+                } else {
+                    format!("stack: {layer:?}: the metrics layer takes no argument")
+                }));
+            }
             let Some(at) = layer_of(layer) else {
-                let names: Vec<&str> = LAYERS.iter().flat_map(|(n, _)| n.iter().copied()).collect();
+                let names: Vec<&str> = std::iter::once(layers::metrics::NAME)
+                    .chain(LAYERS.iter().flat_map(|(n, _)| n.iter().copied()))
+                    .collect();
                 return Err(Error::InvalidArgument(format!(
                     "stack: unknown layer {layer:?} (known: {})",
                     names.join(", ")
@@ -301,14 +315,39 @@ impl Spec {
     /// tier's journal left on `backend` is replayed first, so no other
     /// stack may be taking calls on it.
     pub fn over(&self, backend: Arc<dyn Backend>) -> Result<Arc<dyn Backend>> {
+        Ok(self.over_metered(backend)?.0)
+    }
+
+    /// [`Self::over`], and the meters of its layers, top first: one for
+    /// each module the stack names when it names `metrics`
+    /// (layers/metrics.rs), none otherwise.
+    pub fn over_metered(&self, backend: Arc<dyn Backend>) -> Result<(Arc<dyn Backend>, Meters)> {
+        use layers::metrics::{Meter, Metered};
+        let metered = self.0[0] == layers::metrics::NAME;
+        let mut meters = Vec::new();
+        let mut meter = |stack: Arc<dyn Backend>, name: &str| -> Arc<dyn Backend> {
+            if !metered {
+                return stack;
+            }
+            let m = Arc::new(Meter::new(name));
+            meters.push(m.clone());
+            Arc::new(Metered::counting(stack, m))
+        };
+        let bottom = meter(backend.clone(), self.backend());
         let layers = &self.0[..self.0.len() - 1];
-        LAYERS
+        let top = LAYERS
             .iter()
             .rev()
-            .try_fold(backend.clone(), |stack, (names, wrap)| {
+            .try_fold(bottom, |stack, (names, wrap)| {
                 let named = layers.iter().find(|l| layer_of(l) == layer_of(names[0]));
-                wrap(stack, &backend, named.map(String::as_str))
-            })
+                let wrapped = wrap(stack, &backend, named.map(String::as_str))?;
+                Ok::<_, Error>(match named {
+                    Some(name) => meter(wrapped, name),
+                    None => wrapped,
+                })
+            })?;
+        meters.reverse();
+        Ok((Arc::new(Metered::anatomy(top)), Meters(meters)))
     }
 
     /// Whether the stack keeps what it holds across a restart of its
@@ -322,6 +361,18 @@ impl Spec {
     /// back (layers/tier.rs).
     pub fn buffers(&self) -> bool {
         self.0.iter().any(|m| layer_of(m) == layer_of("tier"))
+    }
+}
+
+/// The meters of a stack's layers, top first (empty unless the stack
+/// names `metrics`).
+#[derive(Debug, Default, Clone)]
+pub struct Meters(Vec<Arc<layers::metrics::Meter>>);
+
+impl Meters {
+    /// What each layer's counters say now.
+    pub fn stats(&self) -> Vec<labios_label::LayerStats> {
+        self.0.iter().map(|m| m.stats()).collect()
     }
 }
 

@@ -7,7 +7,7 @@
 //! layer, passive where not named (see [`crate::LAYERS`]), so the new
 //! stack reads whatever the old one wrote.
 
-use crate::{Backend, Place, Spec};
+use crate::{Backend, Meters, Place, Spec};
 use labios_label::{Error, FileId, Result};
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -16,10 +16,28 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct Live {
     backend: Arc<dyn Backend>,
-    /// The declaration and the stack built from it. Calls hold it shared;
-    /// a change holds it alone (the lock is fair: a waiting change is not
-    /// starved by the calls that keep coming).
-    now: RwLock<(Spec, Arc<dyn Backend>)>,
+    /// The declaration, the stack built from it and its meters. Calls
+    /// hold it shared; a change holds it alone (the lock is fair: a
+    /// waiting change is not starved by the calls that keep coming).
+    now: RwLock<Now>,
+}
+
+#[derive(Debug)]
+struct Now {
+    spec: Spec,
+    stack: Arc<dyn Backend>,
+    meters: Meters,
+}
+
+impl Now {
+    fn build(spec: Spec, backend: Arc<dyn Backend>) -> Result<Now> {
+        let (stack, meters) = spec.over_metered(backend)?;
+        Ok(Now {
+            spec,
+            stack,
+            meters,
+        })
+    }
 }
 
 impl Live {
@@ -30,14 +48,20 @@ impl Live {
         let spec = &place.stack;
         let backend = place.faults.over(spec.open(&place.dir, capacity)?);
         Ok(Live {
-            now: RwLock::new((spec.clone(), spec.over(backend.clone())?)),
+            now: RwLock::new(Now::build(spec.clone(), backend.clone())?),
             backend,
         })
     }
 
     /// The declaration the stack runs now.
     pub fn spec(&self) -> Spec {
-        self.now.read().0.clone()
+        self.now.read().spec.clone()
+    }
+
+    /// Each layer's counters since the stack was put in place, top first
+    /// (empty unless it names `metrics`).
+    pub fn layers(&self) -> Vec<labios_label::LayerStats> {
+        self.now.read().meters.stats()
     }
 
     /// Puts the stack `spec` declares in place, once the calls on the
@@ -57,55 +81,56 @@ impl Live {
         // What the old stack holds only in memory reaches the backend
         // before the new one is built (a new stack replays any journal it
         // finds) or takes a call; if it cannot, the old one stays.
-        now.1.settle()?;
-        let stack = spec.over(self.backend.clone())?;
-        *now = (spec, stack);
+        now.stack.settle()?;
+        *now = Now::build(spec, self.backend.clone())?;
         Ok(())
     }
 
-    fn stack(&self) -> parking_lot::RwLockReadGuard<'_, (Spec, Arc<dyn Backend>)> {
+    /// The stack now, held for the whole of a call: a change waits for
+    /// it to end.
+    fn stack(&self) -> parking_lot::RwLockReadGuard<'_, Now> {
         self.now.read()
     }
 }
 
 impl Backend for Live {
     fn write(&self, file: FileId, pieces: &[(u64, &[u8])], sync: bool) -> Result<()> {
-        self.stack().1.write(file, pieces, sync)
+        self.stack().stack.write(file, pieces, sync)
     }
 
     fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.stack().1.read(file, offset, buf)
+        self.stack().stack.read(file, offset, buf)
     }
 
     fn remove(&self, file: FileId) -> Result<()> {
-        self.stack().1.remove(file)
+        self.stack().stack.remove(file)
     }
 
     fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
-        self.stack().1.keep_only(file, start, end, held)
+        self.stack().stack.keep_only(file, start, end, held)
     }
 
     fn files(&self) -> Result<Vec<FileId>> {
-        self.stack().1.files()
+        self.stack().stack.files()
     }
 
     fn flush(&self, file: FileId) -> Result<()> {
-        self.stack().1.flush(file)
+        self.stack().stack.flush(file)
     }
 
     fn holds(&self, file: FileId) -> bool {
-        self.stack().1.holds(file)
+        self.stack().stack.holds(file)
     }
 
     fn len(&self, file: FileId) -> Result<Option<u64>> {
-        self.stack().1.len(file)
+        self.stack().stack.len(file)
     }
 
     fn used(&self) -> u64 {
-        self.stack().1.used()
+        self.stack().stack.used()
     }
 
     fn settle(&self) -> Result<()> {
-        self.stack().1.settle()
+        self.stack().stack.settle()
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 #[test]
 fn every_stack_passes_the_suite_and_restarts_as_it_says() {
     let specs = every_stack();
-    assert_eq!(specs.len(), 39, "{specs:?}");
+    assert_eq!(specs.len(), 40, "{specs:?}");
     for spec in specs {
         let dir = tempfile::tempdir().unwrap();
         backend_suite(spec.build(dir.path(), 1 << 30).unwrap().as_ref());
@@ -58,6 +58,19 @@ fn a_malformed_stack_is_refused_naming_the_module() {
             &["zstd", "lz4", "file"][..],
             "\"zstd\" and \"lz4\" do one layer's work",
         ),
+        (
+            &["checksum", "metrics", "file"][..],
+            "\"metrics\" comes first, once",
+        ),
+        (
+            &["metrics", "metrics", "file"][..],
+            "\"metrics\" comes first, once",
+        ),
+        (
+            &["metrics:1", "file"][..],
+            "\"metrics:1\": the metrics layer takes no argument",
+        ),
+        (&["metrics"][..], "unknown backend \"metrics\""),
         (&["file", "checksum"][..], "unknown backend \"checksum\""),
     ] {
         let err = spec(names).unwrap_err().to_string();

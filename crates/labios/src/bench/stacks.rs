@@ -376,6 +376,21 @@ pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json
         "memory_over_file_p50": mem50 / file50, "tier_over_file_p50": tier50 / file50,
         "raw_pwrite_fdatasync_p50_us": raw_sync_latency()?, "machine": machine() }));
 
+    // What `metrics` costs: a meter over each named module, on the stack
+    // alone, where nothing hides it.
+    let (metered, unmetered) = (spec("metrics,checksum,file")?, spec("checksum,file")?);
+    let mut runs = [vec![], vec![]];
+    for _ in 0..ROUNDS {
+        for (i, stack) in [&metered, &unmetered].into_iter().enumerate() {
+            runs[i].push(small_backend(stack, 4 * SMALL)?);
+        }
+    }
+    let [metered_per_s, unmetered_per_s] = runs.map(median);
+    out.push(json!({ "scenario": "stacks", "case": "8 KiB writes, metrics,checksum,file against checksum,file, the stack alone",
+        "writes": 4 * SMALL, "rounds": ROUNDS, "metrics_writes_per_s": metered_per_s,
+        "plain_writes_per_s": unmetered_per_s, "metrics_over_plain": metered_per_s / unmetered_per_s,
+        "raw_pwrite_per_s": small_raw(4 * SMALL)?, "machine": machine() }));
+
     let (cached, plain) = (spec("cache:64MiB,zstd,kv")?, spec("zstd,kv")?);
     let data = compressible(HOT_SET);
     let (mut runs, mut raw, mut stored) = ([vec![], vec![]], vec![], 0);

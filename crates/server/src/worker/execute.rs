@@ -310,7 +310,6 @@ impl Executor {
             return Err(format!("worker {} is full", self.id));
         }
         let sync = label.sync;
-        let t = anatomy::start();
         let pieces = guard.pieces.len();
         let written = self
             .blocking(move |storage| {
@@ -332,7 +331,6 @@ impl Executor {
             .await;
         self.space.release(size);
         written?;
-        anatomy::record(Phase::WorkerStorage, t);
         let t = anatomy::start();
         for r in ranges {
             let extent = Extent {
@@ -480,7 +478,6 @@ impl Executor {
         if let Some(e) = extents.iter().find(|e| e.worker != self.id && e.len > 0) {
             return Err(self.held_elsewhere(file, e).await);
         }
-        let t = anatomy::start();
         let data = self
             .blocking(move |storage| {
                 // Holes (no extent) read as zeros.
@@ -498,7 +495,6 @@ impl Executor {
                 Ok(buf)
             })
             .await?;
-        anatomy::record(Phase::WorkerStorage, t);
         Ok(data)
     }
 

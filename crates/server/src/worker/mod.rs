@@ -187,6 +187,7 @@ impl Shared {
             labels_done: self.labels_done.load(Ordering::Relaxed),
             bytes_done: self.bytes_done.load(Ordering::Relaxed),
             stack: self.storage.spec().into(),
+            layers: self.storage.layers(),
             ..WorkerStatus::new(self.spec.clone())
         };
         status.score = self.weights.score(&status);

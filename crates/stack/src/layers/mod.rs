@@ -4,4 +4,5 @@
 pub mod cache;
 pub mod checksum;
 pub mod compress;
+pub mod metrics;
 pub mod tier;
