@@ -15,14 +15,21 @@
 //!   files are read back and checked);
 //! * hot 64 KiB reads of compressed data on the stack alone,
 //!   `cache:64MiB,zstd,kv` against `zstd,kv`, with `pread` of the same
-//!   bytes from the page cache as the raw baseline.
+//!   bytes from the page cache as the raw baseline;
+//! * what `metrics` costs on the stack alone;
+//! * synchronous 4 KiB write latency on one worker while 1 MiB labels with
+//!   a zstd pipeline load it, against the same worker unloaded (the
+//!   worker's latency lane, issue 13).
 
 use super::{block, machine, percentiles, MIB};
 use crate::config::Config;
 use crate::runtime::Runtime;
+use bytes::Bytes;
 use labios_stack::Spec;
 use serde_json::json;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Alternating rounds per comparison; the medians are reported.
@@ -216,6 +223,76 @@ async fn sync_latency(config: &Config, stack: &Spec) -> anyhow::Result<(f64, f64
     Ok(percentiles(&mut lat))
 }
 
+/// Sync 4 KiB writes to one worker on `stack`, first alone, then while
+/// another application keeps 1 MiB labels with a zstd pipeline in flight
+/// to the same worker: (unloaded p50, p99, loaded p50, p99) µs, and the
+/// pipeline labels completed meanwhile.
+async fn latency_under_pipelines(config: &Config, stack: &Spec) -> anyhow::Result<([f64; 4], u64)> {
+    const N: u64 = 2000;
+    const IN_FLIGHT: usize = 8;
+    let (runtime, _dir) = runtime_on(config, stack, 1).await?;
+    let client = runtime.client(0).await?;
+    let data = block(31, 4096);
+    let probe = |lat: &mut Vec<Duration>| {
+        let (client, data) = (client.clone(), data.clone());
+        let mut lat = std::mem::take(lat);
+        async move {
+            for i in 0..N {
+                let t = Instant::now();
+                client
+                    .write_at_sync("/stacks/probe", (i % 256) * 4096, data.clone())
+                    .await?;
+                lat.push(t.elapsed());
+            }
+            anyhow::Ok(lat)
+        }
+    };
+    let mut alone = probe(&mut Vec::with_capacity(N as usize)).await?;
+
+    let loader = runtime.client(0).await?;
+    let big = Bytes::from(compressible(MIB));
+    let ops = labios_label::Operation::parse_pipeline("zstd")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(tokio::sync::Notify::new());
+    let load = tokio::spawn({
+        let (stop, started) = (stop.clone(), started.clone());
+        async move {
+            let mut pending = std::collections::VecDeque::new();
+            let mut done = 0u64;
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let path = format!("/stacks/load/{}", i % 4);
+                pending.push_back(
+                    loader
+                        .write_through(&path, (i / 4 % 64) * MIB, big.clone(), ops.clone())
+                        .await?,
+                );
+                i += 1;
+                if pending.len() == IN_FLIGHT {
+                    started.notify_one();
+                    let first = pending.pop_front().expect("in flight");
+                    loader.wait(&first).await?;
+                    done += 1;
+                }
+            }
+            for h in pending {
+                loader.wait(&h).await?;
+                done += 1;
+            }
+            anyhow::Ok(done)
+        }
+    });
+    started.notified().await;
+    let loaded = probe(&mut Vec::with_capacity(N as usize)).await;
+    stop.store(true, Ordering::Relaxed);
+    let done = load.await??;
+    let mut loaded = loaded?;
+    runtime.shutdown().await?;
+    let (a50, a99) = percentiles(&mut alone);
+    let (l50, l99) = percentiles(&mut loaded);
+    Ok(([a50, a99, l50, l99], done))
+}
+
 /// Bytes the hot reads cycle over, and how many reads of [`HOT_READ`]
 /// bytes each round makes.
 const HOT_SET: u64 = 16 * MIB;
@@ -390,6 +467,22 @@ pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json
         "writes": 4 * SMALL, "rounds": ROUNDS, "metrics_writes_per_s": metered_per_s,
         "plain_writes_per_s": unmetered_per_s, "metrics_over_plain": metered_per_s / unmetered_per_s,
         "raw_pwrite_per_s": small_raw(4 * SMALL)?, "machine": machine() }));
+
+    let mut runs = [vec![], vec![], vec![], vec![]];
+    let mut pipelines = vec![];
+    for _ in 0..ROUNDS {
+        let (lat, done) = latency_under_pipelines(&config, &file).await?;
+        for (run, v) in runs.iter_mut().zip(lat) {
+            run.push(v);
+        }
+        pipelines.push(done as f64);
+    }
+    let [alone50, alone99, loaded50, loaded99] = runs.map(median);
+    out.push(json!({ "scenario": "stacks", "case": "sync 4 KiB writes on one file worker, alone and while 1 MiB zstd pipeline labels (8 in flight) load it",
+        "writes": 2000, "rounds": ROUNDS, "alone_p50_us": alone50, "alone_p99_us": alone99,
+        "loaded_p50_us": loaded50, "loaded_p99_us": loaded99, "loaded_over_alone_p99": loaded99 / alone99,
+        "pipeline_labels_meanwhile": median(pipelines), "raw_pwrite_fdatasync_p50_us": raw_sync_latency()?,
+        "machine": machine() }));
 
     let (cached, plain) = (spec("cache:64MiB,zstd,kv")?, spec("zstd,kv")?);
     let data = compressible(HOT_SET);
