@@ -223,20 +223,26 @@ async fn sync_latency(config: &Config, stack: &Spec) -> anyhow::Result<(f64, f64
     Ok(percentiles(&mut lat))
 }
 
-/// Sync 4 KiB writes to one worker on `stack`, first alone, then while
-/// another application keeps 1 MiB labels with a zstd pipeline in flight
-/// to the same worker: (unloaded p50, p99, loaded p50, p99) µs, and the
-/// pipeline labels completed meanwhile.
-async fn latency_under_pipelines(config: &Config, stack: &Spec) -> anyhow::Result<([f64; 4], u64)> {
+/// Sync 4 KiB writes to one `file` worker whose compute lane runs at most
+/// `compute_threads` pipelines (0: the default), first alone, then while
+/// another client keeps 1 MiB labels with a zstd pipeline in flight to the
+/// same worker: (unloaded p50, p99, loaded p50, p99) µs, and the
+/// pipelines' MiB/s meanwhile.
+async fn latency_under_pipelines(
+    config: &Config,
+    compute_threads: usize,
+) -> anyhow::Result<([f64; 4], f64)> {
     const N: u64 = 2000;
     const IN_FLIGHT: usize = 8;
-    let (runtime, _dir) = runtime_on(config, stack, 1).await?;
+    let mut config = config.clone();
+    config.worker.compute_threads = compute_threads;
+    let (runtime, _dir) = runtime_on(&config, &spec("file")?, 1).await?;
     let client = runtime.client(0).await?;
     let data = block(31, 4096);
-    let probe = |lat: &mut Vec<Duration>| {
+    let probe = || {
         let (client, data) = (client.clone(), data.clone());
-        let mut lat = std::mem::take(lat);
         async move {
+            let mut lat = Vec::with_capacity(N as usize);
             for i in 0..N {
                 let t = Instant::now();
                 client
@@ -247,7 +253,7 @@ async fn latency_under_pipelines(config: &Config, stack: &Spec) -> anyhow::Resul
             anyhow::Ok(lat)
         }
     };
-    let mut alone = probe(&mut Vec::with_capacity(N as usize)).await?;
+    let mut alone = probe().await?;
 
     let loader = runtime.client(0).await?;
     let big = Bytes::from(compressible(MIB));
@@ -258,8 +264,8 @@ async fn latency_under_pipelines(config: &Config, stack: &Spec) -> anyhow::Resul
         let (stop, started) = (stop.clone(), started.clone());
         async move {
             let mut pending = std::collections::VecDeque::new();
-            let mut done = 0u64;
-            let mut i = 0u64;
+            let (mut done, mut i) = (0u64, 0u64);
+            let mut since = None;
             while !stop.load(Ordering::Relaxed) {
                 let path = format!("/stacks/load/{}", i % 4);
                 pending.push_back(
@@ -269,28 +275,34 @@ async fn latency_under_pipelines(config: &Config, stack: &Spec) -> anyhow::Resul
                 );
                 i += 1;
                 if pending.len() == IN_FLIGHT {
-                    started.notify_one();
                     let first = pending.pop_front().expect("in flight");
                     loader.wait(&first).await?;
-                    done += 1;
+                    // Counted from the first completion, with the queue full.
+                    match since {
+                        None => {
+                            since = Some(Instant::now());
+                            started.notify_one();
+                        }
+                        Some(_) => done += 1,
+                    }
                 }
             }
+            let secs = since.map_or(0.0, |t: Instant| t.elapsed().as_secs_f64());
             for h in pending {
                 loader.wait(&h).await?;
-                done += 1;
             }
-            anyhow::Ok(done)
+            anyhow::Ok(done as f64 / secs.max(1e-9))
         }
     });
     started.notified().await;
-    let loaded = probe(&mut Vec::with_capacity(N as usize)).await;
+    let loaded = probe().await;
     stop.store(true, Ordering::Relaxed);
-    let done = load.await??;
+    let mib_s = load.await??;
     let mut loaded = loaded?;
     runtime.shutdown().await?;
     let (a50, a99) = percentiles(&mut alone);
     let (l50, l99) = percentiles(&mut loaded);
-    Ok(([a50, a99, l50, l99], done))
+    Ok(([a50, a99, l50, l99], mib_s))
 }
 
 /// Bytes the hot reads cycle over, and how many reads of [`HOT_READ`]
@@ -468,21 +480,30 @@ pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json
         "plain_writes_per_s": unmetered_per_s, "metrics_over_plain": metered_per_s / unmetered_per_s,
         "raw_pwrite_per_s": small_raw(4 * SMALL)?, "machine": machine() }));
 
-    let mut runs = [vec![], vec![], vec![], vec![]];
-    let mut pipelines = vec![];
+    // The compute lane's default bound (one CPU left to the rest) against
+    // one pipeline per CPU: what the reserve buys small labels, and what
+    // it costs the pipelines.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut runs = [(); 2].map(|_| ([(); 4].map(|_| vec![]), vec![]));
     for _ in 0..ROUNDS {
-        let (lat, done) = latency_under_pipelines(&config, &file).await?;
-        for (run, v) in runs.iter_mut().zip(lat) {
-            run.push(v);
+        for (i, threads) in [0, cpus].into_iter().enumerate() {
+            let (lat, mib_s) = latency_under_pipelines(&config, threads).await?;
+            for (run, v) in runs[i].0.iter_mut().zip(lat) {
+                run.push(v);
+            }
+            runs[i].1.push(mib_s);
         }
-        pipelines.push(done as f64);
     }
-    let [alone50, alone99, loaded50, loaded99] = runs.map(median);
-    out.push(json!({ "scenario": "stacks", "case": "sync 4 KiB writes on one file worker, alone and while 1 MiB zstd pipeline labels (8 in flight) load it",
-        "writes": 2000, "rounds": ROUNDS, "alone_p50_us": alone50, "alone_p99_us": alone99,
-        "loaded_p50_us": loaded50, "loaded_p99_us": loaded99, "loaded_over_alone_p99": loaded99 / alone99,
-        "pipeline_labels_meanwhile": median(pipelines), "raw_pwrite_fdatasync_p50_us": raw_sync_latency()?,
-        "machine": machine() }));
+    let [(bounded, bounded_mib_s), (all, all_mib_s)] =
+        runs.map(|(lat, mib_s)| (lat.map(median), median(mib_s)));
+    out.push(json!({ "scenario": "stacks", "case": "sync 4 KiB writes on one file worker, alone and while 1 MiB zstd pipeline labels (8 in flight) load it, with the default compute lane and with one pipeline per CPU",
+        "writes": 2000, "rounds": ROUNDS, "cpus": cpus,
+        "alone_p50_us": bounded[0], "alone_p99_us": bounded[1],
+        "loaded_p50_us": bounded[2], "loaded_p99_us": bounded[3],
+        "loaded_over_alone_p99": bounded[3] / bounded[1], "pipeline_mib_s": bounded_mib_s,
+        "per_cpu_alone_p99_us": all[1], "per_cpu_loaded_p50_us": all[2], "per_cpu_loaded_p99_us": all[3],
+        "per_cpu_loaded_over_alone_p99": all[3] / all[1], "per_cpu_pipeline_mib_s": all_mib_s,
+        "raw_pwrite_fdatasync_p50_us": raw_sync_latency()?, "machine": machine() }));
 
     let (cached, plain) = (spec("cache:64MiB,zstd,kv")?, spec("zstd,kv")?);
     let data = compressible(HOT_SET);

@@ -64,6 +64,8 @@ pub struct Executor {
     /// Runs applications' own functions; `None` on a worker that declines
     /// pipelines (`functions = false`).
     sandbox: Option<Arc<Sandbox>>,
+    /// Where pipelines run: bounded, elastic, behind the rest.
+    compute: Arc<super::Compute>,
     /// External storage this worker reaches.
     mounts: labios_bridge::Mounts,
 }
@@ -85,6 +87,7 @@ impl Executor {
         config: &super::WorkerConfig,
         storage: Arc<dyn Backend>,
         stores: Stores,
+        compute: Arc<super::Compute>,
     ) -> Result<Self> {
         let limits = functions.then(|| SandboxLimits {
             fuel: config.function_fuel,
@@ -103,6 +106,7 @@ impl Executor {
             reclaims: Arc::new(Reclaims::new(id, stores.clone())),
             stores,
             sandbox,
+            compute,
             mounts: labios_bridge::Mounts::shared(&config.mounts)?,
         })
     }

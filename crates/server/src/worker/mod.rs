@@ -17,12 +17,14 @@
 //! redelivers unacknowledged tasks replays at most work whose effects are
 //! idempotent (positional writes, newest-label-wins extents).
 
+mod compute;
 mod execute;
 mod reclaim;
 mod score;
 mod space;
 
 use crate::replay::took_effect;
+use compute::Compute;
 use execute::Executor;
 use futures::stream::{FuturesUnordered, StreamExt};
 use labios_label::anatomy::{self, Phase};
@@ -74,6 +76,10 @@ pub struct WorkerConfig {
     pub function_fuel: u64,
     pub function_memory_bytes: u64,
     pub function_timeout_ms: u64,
+    /// Pipelines run at once, at most: the compute lane's threads
+    /// (worker/compute.rs). 0 (the default): one less than the machine's
+    /// CPUs, at least one.
+    pub compute_threads: usize,
     /// External storage labels may name (the configuration's top-level
     /// `[mounts.NAME]` tables).
     #[serde(skip)]
@@ -92,6 +98,7 @@ impl Default for WorkerConfig {
             function_fuel: 10_000_000_000,
             function_memory_bytes: 256 << 20,
             function_timeout_ms: 10_000,
+            compute_threads: 0,
             mounts: Default::default(),
         }
     }
@@ -129,6 +136,9 @@ pub struct WorkerStats {
     /// executing again.
     pub last_wake_latency: Option<Duration>,
     pub wakes: u64,
+    /// The most pipelines that ran at once (never above
+    /// `compute_threads`).
+    pub compute_peak: usize,
 }
 
 /// State shared by a worker's loop, its lanes and its handles.
@@ -161,6 +171,8 @@ struct Shared {
     reporter: tokio::sync::Mutex<ScoreReporter>,
     /// Published state and wakes so far, for callers waiting on either.
     state: watch::Sender<(WorkerState, u64)>,
+    /// Where pipelines run (worker/compute.rs).
+    compute: Arc<Compute>,
     /// Labels this worker took lately: one delivered twice runs once.
     recent: Mutex<labios_label::id::RecentIds>,
 }
@@ -309,6 +321,7 @@ impl Worker {
                 config.score_interval_ms,
             ))),
             state: watch::channel((WorkerState::Active, 0)).0,
+            compute: Arc::new(Compute::new(spec.id, config.compute_threads)?),
             spec,
         });
         shared.refresh_depth().await;
@@ -320,6 +333,7 @@ impl Worker {
             &config,
             storage as Arc<dyn Backend>,
             stores,
+            shared.compute.clone(),
         )?);
         // Before any label: the device holds nothing the inventory does
         // not give this worker. Failing costs only space.
@@ -413,6 +427,7 @@ impl WorkerHandle {
             bytes_done: self.shared.bytes_done.load(Ordering::Relaxed),
             last_wake_latency: *self.shared.last_wake_latency.lock(),
             wakes: self.shared.wakes.load(Ordering::Relaxed),
+            compute_peak: self.shared.compute.peak(),
         }
     }
 

@@ -778,3 +778,52 @@ async fn reads_complete_while_queued_writes_fill_the_warehouse() {
     }
     w.shutdown().await;
 }
+
+/// The compute lane (issue 13, LabStor's work orchestrator): pipelines run
+/// at most `compute_threads` at once, and a small write to the same worker
+/// does not wait behind the pipelines that bound holds back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_writes_pass_pipelines_held_back_by_the_compute_lane() {
+    let rig = Rig::new();
+    let bounded = WorkerConfig {
+        compute_threads: 1,
+        ..config()
+    };
+    let w = start(&rig, 1, 256 * MB, bounded).await;
+    // zstd at level 19 takes a good part of a second per MiB.
+    let mut slow = Vec::new();
+    for n in 0..3 {
+        let f = rig.file(&format!("/compute/{n}")).await;
+        let mut label = rig.write(&f, 0, &pattern(MB as usize, n)).await;
+        label.operations = labios_label::Operation::parse_pipeline("zstd:level=19").unwrap();
+        slow.push(label);
+    }
+    let slow_ids: Vec<_> = slow.iter().map(|l| l.id).collect();
+    rig.push(1, slow.into_iter().map(Task::single).collect())
+        .await;
+    let t = Instant::now();
+    while w.stats().compute_peak == 0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "no pipeline started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let f = rig.file("/compute/small").await;
+    let small = pattern(4096, 9);
+    complete(&rig.run(1, vec![rig.write(&f, 0, &small).await]).await);
+    let mut waiting = 0;
+    for id in &slow_ids {
+        let status = rig.stores.inventory.status(*id).await.unwrap();
+        waiting += usize::from(status.is_none_or(|s| !s.state.is_final()));
+    }
+    assert!(waiting >= 1, "the small write waited for every pipeline");
+
+    complete(&rig.wait(&slow_ids).await);
+    assert_eq!(
+        w.stats().compute_peak,
+        1,
+        "more pipelines ran than the bound"
+    );
+    let back = rig.run(1, vec![rig.read(&f, 0, 4096)]).await;
+    assert!(rig.result(&back[0]).await == small);
+    w.shutdown().await;
+}

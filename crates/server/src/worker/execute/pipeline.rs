@@ -142,7 +142,7 @@ impl Executor {
             None
         };
         let ops = label.operations.clone();
-        let run = tokio::task::spawn_blocking(move || {
+        let run = self.compute.run(move || {
             let ctx = Context {
                 app: owner,
                 key,
