@@ -152,10 +152,11 @@ type Wrap = fn(Arc<dyn Backend>, &Arc<dyn Backend>, Option<&str>) -> Result<Arc<
 /// work. Every stack has each of them, just above its backend and in this
 /// order: each records per block what wrote it, and one a stack does not
 /// name runs passive, reading what its records say and starting none, so
-/// that a stack can change under the data an earlier one wrote. (The tier
-/// and the cache record nothing: unnamed, they are not there. The tier is
-/// on top, so that a write is acknowledged before the layers below spend
-/// anything on it.)
+/// that a stack can change under the data an earlier one wrote. (The
+/// tier, the cache and the scheduler record nothing: unnamed, they are not
+/// there. The tier is on top, so that a write is acknowledged before the
+/// layers below spend anything on it; the scheduler at the bottom, so that
+/// it orders what the device is asked.)
 pub(crate) const LAYERS: &[(&[&str], Wrap)] = &[
     // Unnamed, the tier is not there, but a journal a stopped tier left
     // on the backend is replayed all the same.
@@ -192,6 +193,16 @@ pub(crate) const LAYERS: &[(&[&str], Wrap)] = &[
         };
         Ok(Arc::new(Compress::new(inner, codec)))
     }),
+    // Unnamed, it is not there: calls reach the device as they come.
+    (&["scheduler"], |inner, _, named| match named {
+        Some(module) => {
+            let (policy, depth) = layers::scheduler::parse(module)?;
+            Ok(Arc::new(layers::scheduler::Scheduler::new(
+                inner, policy, depth,
+            )))
+        }
+        None => Ok(inner),
+    }),
 ];
 
 fn known<T>(table: &[(&str, T)]) -> String {
@@ -211,6 +222,7 @@ fn check_argument(module: &str) -> Result<()> {
     match module.split_once(':') {
         None => Ok(()),
         Some(("cache" | "tier", _)) => layers::cache::size_of(module, 0).map(drop),
+        Some(("scheduler", _)) => layers::scheduler::parse(module).map(drop),
         Some((name, _)) => Err(Error::InvalidArgument(format!(
             "stack: {module:?}: the {name} layer takes no argument"
         ))),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 #[test]
 fn every_stack_passes_the_suite_and_restarts_as_it_says() {
     let specs = every_stack();
-    assert_eq!(specs.len(), 40, "{specs:?}");
+    assert_eq!(specs.len(), 42, "{specs:?}");
     for spec in specs {
         let dir = tempfile::tempdir().unwrap();
         backend_suite(spec.build(dir.path(), 1 << 30).unwrap().as_ref());

@@ -17,6 +17,8 @@
 //!   `cache:64MiB,zstd,kv` against `zstd,kv`, with `pread` of the same
 //!   bytes from the page cache as the raw baseline;
 //! * what `metrics` costs on the stack alone;
+//! * small synchronous writes among large ones on the stack alone, with no
+//!   `scheduler`, in arrival order, and small first;
 //! * synchronous 4 KiB write latency on one worker while 1 MiB labels with
 //!   a zstd pipeline load it, against the same worker unloaded (the
 //!   worker's latency lane, issue 13).
@@ -305,6 +307,50 @@ async fn latency_under_pipelines(
     Ok(([a50, a99, l50, l99], mib_s))
 }
 
+/// 4 KiB writes with `sync` on the stack alone, one after another, while
+/// two threads keep writing 1 MiB with `sync` to other files: (p50, p99)
+/// µs of the small writes, and the large writes' MiB/s meanwhile.
+fn small_beside_large(stack: &Spec) -> anyhow::Result<(f64, f64, f64)> {
+    const SMALL: u64 = 400;
+    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let backend = stack.build(dir.path(), u64::MAX)?;
+    let stop = AtomicBool::new(false);
+    let (small, large) = std::thread::scope(|scope| {
+        let streams: Vec<_> = (1..=2u64)
+            .map(|file| {
+                let (backend, stop) = (&backend, &stop);
+                scope.spawn(move || -> labios_label::Result<u64> {
+                    let data = block(40 + file, MIB as usize);
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        backend.write(file, &[((n % 16) * MIB, &data)], true)?;
+                        n += 1;
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        let t = Instant::now();
+        let data = block(42, 4096);
+        let small = (0..SMALL)
+            .map(|i| {
+                let t = Instant::now();
+                backend.write(3, &[((i % 256) * 4096, &data)], true)?;
+                Ok(t.elapsed())
+            })
+            .collect::<labios_label::Result<Vec<_>>>();
+        stop.store(true, Ordering::Relaxed);
+        let secs = t.elapsed().as_secs_f64();
+        let mut written = 0;
+        for s in streams {
+            written += s.join().expect("writer thread panicked")?;
+        }
+        anyhow::Ok((small?, written as f64 / secs))
+    })?;
+    let (p50, p99) = percentiles(&mut small.clone());
+    Ok((p50, p99, large))
+}
+
 /// Bytes the hot reads cycle over, and how many reads of [`HOT_READ`]
 /// bytes each round makes.
 const HOT_SET: u64 = 16 * MIB;
@@ -503,6 +549,31 @@ pub async fn stacks(config: Config, total: u64) -> anyhow::Result<Vec<serde_json
         "loaded_over_alone_p99": bounded[3] / bounded[1], "pipeline_mib_s": bounded_mib_s,
         "per_cpu_alone_p99_us": all[1], "per_cpu_loaded_p50_us": all[2], "per_cpu_loaded_p99_us": all[3],
         "per_cpu_loaded_over_alone_p99": all[3] / all[1], "per_cpu_pipeline_mib_s": all_mib_s,
+        "raw_pwrite_fdatasync_p50_us": raw_sync_latency()?, "machine": machine() }));
+
+    // The scheduler: a small synchronous write among large ones, with no
+    // scheduler, in arrival order, and small first (one call at a time).
+    let stacks = [
+        spec("file")?,
+        spec("scheduler,file")?,
+        spec("scheduler:small,file")?,
+    ];
+    let mut runs = [(); 3].map(|_| [(); 3].map(|_| vec![]));
+    for _ in 0..ROUNDS {
+        for (i, stack) in stacks.iter().enumerate() {
+            let (p50, p99, mib_s) = small_beside_large(stack)?;
+            for (run, v) in runs[i].iter_mut().zip([p50, p99, mib_s]) {
+                run.push(v);
+            }
+        }
+    }
+    let [none, fifo, small] = runs.map(|r| r.map(median));
+    out.push(json!({ "scenario": "stacks", "case": "4 KiB sync writes beside two threads of 1 MiB sync writes, the stack alone: file, scheduler,file, scheduler:small,file",
+        "small_writes": 400, "rounds": ROUNDS,
+        "file_p50_us": none[0], "file_p99_us": none[1], "file_large_mib_s": none[2],
+        "fifo_p50_us": fifo[0], "fifo_p99_us": fifo[1], "fifo_large_mib_s": fifo[2],
+        "small_first_p50_us": small[0], "small_first_p99_us": small[1], "small_first_large_mib_s": small[2],
+        "small_first_over_fifo_p99": small[1] / fifo[1],
         "raw_pwrite_fdatasync_p50_us": raw_sync_latency()?, "machine": machine() }));
 
     let (cached, plain) = (spec("cache:64MiB,zstd,kv")?, spec("zstd,kv")?);

@@ -5,4 +5,5 @@ pub mod cache;
 pub mod checksum;
 pub mod compress;
 pub mod metrics;
+pub mod scheduler;
 pub mod tier;
