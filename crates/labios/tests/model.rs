@@ -138,14 +138,15 @@ async fn embedded() {
     labios_target(Kind::Embedded, 30).await;
 }
 
-/// Every worker of `c` on a stack of named layers: checksums, a cache and
-/// both codecs over files and over a key-value store.
+/// Every worker of `c` on a stack of named layers: checksums, a cache,
+/// both codecs, meters, schedulers and a small tier, over files and over
+/// a key-value store.
 fn on_layered_stacks(c: &mut labios::Config) {
     let stacks = [
-        &["checksum", "cache:8MiB", "zstd", "file"][..],
-        &["lz4", "file"][..],
+        &["metrics", "checksum", "cache:8MiB", "zstd", "scheduler:small:2", "file"][..],
+        &["lz4", "scheduler", "file"][..],
         &["checksum", "kv"][..],
-        &["zstd", "file"][..],
+        &["tier:1MiB", "zstd", "file"][..],
     ];
     for (w, names) in c.workers.iter_mut().zip(stacks.iter().cycle()) {
         w.stack =
