@@ -143,7 +143,14 @@ async fn embedded() {
 /// a key-value store.
 fn on_layered_stacks(c: &mut labios::Config) {
     let stacks = [
-        &["metrics", "checksum", "cache:8MiB", "zstd", "scheduler:small:2", "file"][..],
+        &[
+            "metrics",
+            "checksum",
+            "cache:8MiB",
+            "zstd",
+            "scheduler:small:2",
+            "file",
+        ][..],
         &["lz4", "scheduler", "file"][..],
         &["checksum", "kv"][..],
         &["tier:1MiB", "zstd", "file"][..],
