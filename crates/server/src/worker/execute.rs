@@ -129,17 +129,93 @@ impl Executor {
                     Ok(()) => self.run(label).await,
                     Err(reason) => Err(reason),
                 };
-                // Ended, whatever its outcome: its staged bytes are not
-                // read again (a redelivered copy finds the label ran), and
-                // the result of a failed one is not taken.
-                let unread = done.is_err().then(|| label.result_key()).flatten();
-                let t = anatomy::start();
-                let keys: Vec<&str> = label.staged_key().into_iter().chain(unread).collect();
-                release(self.stores.warehouse.as_ref(), &keys).await;
-                anatomy::record(Phase::WorkerWarehouse, t);
+                self.release(&[(label, done.is_err())]).await;
                 done
             }
         };
+        self.outcome(label, result)
+    }
+
+    /// Runs the labels of an aggregated task (consecutive writes of one
+    /// file, article 3.3.2c) with one vectored call to the stack, so that
+    /// the device sees one write (and one sync) for them all, and their
+    /// warehouse entries go in one call. Each label still gets its own
+    /// outcome, checks, newest-label-wins guard and extent commit. Labels
+    /// that cannot share a call (see [`writable_at_once`]) run one by one.
+    pub async fn execute_writes(&self, labels: &[&Label]) -> Vec<Outcome> {
+        if !writable_at_once(labels) {
+            let mut outcomes = Vec::with_capacity(labels.len());
+            for label in labels {
+                outcomes.push(self.execute(label).await);
+            }
+            return outcomes;
+        }
+        let prepared = futures::future::join_all(labels.iter().map(|label| async move {
+            self.its_entries(label).await?;
+            Ok::<_, Failure>(match self.its_files(label).await {
+                Ok(()) => self.prepare(label).await,
+                Err(reason) => Err(reason),
+            })
+        }))
+        .await;
+        let ready: Vec<(&Label, &Staged)> = labels
+            .iter()
+            .zip(&prepared)
+            .filter_map(|(label, p)| match p {
+                Ok(Ok(staged)) => Some((*label, staged)),
+                _ => None,
+            })
+            .collect();
+        let put = if ready.is_empty() {
+            Ok(())
+        } else {
+            self.put(&ready).await
+        };
+        let results: Vec<Result<Result<Done, Failure>, Failure>> =
+            futures::future::join_all(labels.iter().zip(prepared).map(|(label, p)| {
+                let put = &put;
+                async move {
+                    let staged = p?;
+                    Ok(match (staged, put) {
+                        (Ok(staged), Ok(())) => self.commit(label, staged).await.map(Done::bytes),
+                        (Err(reason), _) => Err(reason),
+                        (_, Err(reason)) => Err(reason.clone()),
+                    })
+                }
+            }))
+            .await;
+        let ended: Vec<(&Label, bool)> = labels
+            .iter()
+            .zip(&results)
+            .filter_map(|(label, r)| r.as_ref().ok().map(|done| (*label, done.is_err())))
+            .collect();
+        self.release(&ended).await;
+        labels
+            .iter()
+            .zip(results)
+            .map(|(label, r)| self.outcome(label, r.and_then(|done| done)))
+            .collect()
+    }
+
+    /// Drops the warehouse entries of labels that ended (`true`: failed),
+    /// in one call: their staged bytes are not read again (a redelivered
+    /// copy finds the label ran), and the result of a failed one is not
+    /// taken.
+    async fn release(&self, ended: &[(&Label, bool)]) {
+        let t = anatomy::start();
+        let keys: Vec<&str> = ended
+            .iter()
+            .flat_map(|(label, failed)| {
+                let unread = failed.then(|| label.result_key()).flatten();
+                label.staged_key().into_iter().chain(unread)
+            })
+            .collect();
+        release(self.stores.warehouse.as_ref(), &keys).await;
+        anatomy::record(Phase::WorkerWarehouse, t);
+    }
+
+    /// The final status of `label` after `result`.
+    fn outcome(&self, label: &Label, result: Result<Done, Failure>) -> Outcome {
         let mut status = LabelStatus::new(label.id, LabelState::Complete);
         status.worker = Some(self.id);
         match result {
@@ -250,10 +326,15 @@ impl Executor {
     }
 
     async fn write(&self, label: &Label) -> Result<Done, Failure> {
-        let len = match &label.source {
-            Pointer::Warehouse { len, .. } | Pointer::Zeros { len } => *len,
-            _ => return Err(bad_pointer(label, "source", "a warehouse entry or zeros")),
-        };
+        let staged = self.prepare(label).await?;
+        let size = self.store(label, staged).await?;
+        Ok(Done::bytes(size))
+    }
+
+    /// A plain write label's bytes and where they go, with the inventory's
+    /// word on which of its ranges no newer label holds.
+    async fn prepare(&self, label: &Label) -> Result<Staged, Failure> {
+        let len = plain_write_len(label)?;
         let (file, offset, dest_len) = file_of(label, &label.destination, "destination")?;
         let ranges = ranges(label, offset, dest_len, len)?;
         // Two independent look-ups, one round trip.
@@ -263,8 +344,12 @@ impl Executor {
             self.not_yet_overwritten(label, file, &ranges)
         );
         anatomy::record(Phase::WorkerWarehouse, t);
-        let size = self.store(label, file, &ranges, data?, guard?).await?;
-        Ok(Done::bytes(size))
+        Ok(Staged {
+            file,
+            ranges,
+            data: data?,
+            guard: guard?,
+        })
     }
 
     /// The bytes a write label puts in its file: staged in the warehouse,
@@ -297,59 +382,81 @@ impl Executor {
     }
 
     /// The one sequence every write into a LABIOS file runs, whatever made
-    /// its bytes (plain or pipeline labels): the bytes no newer label
-    /// holds go to the device, then every range's extent to the inventory
-    /// (where the newest label wins), then the workers whose older bytes
-    /// this write replaced are told to free them.
-    async fn store(
-        &self,
-        label: &Label,
-        file: FileId,
-        ranges: &[Range],
-        data: Bytes,
-        guard: Guarded,
-    ) -> Result<u64, Failure> {
-        let size = data.len() as u64;
+    /// its bytes (plain or pipeline labels, alone or aggregated): the bytes
+    /// no newer label holds go to the device ([`Self::put`]), then every
+    /// range's extent to the inventory, where the newest label wins, and
+    /// the workers whose older bytes the write replaced are told to free
+    /// them ([`Self::commit`]).
+    async fn store(&self, label: &Label, staged: Staged) -> Result<u64, Failure> {
+        self.put(&[(label, &staged)]).await?;
+        self.commit(label, staged).await
+    }
+
+    /// Puts the pieces of `writes` (all into one file, disjoint) on the
+    /// device with one call to the stack, synced if any label asks.
+    async fn put(&self, writes: &[(&Label, &Staged)]) -> Result<(), Failure> {
+        let file = writes[0].1.file;
+        assert!(
+            writes.iter().all(|(_, s)| s.file == file),
+            "one stack call writes one file"
+        );
+        let size: u64 = writes.iter().map(|(_, s)| s.data.len() as u64).sum();
         if !self.space.try_reserve(self.storage.as_ref(), size) {
             return Err(format!("worker {} is full", self.id));
         }
-        let sync = label.sync;
-        let pieces = guard.pieces.len();
+        let sync = writes.iter().any(|(label, _)| label.sync);
+        let parts: Vec<(Bytes, Vec<Range>)> = writes
+            .iter()
+            .filter(|(_, s)| !s.guard.pieces.is_empty())
+            .map(|(_, s)| (s.data.clone(), s.guard.pieces.clone()))
+            .collect();
         let written = self
             .blocking(move |storage| {
-                if pieces == 0 {
+                if parts.is_empty() {
                     return Ok(());
                 }
-                let pieces: Vec<(u64, &[u8])> = guard
-                    .pieces
+                let pieces: Vec<(u64, &[u8])> = parts
                     .iter()
-                    .map(|r| {
-                        (
-                            r.file_offset,
-                            &data[r.buf_offset as usize..][..r.len as usize],
-                        )
+                    .flat_map(|(data, ranges)| {
+                        ranges.iter().map(move |r| {
+                            (
+                                r.file_offset,
+                                &data[r.buf_offset as usize..][..r.len as usize],
+                            )
+                        })
                     })
                     .collect();
                 storage.write(file, &pieces, sync)
             })
             .await;
         self.space.release(size);
-        written?;
+        written
+    }
+
+    /// The extents of a write whose bytes are on the device, and the space
+    /// it displaced on other workers; see [`Self::store`].
+    async fn commit(&self, label: &Label, staged: Staged) -> Result<u64, Failure> {
+        let size = staged.data.len() as u64;
         let t = anatomy::start();
-        for r in ranges {
+        for r in &staged.ranges {
             let extent = Extent {
                 offset: r.file_offset,
                 len: r.len,
                 worker: self.id,
                 label: label.id,
             };
-            match self.stores.inventory.commit_extent(file, extent).await {
+            match self
+                .stores
+                .inventory
+                .commit_extent(staged.file, extent)
+                .await
+            {
                 Ok(()) => {}
                 // The file was removed (or replaced by a rename) after this
                 // label named it: the write took place just before, and its
                 // bytes went with the file. Nothing points at them here.
                 Err(Error::NotFound(_)) => {
-                    self.keep_held(file, 0, u64::MAX).await?;
+                    self.keep_held(staged.file, 0, u64::MAX).await?;
                     return Ok(size);
                 }
                 // The label fails: the bytes just written are garbage
@@ -357,8 +464,8 @@ impl Executor {
                 // which the inventory knows. At worst they wait for the
                 // next reconciliation.
                 Err(e) => {
-                    let (_, start, end) = span(label, ranges);
-                    if let Err(again) = self.keep_held(file, start, end).await {
+                    let (_, start, end) = span(label, &staged.ranges);
+                    if let Err(again) = self.keep_held(staged.file, start, end).await {
                         tracing::warn!(
                             worker = self.id,
                             "cannot free the bytes of failed label {}: {again}",
@@ -370,11 +477,11 @@ impl Executor {
             }
         }
         anatomy::record(Phase::WorkerInventory, t);
-        if !guard.displaced.is_empty() {
-            let (path, start, end) = span(label, ranges);
-            for &worker in &guard.displaced {
+        if !staged.guard.displaced.is_empty() {
+            let (path, start, end) = span(label, &staged.ranges);
+            for &worker in &staged.guard.displaced {
                 self.reclaims
-                    .add(worker, file, &path, label.owner, start, end);
+                    .add(worker, staged.file, &path, label.owner, start, end);
             }
         }
         Ok(size)
@@ -707,6 +814,54 @@ struct Range {
 struct Guarded {
     pieces: Vec<Range>,
     displaced: BTreeSet<WorkerId>,
+}
+
+/// A write's bytes and where they go on this worker's device.
+struct Staged {
+    file: FileId,
+    ranges: Vec<Range>,
+    data: Bytes,
+    guard: Guarded,
+}
+
+/// The length of a plain write label's bytes (staged, or zeros).
+fn plain_write_len(label: &Label) -> Result<u64, Failure> {
+    match &label.source {
+        Pointer::Warehouse { len, .. } | Pointer::Zeros { len } => Ok(*len),
+        _ => Err(bad_pointer(label, "source", "a warehouse entry or zeros")),
+    }
+}
+
+/// Whether `labels` can be written with one call to the stack: two or
+/// more plain writes (no functions, no external destination) into one
+/// file, no two of which touch the same byte, so that the order of their
+/// pieces on the device cannot matter. The shuffler aggregates only such
+/// labels; a task from elsewhere that is not runs label by label.
+fn writable_at_once(labels: &[&Label]) -> bool {
+    let mut spans = Vec::new();
+    let mut files = BTreeSet::new();
+    for label in labels {
+        if label.kind != LabelKind::Write || !label.operations.is_empty() {
+            return false;
+        }
+        let (Ok(len), Ok((file, offset, dest_len))) = (
+            plain_write_len(label),
+            file_of(label, &label.destination, "destination"),
+        ) else {
+            return false;
+        };
+        let Ok(ranges) = ranges(label, offset, dest_len, len) else {
+            return false;
+        };
+        files.insert(file);
+        spans.extend(
+            ranges
+                .iter()
+                .map(|r| (r.file_offset, r.file_offset + r.len)),
+        );
+    }
+    spans.sort_unstable();
+    labels.len() > 1 && files.len() == 1 && spans.windows(2).all(|w| w[0].1 <= w[1].0)
 }
 
 /// The label's path and the file range its `ranges` cover.

@@ -25,11 +25,11 @@ mod space;
 
 use crate::replay::took_effect;
 use compute::Compute;
-use execute::Executor;
+use execute::{Executor, Outcome};
 use futures::stream::{FuturesUnordered, StreamExt};
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
-    Error, LabelKind, LabelState, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec,
+    Error, Label, LabelKind, LabelState, LabelStatus, Result, Task, Weights, WorkerId, WorkerSpec,
     WorkerState, WorkerStatus,
 };
 use labios_stack::live::Live;
@@ -754,44 +754,31 @@ const RECENT_LABELS: usize = 1 << 16;
 /// Runs one task's labels in order, reports each label's final status,
 /// then acknowledges the task; returns its delivery token. A label this
 /// worker took already (still running, or done and reported) is skipped.
+/// An aggregated task's writes go to the stack in one call.
 async fn run_task(shared: Arc<Shared>, executor: Arc<Executor>, delivery: Delivery<Task>) -> u64 {
-    for label in &delivery.item.labels {
-        if !shared.recent.lock().insert(label.id) {
-            tracing::info!(worker = shared.spec.id, label = %label.id, "label delivered twice, run once");
-            shared.executing.fetch_sub(1, Ordering::AcqRel);
-            continue;
-        }
-        let mut outcome = executor.execute(label).await;
-        if let Some(error) = &outcome.status.error {
-            tracing::debug!(worker = shared.spec.id, label = %label.id, "label failed: {error}");
-            // A redelivered label that already ran keeps its success.
-            match took_effect(&shared.stores, label).await {
-                Ok(Some(done)) if done.state == LabelState::Complete => {
-                    tracing::info!(worker = shared.spec.id, label = %label.id, "label had already run");
-                    outcome.status = done;
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(
-                    worker = shared.spec.id,
-                    label = %label.id,
-                    "cannot tell whether a failed label had already run: {e}"
-                ),
+    let fresh: Vec<&Label> = delivery
+        .item
+        .labels
+        .iter()
+        .filter(|label| {
+            let first = shared.recent.lock().insert(label.id);
+            if !first {
+                tracing::info!(worker = shared.spec.id, label = %label.id, "label delivered twice, run once");
+                shared.executing.fetch_sub(1, Ordering::AcqRel);
             }
+            first
+        })
+        .collect();
+    if delivery.item.aggregated {
+        let outcomes = executor.execute_writes(&fresh).await;
+        for (label, outcome) in fresh.into_iter().zip(outcomes) {
+            finish(&shared, label, outcome).await;
         }
-        if label.id.from_worker() {
-            // A worker's own delete: nobody waits for its status, which
-            // would only sit in the inventory until swept.
-            if let Some(error) = &outcome.status.error {
-                tracing::warn!(worker = shared.spec.id, label = %label.id, "reclaim failed: {error}");
-            }
-        } else {
-            report(&shared, outcome.status).await;
+    } else {
+        for label in fresh {
+            let outcome = executor.execute(label).await;
+            finish(&shared, label, outcome).await;
         }
-        shared.executing.fetch_sub(1, Ordering::AcqRel);
-        shared.labels_done.fetch_add(1, Ordering::Relaxed);
-        shared
-            .bytes_done
-            .fetch_add(outcome.bytes, Ordering::Relaxed);
     }
     if let Err(e) = shared
         .stores
@@ -804,6 +791,41 @@ async fn run_task(shared: Arc<Shared>, executor: Arc<Executor>, delivery: Delive
     shared.touch();
     shared.publish(false).await;
     delivery.token
+}
+
+/// Reports a label's final status and counts it done. A failed label
+/// that a redelivered copy had already run keeps its success.
+async fn finish(shared: &Shared, label: &Label, mut outcome: Outcome) {
+    if let Some(error) = &outcome.status.error {
+        tracing::debug!(worker = shared.spec.id, label = %label.id, "label failed: {error}");
+        // A redelivered label that already ran keeps its success.
+        match took_effect(&shared.stores, label).await {
+            Ok(Some(done)) if done.state == LabelState::Complete => {
+                tracing::info!(worker = shared.spec.id, label = %label.id, "label had already run");
+                outcome.status = done;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                worker = shared.spec.id,
+                label = %label.id,
+                "cannot tell whether a failed label had already run: {e}"
+            ),
+        }
+    }
+    if label.id.from_worker() {
+        // A worker's own delete: nobody waits for its status, which
+        // would only sit in the inventory until swept.
+        if let Some(error) = &outcome.status.error {
+            tracing::warn!(worker = shared.spec.id, label = %label.id, "reclaim failed: {error}");
+        }
+    } else {
+        report(shared, outcome.status).await;
+    }
+    shared.executing.fetch_sub(1, Ordering::AcqRel);
+    shared.labels_done.fetch_add(1, Ordering::Relaxed);
+    shared
+        .bytes_done
+        .fetch_add(outcome.bytes, Ordering::Relaxed);
 }
 
 /// Records a label's final status; a few attempts, since a client waits on it.

@@ -827,3 +827,112 @@ async fn small_writes_pass_pipelines_held_back_by_the_compute_lane() {
     assert!(rig.result(&back[0]).await == small);
     w.shutdown().await;
 }
+
+/// The default stack with every call counted.
+fn metered() -> labios_stack::Spec {
+    labios_stack::Spec::try_from(vec!["metrics".to_string(), "file".to_string()]).unwrap()
+}
+
+/// Writes the device saw, from the `metrics` table of the worker's stack.
+fn device_writes(w: &WorkerHandle) -> u64 {
+    let layers = w.status().layers;
+    let device = layers.last().expect("the worker runs a metered stack");
+    assert_eq!(device.name, "file");
+    device.writes
+}
+
+/// An aggregated task (consecutive writes of one file, as the shuffler
+/// makes them) reaches the stack as one vectored write, each label still
+/// with its own status; a task whose labels overlap runs label by label,
+/// the newest label's bytes last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregated_task_is_one_call_to_the_stack() {
+    const PIECE: usize = 4096;
+    let rig = Rig::new();
+    let w = start(&rig, 1, 64 * MB, config()).await;
+    w.set_stack(metered()).await.unwrap();
+    let f = rig.file("/aggregated").await;
+    let data = pattern(16 * PIECE, 3);
+    let mut labels = Vec::new();
+    for (i, chunk) in data.chunks(PIECE).enumerate() {
+        let mut label = rig.write(&f, (i * PIECE) as u64, chunk).await;
+        label.sync = i % 4 == 0;
+        labels.push(label);
+    }
+    let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
+    rig.push(
+        1,
+        vec![Task {
+            labels,
+            aggregated: true,
+            supertask: false,
+        }],
+    )
+    .await;
+    complete(&rig.wait(&ids).await);
+    assert_eq!(device_writes(&w), 1, "one call for the whole task");
+    let back = rig.run(1, vec![rig.read(&f, 0, data.len() as u64)]).await;
+    assert!(rig.result(&back[0]).await == data);
+
+    let older = rig.write(&f, 0, &pattern(PIECE, 4)).await;
+    let newer_bytes = pattern(PIECE, 5);
+    let newer = rig.write(&f, 0, &newer_bytes).await;
+    let ids = vec![older.id, newer.id];
+    rig.push(
+        1,
+        vec![Task {
+            labels: vec![older, newer],
+            aggregated: true,
+            supertask: false,
+        }],
+    )
+    .await;
+    complete(&rig.wait(&ids).await);
+    assert_eq!(device_writes(&w), 3, "overlapping labels, one call each");
+    let back = rig.run(1, vec![rig.read(&f, 0, PIECE as u64)]).await;
+    assert!(rig.result(&back[0]).await == newer_bytes);
+    w.shutdown().await;
+}
+
+/// A label of an aggregated task that cannot run (its staged bytes are
+/// gone) fails alone, naming why; the others land, in one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failed_label_of_an_aggregated_task_fails_alone() {
+    let rig = Rig::new();
+    let w = start(&rig, 1, 64 * MB, config()).await;
+    w.set_stack(metered()).await.unwrap();
+    let f = rig.file("/partly").await;
+    let data = pattern(3 * 1000, 6);
+    let mut labels = Vec::new();
+    for (i, chunk) in data.chunks(1000).enumerate() {
+        labels.push(rig.write(&f, (i * 1000) as u64, chunk).await);
+    }
+    let lost = labels[1].staged_key().unwrap().to_string();
+    assert!(rig.stores.warehouse.delete(&lost).await.unwrap());
+    let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
+    rig.push(
+        1,
+        vec![Task {
+            labels,
+            aggregated: true,
+            supertask: false,
+        }],
+    )
+    .await;
+    let statuses = rig.wait(&ids).await;
+    assert_eq!(statuses[0].state, LabelState::Complete, "{statuses:?}");
+    assert_eq!(statuses[2].state, LabelState::Complete, "{statuses:?}");
+    assert_eq!(statuses[1].state, LabelState::Failed);
+    let error = statuses[1].error.as_deref().unwrap();
+    assert!(error.contains("missing from the warehouse"), "{error}");
+    assert_eq!(device_writes(&w), 1);
+    for i in [0usize, 2] {
+        let back = rig
+            .run(1, vec![rig.read(&f, (i * 1000) as u64, 1000)])
+            .await;
+        assert!(rig.result(&back[0]).await == data[i * 1000..][..1000]);
+    }
+    let hole = rig.run(1, vec![rig.read(&f, 1000, 1000)]).await;
+    assert!(rig.result(&hole[0]).await == vec![0; 1000]);
+    w.shutdown().await;
+}

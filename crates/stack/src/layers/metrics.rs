@@ -63,14 +63,21 @@ enum Call {
     Other,
 }
 
+/// What a [`Metered`] does with its calls.
+#[derive(Debug)]
+enum Watch {
+    /// Counts them on the meter of the layer below.
+    Counting(Arc<Meter>),
+    /// Times them as the worker's storage phase of the label anatomy,
+    /// while one is measured.
+    Anatomy,
+}
+
 /// A meter over the stack below it; see the module docs.
 #[derive(Debug)]
 pub struct Metered {
     inner: Arc<dyn Backend>,
-    /// Counters of the layer below (`None`: the anatomy's meter only).
-    meter: Option<Arc<Meter>>,
-    /// The anatomy phase this meter's calls count towards.
-    phase: Option<Phase>,
+    watch: Watch,
 }
 
 impl Metered {
@@ -78,8 +85,7 @@ impl Metered {
     pub fn counting(inner: Arc<dyn Backend>, meter: Arc<Meter>) -> Metered {
         Metered {
             inner,
-            meter: Some(meter),
-            phase: None,
+            watch: Watch::Counting(meter),
         }
     }
 
@@ -88,19 +94,19 @@ impl Metered {
     pub fn anatomy(inner: Arc<dyn Backend>) -> Metered {
         Metered {
             inner,
-            meter: None,
-            phase: Some(Phase::WorkerStorage),
+            watch: Watch::Anatomy,
         }
     }
 
     fn timed<T>(&self, call: Call, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let Some(meter) = &self.meter else {
-            let t = anatomy::start();
-            let out = f();
-            if let Some(phase) = self.phase {
-                anatomy::record(phase, t);
+        let meter = match &self.watch {
+            Watch::Counting(meter) => meter,
+            Watch::Anatomy => {
+                let t = anatomy::start();
+                let out = f();
+                anatomy::record(Phase::WorkerStorage, t);
+                return out;
             }
-            return out;
         };
         let t = Instant::now();
         let out = f();

@@ -9,7 +9,7 @@
 //!   Its input is its own device's range, or, for a file spread over
 //!   several workers, the parts earlier reads gathered into the warehouse.
 
-use super::{bad_pointer, file_of, Done, Executor, Failure, Range, MAX_READ};
+use super::{bad_pointer, file_of, Done, Executor, Failure, Range, Staged, MAX_READ};
 use bytes::Bytes;
 use labios_functions::Context;
 use labios_label::{part_key, Label, Pointer};
@@ -32,7 +32,13 @@ impl Executor {
             len: out.len() as u64,
         }];
         let guard = self.not_yet_overwritten(label, file, &ranges).await?;
-        let size = self.store(label, file, &ranges, out, guard).await?;
+        let staged = Staged {
+            file,
+            ranges: ranges.to_vec(),
+            data: out,
+            guard,
+        };
+        let size = self.store(label, staged).await?;
         Ok(Done::bytes(size))
     }
 
