@@ -104,6 +104,16 @@ void labios_free(void *p);
 int labios_register_function(labios_t *h, const char *name, const void *module,
                              size_t len);
 
+/* Administration. Changes running worker `worker`'s I/O stack to `spec`
+ * (module names, comma-separated, the backend last: "checksum,zstd,file";
+ * README "Worker I/O stacks"), as `labios stack set` does, and returns once
+ * the worker runs it. Only the service may: the session's configuration
+ * must lead to the service's secret (embedded: the data directory of
+ * `labios serve`, LABIOS_DATA_DIR; distributed: its service credentials),
+ * else LABIOS_EPERM. An unknown worker is LABIOS_ENOTFOUND; a malformed
+ * spec, or one with another backend than the worker's, LABIOS_EINVAL. */
+int labios_stack_set(labios_t *h, uint32_t worker, const char *spec);
+
 /* A fixed description of a status code. */
 const char *labios_strerror(int code);
 /* The message of this thread's last failure; valid until its next one. */

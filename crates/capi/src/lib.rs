@@ -367,6 +367,19 @@ pub unsafe extern "C" fn labios_flush(h: *mut Session, path: *const c_char) -> c
     guard(|| session(h)?.flush(req_str(path, "path")?))
 }
 
+/// Administration: see [`Session::set_stack`].
+///
+/// # Safety
+/// `spec` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn labios_stack_set(
+    h: *mut Session,
+    worker: u32,
+    spec: *const c_char,
+) -> c_int {
+    guard(|| session(h)?.set_stack(worker, req_str(spec, "spec")?))
+}
+
 /// Calls `cb(ctx, name, is_dir)` for every entry directly inside `dir`;
 /// a non-zero return from `cb` stops the listing.
 ///

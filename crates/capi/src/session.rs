@@ -61,6 +61,9 @@ pub type Ticket = u64;
 pub struct Session {
     runtime: tokio::runtime::Runtime,
     client: Client,
+    /// The configuration it connected with, which also says how to reach
+    /// the service for administration ([`Session::set_stack`]).
+    config: Config,
     tickets: Mutex<HashMap<Ticket, Handle>>,
     next_ticket: AtomicU64,
 }
@@ -103,6 +106,7 @@ impl Session {
         Ok(Session {
             runtime,
             client,
+            config,
             tickets: Mutex::new(HashMap::new()),
             next_ticket: AtomicU64::new(1),
         })
@@ -110,6 +114,17 @@ impl Session {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Changes running worker `worker`'s stack to `spec` (`checksum,zstd,file`),
+    /// as `labios stack set` does: as the service, so only for a caller
+    /// that can read the service's secret (embedded: the file `labios
+    /// serve` keeps in the configuration's data directory; distributed:
+    /// the configuration's service credentials). Returns once the worker
+    /// runs it.
+    pub fn set_stack(&self, worker: u32, spec: &str) -> Result<()> {
+        let spec = labios::cli::parse_stack(spec)?;
+        self.run(labios::cli::set_worker_stack(&self.config, worker, &spec))
     }
 
     pub fn mode(&self) -> IoMode {

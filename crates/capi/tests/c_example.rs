@@ -522,6 +522,68 @@ fn c_checkpoint_example_round_trips_through_labios_serve() {
     server.stop();
 }
 
+/// `labios_stack_set`: an administrator's C program changes a running
+/// worker's stack (as `labios stack set` does), only with the service's
+/// secret, and its refusals carry the status code and the reason.
+#[test]
+fn c_stack_set_changes_a_running_workers_stack() {
+    let tmp = TempDir::new("stack-set");
+    let examples = Examples::build(&tmp.0, &[(Lang::C, "c/stack_set.c")]);
+    let server = Server::start(&tmp.0);
+    let stack_set = |data_dir: &Path, args: &[&str], tag: &str| {
+        let mut cmd = clean_command(examples.exe("stack_set"));
+        cmd.args(args)
+            .env("LABIOS_ENDPOINT", &server.endpoint)
+            .env("LABIOS_DATA_DIR", data_dir);
+        run(cmd, &tmp.0, tag)
+    };
+    let data = tmp.0.join("data");
+    let before = b"written before the change".to_vec();
+    let file = tmp.0.join("before");
+    std::fs::write(&file, &before).unwrap();
+    server.labios(&["put", file.to_str().unwrap(), "/st/before"]);
+
+    let out = assert_ok(
+        &stack_set(&data, &["1", "checksum,zstd,file"], "set"),
+        "stack_set",
+    );
+    assert_eq!(out, "worker 1 runs checksum,zstd,file\n");
+    let status = String::from_utf8(server.labios(&["status"])).unwrap();
+    let row = status
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("1"))
+        .unwrap_or_else(|| panic!("no worker 1: {status}"));
+    assert!(row.ends_with("checksum,zstd,file"), "{row}");
+    assert!(server.labios(&["get", "/st/before", "-"]) == before);
+
+    // Without the service's secret, and with what the service refuses.
+    let elsewhere = tmp.0.join("not-the-data-dir");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    for (dir, args, wanted) in [
+        (
+            &elsewhere,
+            &["1", "file"][..],
+            "permission denied (-4): permission denied: only the service changes stacks",
+        ),
+        (
+            &data,
+            &["1", "snappy,file"][..],
+            "invalid argument (-3): invalid argument: stack: unknown layer \"snappy\"",
+        ),
+        (&data, &["1", "kv"][..], "not its backend"),
+        (
+            &data,
+            &["9", "file"][..],
+            "not found (-1): not found: no worker 9",
+        ),
+    ] {
+        let r = stack_set(dir, args, "refused");
+        assert_eq!(r.status.code(), Some(1), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(wanted), "{args:?}: {}", r.stderr);
+    }
+    server.stop();
+}
+
 #[test]
 fn cpp_and_fortran_use_the_header_as_it_is() {
     let tmp = TempDir::new("cpp-fortran");

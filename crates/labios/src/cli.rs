@@ -433,31 +433,56 @@ pub async fn service_inventory(
     }
 }
 
-/// `labios stack set`: asks the worker, then waits until its status says
-/// it runs the new stack.
+/// `labios stack set`.
 async fn stack_set(config: &Config, worker: u32, names: &str) -> anyhow::Result<()> {
-    let spec = labios_stack::Spec::try_from(
+    let spec = parse_stack(names)?;
+    set_worker_stack(config, worker, &spec).await?;
+    println!("worker {worker} runs {spec}");
+    Ok(())
+}
+
+/// A stack as people write it: module names, comma-separated, the backend
+/// last (`checksum,zstd,file`).
+pub fn parse_stack(names: &str) -> labios_label::Result<labios_stack::Spec> {
+    labios_stack::Spec::try_from(
         names
             .split(',')
             .map(|n| n.trim().to_string())
             .collect::<Vec<_>>(),
-    )?;
-    let inventory = service_inventory(config).await?;
+    )
+}
+
+/// Changes running worker `worker`'s stack to `spec` (LabStor's live
+/// upgrade), as the service: asks the worker through the inventory, then
+/// returns once its status says it runs `spec` (a worker looks at each
+/// heartbeat). The command, the C library and the Python package share
+/// it, so each refuses the same things with the same words.
+pub async fn set_worker_stack(
+    config: &Config,
+    worker: u32,
+    spec: &labios_stack::Spec,
+) -> labios_label::Result<()> {
+    use labios_label::Error;
+    let inventory = service_inventory(config)
+        .await
+        .map_err(|e| match e.downcast::<Error>() {
+            Ok(e) => e,
+            Err(e) => Error::PermissionDenied(format!("only the service changes stacks: {e:#}")),
+        })?;
     let status = |workers: Vec<WorkerStatus>| workers.into_iter().find(|w| w.spec.id == worker);
-    let Some(now) = status(inventory.workers().await?) else {
-        let ids: Vec<String> = inventory
-            .workers()
-            .await?
-            .iter()
-            .map(|w| w.spec.id.to_string())
-            .collect();
-        anyhow::bail!("no worker {worker} (workers: {})", ids.join(", "));
+    let workers = inventory.workers().await?;
+    let ids: Vec<String> = workers.iter().map(|w| w.spec.id.to_string()).collect();
+    let Some(now) = status(workers) else {
+        return Err(Error::NotFound(format!(
+            "no worker {worker} (workers: {})",
+            ids.join(", ")
+        )));
     };
     if let Some(backend) = now.stack.last().filter(|b| b.as_str() != spec.backend()) {
-        anyhow::bail!(
+        return Err(Error::InvalidArgument(format!(
             "stack: {spec} keeps its bytes on {:?}, worker {worker} on {backend:?}; a running worker changes its layers, not its backend",
             spec.backend()
-        );
+        )));
     }
     let wanted: Vec<String> = spec.clone().into();
     inventory.ask_stack(worker, wanted.clone()).await?;
@@ -465,13 +490,13 @@ async fn stack_set(config: &Config, worker: u32, names: &str) -> anyhow::Result<
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         if status(inventory.workers().await?).is_some_and(|w| w.stack == wanted) {
-            println!("worker {worker} runs {spec}");
             return Ok(());
         }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "worker {worker} did not take stack {spec} within 15 s (is it running? its log says why it refused)"
-        );
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout(format!(
+                "worker {worker} did not take stack {spec} within 15 s (is it running? its log says why it refused)"
+            )));
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -319,6 +319,16 @@ impl Client {
         self.call(py, |s| s.flush(path))
     }
 
+    /// Administration: changes running worker `worker`'s I/O stack to
+    /// `spec` ("checksum,zstd,file") as `labios stack set` does, and
+    /// returns once the worker runs it. Only for a caller whose
+    /// configuration leads to the service's secret (PermissionError
+    /// otherwise); ValueError for a malformed spec or another backend,
+    /// FileNotFoundError for an unknown worker.
+    fn set_stack(&self, py: Python<'_>, worker: u32, spec: &str) -> PyResult<()> {
+        self.call(py, |s| s.set_stack(worker, spec))
+    }
+
     /// Waits for everything in flight, then disconnects; idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let Some(session) = self.session.write().take() else {

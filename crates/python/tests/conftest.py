@@ -393,6 +393,21 @@ def deployment(labios_deployment, monkeypatch):
 
 
 @pytest.fixture
+def labios_cli(deployment):
+    """Runs the `labios` command against the deployment (the environment
+    names it); returns its standard output."""
+
+    def run(*args):
+        done = subprocess.run(
+            [str(_labios_bin()), *args], capture_output=True, text=True, env=dict(os.environ), timeout=60
+        )
+        assert done.returncode == 0, f"labios {args} failed ({done.returncode}): {done.stderr}"
+        return done.stdout
+
+    return run
+
+
+@pytest.fixture
 def client(deployment):
     with deployment.connect() as c:
         yield c
