@@ -158,31 +158,29 @@ impl Executor {
             })
         }))
         .await;
-        let ready: Vec<(&Label, &Staged)> = labels
+        let ready: Vec<(usize, (&Label, &Staged))> = labels
             .iter()
             .zip(&prepared)
-            .filter_map(|(label, p)| match p {
-                Ok(Ok(staged)) => Some((*label, staged)),
+            .enumerate()
+            .filter_map(|(i, (label, p))| match p {
+                Ok(Ok(staged)) => Some((i, (*label, staged))),
                 _ => None,
             })
             .collect();
-        let put = if ready.is_empty() {
-            Ok(())
-        } else {
-            self.put(&ready).await
-        };
+        let puts = self.put_all(labels.len(), &ready).await;
         let results: Vec<Result<Result<Done, Failure>, Failure>> =
-            futures::future::join_all(labels.iter().zip(prepared).map(|(label, p)| {
-                let put = &put;
-                async move {
+            futures::future::join_all(labels.iter().zip(prepared).zip(puts).map(
+                |((label, p), put)| async move {
                     let staged = p?;
                     Ok(match (staged, put) {
-                        (Ok(staged), Ok(())) => self.commit(label, staged).await.map(Done::bytes),
-                        (Err(reason), _) => Err(reason),
-                        (_, Err(reason)) => Err(reason.clone()),
+                        (Ok(staged), Some(Ok(()))) => {
+                            self.commit(label, staged).await.map(Done::bytes)
+                        }
+                        (Err(reason), _) | (_, Some(Err(reason))) => Err(reason),
+                        (Ok(_), None) => unreachable!("every staged write was put"),
                     })
-                }
-            }))
+                },
+            ))
             .await;
         let ended: Vec<(&Label, bool)> = labels
             .iter()
@@ -195,6 +193,30 @@ impl Executor {
             .zip(results)
             .map(|(label, r)| self.outcome(label, r.and_then(|done| done)))
             .collect()
+    }
+
+    /// Puts the staged writes of an aggregated task (`ready`, by index of
+    /// its `n` labels) with one call, or one call each when the worker has
+    /// no room for all of them, so that those that fit still land as they
+    /// would alone. What each label's put gave, by index.
+    async fn put_all(
+        &self,
+        n: usize,
+        ready: &[(usize, (&Label, &Staged))],
+    ) -> Vec<Option<Result<(), Failure>>> {
+        let mut puts = vec![None; n];
+        let writes: Vec<(&Label, &Staged)> = ready.iter().map(|(_, w)| *w).collect();
+        let size = writes.iter().map(|(_, s)| s.data.len() as u64).sum();
+        let whole = self.space.has_room(self.storage.as_ref(), size);
+        let per_call = if whole { writes.len().max(1) } else { 1 };
+        let mut at = ready.iter().map(|(i, _)| *i);
+        for group in writes.chunks(per_call) {
+            let put = self.put(group).await;
+            for i in at.by_ref().take(group.len()) {
+                puts[i] = Some(put.clone());
+            }
+        }
+        puts
     }
 
     /// Drops the warehouse entries of labels that ended (`true`: failed),

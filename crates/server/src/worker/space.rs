@@ -41,6 +41,13 @@ impl Space {
         }
     }
 
+    /// Whether `len` more bytes would fit now (a reservation may still
+    /// find otherwise a moment later).
+    pub fn has_room(&self, storage: &dyn Backend, len: u64) -> bool {
+        let reserved = self.reserved.load(Ordering::Relaxed);
+        storage.used().saturating_add(reserved).saturating_add(len) <= self.capacity
+    }
+
     pub fn release(&self, len: u64) {
         let was = self.reserved.fetch_sub(len, Ordering::AcqRel);
         assert!(was >= len, "released {len} bytes of {was} reserved");
@@ -57,6 +64,7 @@ mod tests {
         let held = MemoryBackend::new(1 << 20);
         let s = Space::new(100);
         assert!(s.try_reserve(&held, 60));
+        assert!(s.has_room(&held, 40) && !s.has_room(&held, 41));
         assert!(!s.try_reserve(&held, 41));
         assert!(s.try_reserve(&held, 40));
         s.release(100);

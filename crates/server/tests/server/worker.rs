@@ -936,3 +936,39 @@ async fn one_failed_label_of_an_aggregated_task_fails_alone() {
     assert!(rig.result(&hole[0]).await == vec![0; 1000]);
     w.shutdown().await;
 }
+
+/// An aggregated task larger than the room the worker has left lands
+/// what fits, label by label, as its labels would alone; the rest fail
+/// naming the full worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregated_task_over_the_room_left_lands_what_fits() {
+    const PIECE: usize = 4096;
+    let rig = Rig::new();
+    let w = start(&rig, 1, 10 << 10, config()).await;
+    w.set_stack(metered()).await.unwrap();
+    let f = rig.file("/nearly-full").await;
+    let data = pattern(3 * PIECE, 8);
+    let mut labels = Vec::new();
+    for (i, chunk) in data.chunks(PIECE).enumerate() {
+        labels.push(rig.write(&f, (i * PIECE) as u64, chunk).await);
+    }
+    let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
+    rig.push(
+        1,
+        vec![Task {
+            labels,
+            aggregated: true,
+            supertask: false,
+        }],
+    )
+    .await;
+    let statuses = rig.wait(&ids).await;
+    complete(&statuses[..2]);
+    assert_eq!(statuses[2].state, LabelState::Failed);
+    let error = statuses[2].error.as_deref().unwrap();
+    assert!(error.contains("worker 1 is full"), "{error}");
+    assert_eq!(device_writes(&w), 2, "one call per label that fit");
+    let back = rig.run(1, vec![rig.read(&f, 0, 2 * PIECE as u64)]).await;
+    assert!(rig.result(&back[0]).await == data[..2 * PIECE]);
+    w.shutdown().await;
+}
