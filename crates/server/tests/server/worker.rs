@@ -1,9 +1,11 @@
 //! A worker against the embedded stores, driven by tasks pushed by hand.
 
 use crate::common::*;
-use labios_label::{LabelKind, LabelState, Segment, Task, Weights, WorkerState};
+use labios_label::{
+    Label, LabelKind, LabelState, LabelStatus, Segment, Task, Weights, WorkerState,
+};
 use labios_server::{Worker, WorkerConfig, WorkerHandle};
-use labios_store::FileKind;
+use labios_store::{FileKind, FileMeta};
 use std::time::{Duration, Instant};
 
 const MB: u64 = 1 << 20;
@@ -828,6 +830,31 @@ async fn small_writes_pass_pipelines_held_back_by_the_compute_lane() {
     w.shutdown().await;
 }
 
+/// Write labels of `data` at consecutive offsets of `f`, `piece` bytes each.
+async fn consecutive(rig: &Rig, f: &FileMeta, data: &[u8], piece: usize) -> Vec<Label> {
+    let mut labels = Vec::new();
+    for (i, chunk) in data.chunks(piece).enumerate() {
+        labels.push(rig.write(f, (i * piece) as u64, chunk).await);
+    }
+    labels
+}
+
+/// Pushes `labels` to worker 1 as one aggregated task, as the shuffler
+/// makes them, and waits for their statuses.
+async fn run_aggregated(rig: &Rig, labels: Vec<Label>) -> Vec<LabelStatus> {
+    let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
+    rig.push(
+        1,
+        vec![Task {
+            labels,
+            aggregated: true,
+            supertask: false,
+        }],
+    )
+    .await;
+    rig.wait(&ids).await
+}
+
 /// The default stack with every call counted.
 fn metered() -> labios_stack::Spec {
     labios_stack::Spec::try_from(vec!["metrics".to_string(), "file".to_string()]).unwrap()
@@ -853,23 +880,11 @@ async fn an_aggregated_task_is_one_call_to_the_stack() {
     w.set_stack(metered()).await.unwrap();
     let f = rig.file("/aggregated").await;
     let data = pattern(16 * PIECE, 3);
-    let mut labels = Vec::new();
-    for (i, chunk) in data.chunks(PIECE).enumerate() {
-        let mut label = rig.write(&f, (i * PIECE) as u64, chunk).await;
-        label.sync = i % 4 == 0;
-        labels.push(label);
+    let mut labels = consecutive(&rig, &f, &data, PIECE).await;
+    for label in labels.iter_mut().step_by(4) {
+        label.sync = true;
     }
-    let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
-    rig.push(
-        1,
-        vec![Task {
-            labels,
-            aggregated: true,
-            supertask: false,
-        }],
-    )
-    .await;
-    complete(&rig.wait(&ids).await);
+    complete(&run_aggregated(&rig, labels).await);
     assert_eq!(device_writes(&w), 1, "one call for the whole task");
     let back = rig.run(1, vec![rig.read(&f, 0, data.len() as u64)]).await;
     assert!(rig.result(&back[0]).await == data);
@@ -877,17 +892,7 @@ async fn an_aggregated_task_is_one_call_to_the_stack() {
     let older = rig.write(&f, 0, &pattern(PIECE, 4)).await;
     let newer_bytes = pattern(PIECE, 5);
     let newer = rig.write(&f, 0, &newer_bytes).await;
-    let ids = vec![older.id, newer.id];
-    rig.push(
-        1,
-        vec![Task {
-            labels: vec![older, newer],
-            aggregated: true,
-            supertask: false,
-        }],
-    )
-    .await;
-    complete(&rig.wait(&ids).await);
+    complete(&run_aggregated(&rig, vec![older, newer]).await);
     assert_eq!(device_writes(&w), 3, "overlapping labels, one call each");
     let back = rig.run(1, vec![rig.read(&f, 0, PIECE as u64)]).await;
     assert!(rig.result(&back[0]).await == newer_bytes);
@@ -903,23 +908,10 @@ async fn one_failed_label_of_an_aggregated_task_fails_alone() {
     w.set_stack(metered()).await.unwrap();
     let f = rig.file("/partly").await;
     let data = pattern(3 * 1000, 6);
-    let mut labels = Vec::new();
-    for (i, chunk) in data.chunks(1000).enumerate() {
-        labels.push(rig.write(&f, (i * 1000) as u64, chunk).await);
-    }
+    let labels = consecutive(&rig, &f, &data, 1000).await;
     let lost = labels[1].staged_key().unwrap().to_string();
     assert!(rig.stores.warehouse.delete(&lost).await.unwrap());
-    let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
-    rig.push(
-        1,
-        vec![Task {
-            labels,
-            aggregated: true,
-            supertask: false,
-        }],
-    )
-    .await;
-    let statuses = rig.wait(&ids).await;
+    let statuses = run_aggregated(&rig, labels).await;
     assert_eq!(statuses[0].state, LabelState::Complete, "{statuses:?}");
     assert_eq!(statuses[2].state, LabelState::Complete, "{statuses:?}");
     assert_eq!(statuses[1].state, LabelState::Failed);
@@ -948,21 +940,8 @@ async fn an_aggregated_task_over_the_room_left_lands_what_fits() {
     w.set_stack(metered()).await.unwrap();
     let f = rig.file("/nearly-full").await;
     let data = pattern(3 * PIECE, 8);
-    let mut labels = Vec::new();
-    for (i, chunk) in data.chunks(PIECE).enumerate() {
-        labels.push(rig.write(&f, (i * PIECE) as u64, chunk).await);
-    }
-    let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
-    rig.push(
-        1,
-        vec![Task {
-            labels,
-            aggregated: true,
-            supertask: false,
-        }],
-    )
-    .await;
-    let statuses = rig.wait(&ids).await;
+    let labels = consecutive(&rig, &f, &data, PIECE).await;
+    let statuses = run_aggregated(&rig, labels).await;
     complete(&statuses[..2]);
     assert_eq!(statuses[2].state, LabelState::Failed);
     let error = statuses[2].error.as_deref().unwrap();
