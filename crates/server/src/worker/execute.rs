@@ -205,15 +205,14 @@ impl Executor {
         ready: &[(usize, (&Label, &Staged))],
     ) -> Vec<Option<Result<(), Failure>>> {
         let mut puts = vec![None; n];
-        let writes: Vec<(&Label, &Staged)> = ready.iter().map(|(_, w)| *w).collect();
-        let size = writes.iter().map(|(_, s)| s.data.len() as u64).sum();
+        let size = ready.iter().map(|(_, (_, s))| s.data.len() as u64).sum();
         let whole = self.space.has_room(self.storage.as_ref(), size);
-        let per_call = if whole { writes.len().max(1) } else { 1 };
-        let mut at = ready.iter().map(|(i, _)| *i);
-        for group in writes.chunks(per_call) {
-            let put = self.put(group).await;
-            for i in at.by_ref().take(group.len()) {
-                puts[i] = Some(put.clone());
+        let per_call = if whole { ready.len().max(1) } else { 1 };
+        for group in ready.chunks(per_call) {
+            let writes: Vec<(&Label, &Staged)> = group.iter().map(|(_, w)| *w).collect();
+            let put = self.put(&writes).await;
+            for (i, _) in group {
+                puts[*i] = Some(put.clone());
             }
         }
         puts
