@@ -13,6 +13,7 @@
 //! operations onto LABIOS.
 
 mod buckets;
+mod edge;
 mod errors;
 mod listing;
 #[macro_use]
@@ -104,7 +105,7 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let _ = socket.set_nodelay(true);
-        let conn = http.serve_connection(TokioIo::new(socket), Closing(service.clone()));
+        let conn = http.serve_connection(TokioIo::new(socket), edge::Edge(service.clone()));
         let conn = graceful.watch(conn.into_owned());
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -117,41 +118,6 @@ pub async fn serve(
         () = tokio::time::sleep(DRAIN) => tracing::warn!("labios s3: closing connections still busy after {DRAIN:?}"),
     }
     Ok(())
-}
-
-/// Closes the connection after an error answered to a request with a body.
-/// An operation refused before it read its body (a bad key, another
-/// tenant's bucket, an object over the size limit) leaves the rest of the
-/// body unread, and on a kept-alive connection those bytes would be parsed
-/// as the start of the next request (`xPUT /...`, then a signature that
-/// cannot match).
-#[derive(Clone)]
-struct Closing(S3Service);
-
-impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Closing {
-    type Response = s3s::HttpResponse;
-    type Error = s3s::HttpError;
-    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
-        let headers = req.headers();
-        let has_body = headers.contains_key(http::header::TRANSFER_ENCODING)
-            || headers
-                .get(http::header::CONTENT_LENGTH)
-                .is_some_and(|v| v.as_bytes() != b"0");
-        let answer = hyper::service::Service::call(&self.0, req);
-        Box::pin(async move {
-            let mut resp = answer.await?;
-            let status = resp.status();
-            if has_body && (status.is_client_error() || status.is_server_error()) {
-                resp.headers_mut().insert(
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                );
-            }
-            Ok(resp)
-        })
-    }
 }
 
 fn ok<T>(output: T) -> S3Result<S3Response<T>> {

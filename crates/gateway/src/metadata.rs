@@ -42,6 +42,11 @@ pub struct ObjectMeta {
     pub cache_control: Option<String>,
     /// `x-amz-meta-*`, names lowercase without the prefix.
     pub user: HashMap<String, String>,
+    /// The multipart upload that made the object, kept with the ETag and
+    /// valid as long as it is: a CompleteMultipartUpload repeated by a
+    /// client whose first answer was lost gets the same answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<String>,
 }
 
 /// The metadata a PutObject, CopyObject or CreateMultipartUpload request
@@ -84,10 +89,12 @@ impl ObjectMeta {
     /// The attributes that record this metadata for a file of `size`
     /// bytes last modified at `mtime`.
     pub fn to_xattrs(&self, size: u64, mtime: u64) -> Vec<(String, Bytes)> {
-        let mut out = vec![(
-            ETAG.to_string(),
-            Bytes::from(format!("{} {size} {mtime}", self.etag)),
-        )];
+        let mut stamp = format!("{} {size} {mtime}", self.etag);
+        if let Some(upload) = &self.upload {
+            stamp.push(' ');
+            stamp.push_str(upload);
+        }
+        let mut out = vec![(ETAG.to_string(), Bytes::from(stamp))];
         for (name, value) in HEADERS.iter().zip(self.headers()) {
             if let Some(v) = value {
                 out.push((name.to_string(), Bytes::from(v.clone())));
@@ -115,6 +122,7 @@ impl ObjectMeta {
                 let (etag, size, mtime) = (parts.next(), parts.next(), parts.next());
                 if size == Some(&meta.size.to_string()) && mtime == Some(&meta.mtime.to_string()) {
                     out.etag = etag.unwrap_or_default().to_string();
+                    out.upload = parts.next().map(str::to_string);
                 }
             } else if let Some(user) = name.strip_prefix(USER) {
                 out.user.insert(user.to_string(), value.to_string());
@@ -202,6 +210,7 @@ mod tests {
             content_type: Some("text/plain".into()),
             cache_control: Some("no-cache".into()),
             user: HashMap::from([("mtime".into(), "1700000000".into())]),
+            upload: Some("0123456789abcdef0123456789abcdef".into()),
             ..ObjectMeta::default()
         };
         assert_eq!(m.etag, "5d41402abc4b2a76b9719d911017c592");
@@ -215,9 +224,14 @@ mod tests {
             etag: md5_etag(&Md5::checksum(b"hello")),
             ..ObjectMeta::default()
         };
-        let xattrs = m.to_xattrs(5, 9);
+        let xattrs = ObjectMeta {
+            upload: Some("0123456789abcdef0123456789abcdef".into()),
+            ..m.clone()
+        }
+        .to_xattrs(5, 9);
         let changed = ObjectMeta::from_xattrs(&file(5, 10), &xattrs);
         assert!(changed.etag.ends_with("-1"), "{}", changed.etag);
+        assert_eq!(changed.upload, None, "the upload no longer made the object");
         assert_ne!(changed.etag, m.etag);
         let plain = ObjectMeta::from_xattrs(&file(5, 10), &[]);
         assert_eq!(plain.etag, changed.etag);

@@ -22,6 +22,8 @@ const KEY: &str = "s3.upload.key";
 /// S3's limits on part numbers and on parts listed per page.
 const MAX_PART: i32 = 10_000;
 const MAX_PARTS_LISTED: usize = 1000;
+/// S3's smallest part, but for the last.
+pub const MIN_PART_SIZE: u64 = 5 << 20;
 
 struct Upload {
     dir: FileMeta,
@@ -200,11 +202,45 @@ async fn remove(t: &Tenant, upload: &Upload) -> S3Result<()> {
         .map_err(|e| t.fail(e, S3ErrorCode::NoSuchUpload))
 }
 
+/// The ETag of `key` if upload `id` made it and it has not changed since.
+async fn completed(t: &Tenant, bucket: &str, key: &str, id: &str) -> S3Result<Option<String>> {
+    let found = match buckets::object_bucket(t, bucket)? {
+        Some(b) => b.find(key).await,
+        None => crate::objects::find(t, bucket, key).await,
+    };
+    match found {
+        Ok(f) => Ok((f.meta.upload.as_deref() == Some(id)).then_some(f.meta.etag)),
+        Err(e) if *e.code() == S3ErrorCode::NoSuchKey => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn completion(bucket: String, key: String, etag: String) -> CompleteMultipartUploadOutput {
+    CompleteMultipartUploadOutput {
+        bucket: Some(bucket),
+        key: Some(key),
+        e_tag: Some(ETag::Strong(etag)),
+        ..Default::default()
+    }
+}
+
+/// Completes an upload; completing it again, as a client does whose first
+/// answer was lost, answers as the first time did while the object is
+/// unchanged (S3's own behaviour).
 pub async fn complete(
     t: &Tenant,
     input: CompleteMultipartUploadInput,
 ) -> S3Result<CompleteMultipartUploadOutput> {
-    let upload = open(t, &input.bucket, &input.key, &input.upload_id).await?;
+    let upload = match open(t, &input.bucket, &input.key, &input.upload_id).await {
+        Ok(upload) => upload,
+        Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
+            return match completed(t, &input.bucket, &input.key, &input.upload_id).await? {
+                Some(etag) => Ok(completion(input.bucket, input.key, etag)),
+                None => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
     let asked = input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -215,6 +251,7 @@ pub async fn complete(
     let md5s: Vec<[u8; 16]> = chosen.iter().map(|(_, m)| *m).collect();
     let meta = ObjectMeta {
         etag: multipart_etag(&md5s),
+        upload: Some(input.upload_id.clone()),
         ..upload.meta.clone()
     };
     match buckets::object_bucket(t, &input.bucket)? {
@@ -245,17 +282,13 @@ pub async fn complete(
         }
     }
     remove(t, &upload).await?;
-    Ok(CompleteMultipartUploadOutput {
-        bucket: Some(input.bucket),
-        key: Some(input.key),
-        e_tag: Some(ETag::Strong(meta.etag)),
-        ..Default::default()
-    })
+    Ok(completion(input.bucket, input.key, meta.etag))
 }
 
 /// The stored parts a CompleteMultipartUpload request lists, with their
 /// MD5s: in strictly ascending order, each uploaded, with the ETag it was
-/// given if the request names one.
+/// given if the request names one, each but the last at least
+/// [`MIN_PART_SIZE`] bytes.
 pub fn choose_parts(
     asked: &[CompletedPart],
     stored: &[(i32, FileMeta, ObjectMeta)],
@@ -287,6 +320,22 @@ pub fn choose_parts(
         let md5 = parse_md5(&meta.etag)
             .ok_or_else(|| s3_error!(InvalidPart, "part {number} changed after its upload"))?;
         chosen.push((file.clone(), md5));
+    }
+    if let Some((small, _)) = chosen[..chosen.len().saturating_sub(1)]
+        .iter()
+        .find(|(f, _)| f.size < MIN_PART_SIZE)
+    {
+        return Err(s3_error!(
+            EntityTooSmall,
+            "part {} has {} bytes; every part but the last needs at least {MIN_PART_SIZE}",
+            small
+                .path
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches('0'),
+            small.size
+        ));
     }
     Ok(chosen)
 }

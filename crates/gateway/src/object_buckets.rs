@@ -235,7 +235,7 @@ impl ObjectBucket {
     }
 
     /// The object `key` as [`Found`], for conditions and descriptions.
-    async fn find(&self, key: &str) -> S3Result<Found> {
+    pub async fn find(&self, key: &str) -> S3Result<Found> {
         self.check_key(key)?;
         let info = self
             .store

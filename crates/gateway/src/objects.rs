@@ -123,14 +123,56 @@ pub fn check_conditions(
     }
     if let Some(c) = if_none_match {
         if matches(c) {
-            return Err(S3Error::new(S3ErrorCode::NotModified));
+            return Err(not_modified(found));
         }
     } else if let Some(t) = if_modified_since {
         if mtime <= *t {
-            return Err(S3Error::new(S3ErrorCode::NotModified));
+            return Err(not_modified(found));
         }
     }
     Ok(())
+}
+
+/// 304 Not Modified with the ETag and Last-Modified a cache revalidates
+/// against (RFC 7232 4.1: the headers a 200 would have sent).
+fn not_modified(found: &Found) -> S3Error {
+    let mut e = S3Error::new(S3ErrorCode::NotModified);
+    let mut headers = http::HeaderMap::new();
+    let etag = format!("\"{}\"", found.meta.etag);
+    if let Ok(v) = http::HeaderValue::from_str(&etag) {
+        headers.insert(http::header::ETAG, v);
+    }
+    let mut date = Vec::new();
+    if timestamp(found.file.mtime)
+        .format(TimestampFormat::HttpDate, &mut date)
+        .is_ok()
+    {
+        if let Ok(v) = http::HeaderValue::from_bytes(&date) {
+            headers.insert(http::header::LAST_MODIFIED, v);
+        }
+    }
+    e.set_headers(headers);
+    e
+}
+
+/// The `x-amz-copy-source-if-*` conditions of a CopyObject on its source.
+/// A copy has no 304: every failed condition is 412.
+fn copy_conditions(src: &Found, input: &CopyObjectInput) -> S3Result<()> {
+    check_conditions(
+        src,
+        input.copy_source_if_match.as_ref(),
+        input.copy_source_if_none_match.as_ref(),
+        input.copy_source_if_modified_since.as_ref(),
+        input.copy_source_if_unmodified_since.as_ref(),
+    )
+    .map_err(|e| match e.code() {
+        S3ErrorCode::NotModified => s3_error!(
+            PreconditionFailed,
+            "the copy source has ETag {} and is not modified since",
+            src.meta.etag
+        ),
+        _ => e,
+    })
 }
 
 /// If-Match and If-None-Match of a PUT: `existing` (looked up only when
@@ -338,9 +380,9 @@ pub async fn commit(t: &Tenant, staged: &str, path: &str, meta: &ObjectMeta) -> 
     let result = async {
         if let Some(existing) = lookup(t, path).await? {
             if existing.kind == FileKind::Dir {
-                return Err(s3_error!(
-                    InvalidRequest,
-                    "{path} is a directory in LABIOS (objects exist under its name followed by /); a file system cannot hold both"
+                return Err(crate::errors::conflict(
+                    crate::errors::EXISTING_IS_DIRECTORY,
+                    format!("{path} is a directory in LABIOS (objects exist under its name followed by /); a file system cannot hold both"),
                 ));
             }
         }
@@ -591,9 +633,13 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
         CopyTarget::Namespace(_) => u64::MAX,
     };
     let (data, src_meta) = match &from {
-        Some(b) => b.read_all(&src_key, limit).await?,
+        Some(b) => {
+            copy_conditions(&b.find(&src_key).await?, &input)?;
+            b.read_all(&src_key, limit).await?
+        }
         None => {
             let src = find(t, &src_bucket, &src_key).await?;
+            copy_conditions(&src, &input)?;
             if src.size() > limit {
                 return Err(s3_error!(
                     EntityTooLarge,
@@ -617,6 +663,7 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
         src_meta
     };
     meta.etag = md5_etag(&Md5::checksum(&data));
+    meta.upload = None;
     let etag = match into {
         CopyTarget::Objects(b) => b.store(&key, data, meta).await?,
         CopyTarget::Namespace(path) => {
@@ -655,6 +702,7 @@ async fn copy_in_namespace(
     input: CopyObjectInput,
 ) -> S3Result<CopyObjectOutput> {
     let src = find(t, src_bucket, src_key).await?;
+    copy_conditions(&src, &input)?;
     buckets::owned(t, &input.bucket).await?;
     let path = object_path(&input.bucket, &input.key)?;
     let mut meta = if replace {
@@ -669,6 +717,7 @@ async fn copy_in_namespace(
     let body = read_body(t, &src.path, 0, src.file.size).await?;
     let (staged, written) = stage(t, body, ChecksumHasher::default()).await?;
     meta.etag = md5_etag(&written.md5);
+    meta.upload = None;
     let file = commit(t, &staged, &path, &meta).await?;
     Ok(copied(meta.etag, timestamp(file.mtime)))
 }

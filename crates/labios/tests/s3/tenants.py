@@ -29,6 +29,22 @@ def client(key, secret, signature=None):
     )
 
 
+def retrying(key, secret):
+    """A client that retries as boto3 does by default (standard mode, up to
+    5 attempts), and the list of the HTTP requests it sent, by operation."""
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=URL,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}),
+    )
+    sent = []
+    s3.meta.events.register("before-send.s3.*", lambda request, **kw: sent.append(request.method))
+    return s3, sent
+
+
 alice = client(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"])
 bob = client(os.environ["BOB_KEY"], os.environ["BOB_SECRET"])
 

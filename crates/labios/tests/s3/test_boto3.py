@@ -8,6 +8,8 @@ ALICE_SECRET, BOB_KEY, BOB_SECRET) from `labios app create`.
 
 import hashlib
 import os
+import time
+from datetime import datetime, timedelta, timezone
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -19,11 +21,16 @@ from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tenants import RUN, URL, alice, bob, client, code, data
+from tenants import RUN, URL, alice, bob, client, code, data, retrying
 
 
 def md5(b):
     return hashlib.md5(b).hexdigest()
+
+
+def status(e):
+    """The HTTP status of a pytest.raises(ClientError) result."""
+    return e.value.response["ResponseMetadata"]["HTTPStatusCode"]
 
 
 @pytest.fixture
@@ -177,9 +184,27 @@ def test_folders(bucket):
     keys = [o["Key"] for o in alice.list_objects_v2(Bucket=bucket)["Contents"]]
     assert keys == ["empty-folder/", "full/file"]
     assert alice.head_object(Bucket=bucket, Key="empty-folder/")["ContentLength"] == 0
+    # A file system holds a file or a directory under one name, never both:
+    # 409, which a retrying client sends once.
+    s3, sent = retrying(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"])
     with pytest.raises(ClientError) as e:
-        alice.put_object(Bucket=bucket, Key="full", Body=b"a file where a folder is")
-    assert code(e) == "InvalidRequest"
+        s3.put_object(Bucket=bucket, Key="full", Body=b"a file where a folder is")
+    assert code(e) == "ExistingObjectIsDirectory" and status(e) == 409 and sent == ["PUT"]
+    alice.put_object(Bucket=bucket, Key="file", Body=b"f")
+    for key, call in (("file/under", s3.put_object), ("file/", s3.put_object), ("file/copy", s3.copy_object)):
+        del sent[:]
+        args = {"CopySource": {"Bucket": bucket, "Key": "full/file"}} if call == s3.copy_object else {"Body": b""}
+        with pytest.raises(ClientError) as e:
+            call(Bucket=bucket, Key=key, **args)
+        assert code(e) == "ObjectParentIsFile" and status(e) == 409 and len(sent) == 1, (key, e.value.response)
+        assert f"/{bucket}/file " in e.value.response["Error"]["Message"], e.value.response
+    uid, listed = upload(bucket, "file/mp", [b"p"])
+    with pytest.raises(ClientError) as e:
+        alice.complete_multipart_upload(Bucket=bucket, Key="file/mp", UploadId=uid, MultipartUpload=listed)
+    assert code(e) == "ObjectParentIsFile" and status(e) == 409
+    alice.abort_multipart_upload(Bucket=bucket, Key="file/mp", UploadId=uid)
+    assert alice.get_object(Bucket=bucket, Key="file")["Body"].read() == b"f"
+    alice.delete_object(Bucket=bucket, Key="file")
     with pytest.raises(ClientError) as e:
         alice.put_object(Bucket=bucket, Key="x//y", Body=b"")
     assert code(e) == "InvalidArgument"
@@ -243,6 +268,63 @@ def test_multipart_upload(bucket):
     assert code(e) == "NoSuchUpload"
 
 
+def upload(bucket, key, parts):
+    """An upload of alice's with `parts` sent; its id and the part list that completes it."""
+    uid = alice.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    listed = [{"PartNumber": n, "ETag": alice.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=n,
+                                                        Body=p)["ETag"]}
+              for n, p in enumerate(parts, 1)]
+    return uid, {"Parts": listed}
+
+
+def test_complete_multipart_upload_again_answers_the_same(bucket):
+    """A client whose first Complete answer was lost completes again: S3
+    answers with the same ETag while the object is unchanged, and a client
+    that retries sends the request once."""
+    parts = [data(5 << 20, seed=50), data(1000, seed=51)]
+    uid, listed = upload(bucket, "again", parts)
+    first = alice.complete_multipart_upload(Bucket=bucket, Key="again", UploadId=uid, MultipartUpload=listed)
+    s3, sent = retrying(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"])
+    again = s3.complete_multipart_upload(Bucket=bucket, Key="again", UploadId=uid, MultipartUpload=listed)
+    assert again["ETag"] == first["ETag"] and sent == ["POST"]
+    assert alice.get_object(Bucket=bucket, Key="again")["Body"].read() == b"".join(parts)
+    # Another upload's id, or the object changed since: the upload is gone.
+    other, _ = upload(bucket, "other", [b"x"])
+    with pytest.raises(ClientError) as e:
+        alice.complete_multipart_upload(Bucket=bucket, Key="again", UploadId=other, MultipartUpload=listed)
+    assert code(e) == "NoSuchUpload"
+    alice.put_object(Bucket=bucket, Key="again", Body=b"replaced")
+    with pytest.raises(ClientError) as e:
+        alice.complete_multipart_upload(Bucket=bucket, Key="again", UploadId=uid, MultipartUpload=listed)
+    assert code(e) == "NoSuchUpload"
+    alice.abort_multipart_upload(Bucket=bucket, Key="other", UploadId=other)
+
+
+def test_complete_multipart_upload_checks_the_parts(bucket):
+    """Parts listed twice or out of order, and parts under 5 MiB but the
+    last, are refused with S3's codes, once, through a retrying client; the
+    upload stays and completes once the list is right."""
+    small = [data(1 << 20, seed=60), data(1 << 20, seed=61)]
+    uid, listed = upload(bucket, "small", small)
+    s3, sent = retrying(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"])
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(Bucket=bucket, Key="small", UploadId=uid, MultipartUpload=listed)
+    assert code(e) == "EntityTooSmall" and sent == ["POST"]
+    assert "part 1 has 1048576 bytes" in e.value.response["Error"]["Message"]
+    twice = {"Parts": [listed["Parts"][0], listed["Parts"][0]]}
+    with pytest.raises(ClientError) as e:
+        alice.complete_multipart_upload(Bucket=bucket, Key="small", UploadId=uid, MultipartUpload=twice)
+    assert code(e) == "InvalidPartOrder"
+    with pytest.raises(ClientError) as e:
+        alice.head_object(Bucket=bucket, Key="small")
+    assert code(e) == "404"
+    # A lone small part is the last part.
+    one = {"Parts": listed["Parts"][:1]}
+    done = alice.complete_multipart_upload(Bucket=bucket, Key="small", UploadId=uid, MultipartUpload=one)
+    assert done["ETag"].endswith('-1"')
+    assert alice.get_object(Bucket=bucket, Key="small")["Body"].read() == small[0]
+
+
 def test_managed_transfers(bucket, tmp_path):
     """upload_file and download_file: multipart and parallel ranged GETs."""
     src = tmp_path / "src.bin"
@@ -299,10 +381,42 @@ def test_conditional_requests(bucket):
     with pytest.raises(ClientError) as e:
         alice.get_object(Bucket=bucket, Key="c", IfNoneMatch=put["ETag"])
     assert code(e) == "304"
+    # What a cache revalidates against comes with the 304.
+    headers = e.value.response["ResponseMetadata"]["HTTPHeaders"]
+    assert headers["etag"] == put["ETag"], headers
+    assert headers["last-modified"] == alice.head_object(Bucket=bucket, Key="c")["ResponseMetadata"][
+        "HTTPHeaders"]["last-modified"]
+    with pytest.raises(ClientError) as e:
+        alice.head_object(Bucket=bucket, Key="c", IfModifiedSince=datetime.now(timezone.utc) + timedelta(hours=1))
+    assert code(e) == "304"
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["etag"] == put["ETag"]
     with pytest.raises(ClientError) as e:
         alice.get_object(Bucket=bucket, Key="c", IfMatch='"0123456789abcdef0123456789abcdef"')
     assert code(e) == "PreconditionFailed"
     assert alice.get_object(Bucket=bucket, Key="c", IfMatch=put["ETag"])["Body"].read() == b"v1"
+
+
+def test_copy_conditions(bucket):
+    """x-amz-copy-source-if-*: a failed condition is 412 and copies nothing."""
+    put = alice.put_object(Bucket=bucket, Key="src", Body=b"v1")
+    modified = alice.head_object(Bucket=bucket, Key="src")["LastModified"]
+    hour = timedelta(hours=1)
+    other = '"0123456789abcdef0123456789abcdef"'
+    source = {"Bucket": bucket, "Key": "src"}
+    for failing in ({"CopySourceIfMatch": other}, {"CopySourceIfNoneMatch": put["ETag"]},
+                    {"CopySourceIfModifiedSince": modified + hour},
+                    {"CopySourceIfUnmodifiedSince": modified - hour}):
+        with pytest.raises(ClientError) as e:
+            alice.copy_object(Bucket=bucket, Key="dst", CopySource=source, **failing)
+        assert code(e) == "PreconditionFailed", failing
+        with pytest.raises(ClientError) as e:
+            alice.head_object(Bucket=bucket, Key="dst")
+        assert code(e) == "404", failing
+    for n, passing in enumerate(({"CopySourceIfMatch": put["ETag"]}, {"CopySourceIfNoneMatch": other},
+                                 {"CopySourceIfModifiedSince": modified - hour},
+                                 {"CopySourceIfUnmodifiedSince": modified + hour})):
+        alice.copy_object(Bucket=bucket, Key=f"dst{n}", CopySource=source, **passing)
+        assert alice.get_object(Bucket=bucket, Key=f"dst{n}")["Body"].read() == b"v1"
 
 
 def test_checksums(bucket):
@@ -328,6 +442,28 @@ def test_presigned_urls(bucket):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(url.replace("Signature=", "Signature=0"))
     assert e.value.code == 403
+    # SigV4 URLs are valid for at most a week, and not at all once expired.
+    v4 = client(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"], signature="s3v4")
+    where = {"Bucket": bucket, "Key": "shared.txt"}
+    week = v4.generate_presigned_url("get_object", Params=where, ExpiresIn=604800)
+    with urllib.request.urlopen(week) as r:
+        assert r.read() == b"for a browser"
+    for expires, words in ((604801, "less than a week"), (-5, "non-negative")):
+        url = v4.generate_presigned_url("get_object", Params=where, ExpiresIn=expires)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url)
+        body = e.value.read().decode()
+        assert e.value.code == 400 and "AuthorizationQueryParametersError" in body and words in body, body
+    soon = v4.generate_presigned_url("get_object", Params=where, ExpiresIn=1)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(soon).read()
+        except urllib.error.HTTPError as e:
+            body = e.read().decode()
+            assert e.code == 403 and "AccessDenied" in body and "expired" in body, body
+            break
+        assert time.monotonic() < deadline, "a URL valid for 1 s was still served after 30 s"
 
 
 def test_errors_are_clear_s3_errors(bucket):
@@ -355,6 +491,15 @@ def test_errors_are_clear_s3_errors(bucket):
     with pytest.raises(ClientError) as e:
         alice.get_object(Bucket=bucket, Key="no-such-key")
     assert code(e) == "NoSuchKey"
+    # Every answer names its request, an error in its body too.
+    said = e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+    assert len(said) == 16 and e.value.response["ResponseMetadata"]["RequestId"] == said
+    url = alice.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "no-such-key"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url)
+    assert f"<RequestId>{e.value.headers['x-amz-request-id']}</RequestId>" in e.value.read().decode()
+    ok = alice.head_object(Bucket=bucket, Key="private")["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+    assert len(ok) == 16 and ok != said
     # Another tenant: nothing of alice's bucket is reachable.
     for call in (
         lambda: bob.get_object(Bucket=bucket, Key="private"),

@@ -121,6 +121,10 @@ def test_multipart_upload(bucket):
     r = alice.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=uid, MultipartUpload={
         "Parts": [{"PartNumber": n, "ETag": t} for n, t in enumerate(etags, 1)]})
     assert r["ETag"].endswith('-3"')
+    # Completed again (the first answer lost): the same answer.
+    again = alice.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=uid, MultipartUpload={
+        "Parts": [{"PartNumber": n, "ETag": t} for n, t in enumerate(etags, 1)]})
+    assert again["ETag"] == r["ETag"]
     got = alice.get_object(Bucket=bucket, Key=key)
     assert got["Body"].read() == b"".join(parts)
     assert got["ETag"] == r["ETag"] and got["Metadata"] == {"k": "v"}

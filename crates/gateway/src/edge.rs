@@ -1,0 +1,168 @@
+//! What the gateway does to every HTTP exchange around s3s: a request id
+//! on every answer, the limits of presigned URLs that s3s leaves to the
+//! server, and closing a connection whose request body was left unread.
+
+use s3s::service::S3Service;
+use s3s::{S3Error, S3ErrorCode};
+
+/// S3's longest validity of a presigned URL: 7 days, in seconds.
+pub const MAX_PRESIGNED_EXPIRES: i64 = 604_800;
+
+/// The S3 service behind the gateway's own handling of each exchange.
+#[derive(Clone)]
+pub struct Edge(pub S3Service);
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Edge {
+    type Response = s3s::HttpResponse;
+    type Error = s3s::HttpError;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        let id = request_id();
+        let headers = req.headers();
+        // An operation refused before it read its body (a bad key, another
+        // tenant's bucket, an object over the size limit) leaves the rest
+        // of the body unread, and on a kept-alive connection those bytes
+        // would be parsed as the start of the next request.
+        let has_body = headers.contains_key(http::header::TRANSFER_ENCODING)
+            || headers
+                .get(http::header::CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes() != b"0");
+        let answer: Self::Future = match presigned_limits(req.uri().query()) {
+            Some(refused) => {
+                let resp = refused
+                    .to_http_response()
+                    .map_err(|e| s3s::HttpError::new(Box::new(e)));
+                Box::pin(std::future::ready(resp))
+            }
+            None => Box::pin(hyper::service::Service::call(&self.0, req)),
+        };
+        Box::pin(async move {
+            let mut resp = answer.await?;
+            let status = resp.status();
+            if has_body && (status.is_client_error() || status.is_server_error()) {
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            identify(&mut resp, &id);
+            Ok(resp)
+        })
+    }
+}
+
+/// A request id as S3 writes them: 16 uppercase hex digits.
+fn request_id() -> String {
+    format!("{:016X}", fastrand::u64(..))
+}
+
+/// Names the exchange `id` in the `x-amz-request-id` header and, for an
+/// error, in its body's `RequestId`, which is what a user quotes to an
+/// operator and what the gateway's log lines name.
+fn identify(resp: &mut s3s::HttpResponse, id: &str) {
+    if let Ok(v) = http::HeaderValue::from_str(id) {
+        resp.headers_mut().insert("x-amz-request-id", v);
+    }
+    if resp.status().is_success() {
+        return;
+    }
+    let Some(body) = resp.body().bytes() else {
+        return;
+    };
+    let Some(end) = find(&body, b"</Error>") else {
+        return;
+    };
+    if find(&body, b"<RequestId>").is_some() {
+        return;
+    }
+    let mut out = Vec::with_capacity(body.len() + id.len() + 24);
+    out.extend_from_slice(&body[..end]);
+    out.extend_from_slice(format!("<RequestId>{id}</RequestId>").as_bytes());
+    out.extend_from_slice(&body[end..]);
+    let len = out.len();
+    *resp.body_mut() = s3s::Body::from(bytes::Bytes::from(out));
+    if let Ok(v) = http::HeaderValue::from_str(&len.to_string()) {
+        resp.headers_mut().insert(http::header::CONTENT_LENGTH, v);
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The refusal of a SigV4 presigned URL whose `X-Amz-Expires` S3 would
+/// not take: not a number, negative, or over 7 days. (s3s checks the
+/// signature and the expiry itself, but takes any validity and answers a
+/// negative one with a puzzling "missing fields".)
+pub fn presigned_limits(query: Option<&str>) -> Option<S3Error> {
+    let query = query?;
+    let mut signed = false;
+    let mut expires = None;
+    for pair in query.split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "X-Amz-Signature" => signed = true,
+            "X-Amz-Expires" => expires = Some(value),
+            _ => {}
+        }
+    }
+    let expires = expires.filter(|_| signed)?;
+    let problem = match expires.parse::<i64>() {
+        Err(_) => format!("X-Amz-Expires {expires:?} is not a number of seconds"),
+        Ok(n) if n < 0 => format!("X-Amz-Expires must be non-negative, not {n}"),
+        Ok(n) if n > MAX_PRESIGNED_EXPIRES => format!(
+            "X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGNED_EXPIRES}, not {n}"
+        ),
+        Ok(_) => return None,
+    };
+    Some(S3Error::with_message(
+        S3ErrorCode::AuthorizationQueryParametersError,
+        problem,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(query: &str) -> Option<String> {
+        presigned_limits(Some(query)).map(|e| e.message().unwrap_or_default().to_string())
+    }
+
+    #[test]
+    fn presigned_urls_are_valid_for_at_most_a_week() {
+        let url = |e: &str| {
+            format!("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires={e}&X-Amz-Signature=ab")
+        };
+        assert_eq!(refusal(&url("60")), None);
+        assert_eq!(refusal(&url("604800")), None);
+        assert!(refusal(&url("604801"))
+            .unwrap()
+            .contains("less than a week"));
+        assert!(refusal(&url("-5")).unwrap().contains("non-negative"));
+        assert!(refusal(&url("soon")).unwrap().contains("not a number"));
+        // Not a presigned URL: a listing's own parameters, or no signature.
+        assert_eq!(refusal("list-type=2&prefix=a"), None);
+        assert_eq!(refusal("X-Amz-Expires=-5"), None);
+        assert_eq!(presigned_limits(None).map(|_| ()), None);
+    }
+
+    #[test]
+    fn every_answer_names_its_request() {
+        let e = S3Error::with_message(S3ErrorCode::NoSuchKey, "gone");
+        let mut resp = e.to_http_response().unwrap();
+        identify(&mut resp, "0123456789ABCDEF");
+        assert_eq!(resp.headers()["x-amz-request-id"], "0123456789ABCDEF");
+        let body = resp.body().bytes().unwrap();
+        let text = std::str::from_utf8(&body).unwrap();
+        assert!(
+            text.contains("<RequestId>0123456789ABCDEF</RequestId></Error>"),
+            "{text}"
+        );
+        assert_eq!(
+            resp.headers()[http::header::CONTENT_LENGTH],
+            body.len().to_string()
+        );
+    }
+}
