@@ -9,7 +9,7 @@ use crate::tenants::Tenant;
 use crate::time::timestamp;
 use labios_label::Error;
 use labios_store::{FileKind, FileMeta};
-use s3s::dto::{Bucket, ListBucketsOutput};
+use s3s::dto::{Bucket, ListBucketsInput, ListBucketsOutput};
 use s3s::{s3_error, S3ErrorCode, S3Result};
 use std::sync::Arc;
 
@@ -116,9 +116,28 @@ pub async fn delete(t: &Tenant, bucket: &str) -> S3Result<()> {
         .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))
 }
 
+/// S3's largest ListBuckets page.
+const MAX_BUCKETS: i32 = 10_000;
+
 /// The tenant's buckets: the top-level directories it owns whose names are
-/// valid bucket names.
-pub async fn list(t: &Tenant) -> S3Result<ListBucketsOutput> {
+/// valid bucket names, and its object buckets, by name; a page of them
+/// when the request asks for `max-buckets`.
+pub async fn list(t: &Tenant, input: ListBucketsInput) -> S3Result<ListBucketsOutput> {
+    let max = match input.max_buckets {
+        Some(n) if !(1..=MAX_BUCKETS).contains(&n) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "max-buckets must be between 1 and {MAX_BUCKETS}, not {n}"
+            ))
+        }
+        Some(n) => n as usize,
+        None => usize::MAX,
+    };
+    let after = input
+        .continuation_token
+        .as_deref()
+        .map(crate::listing::untoken)
+        .transpose()?;
     let all = t
         .client
         .catalog()
@@ -144,9 +163,26 @@ pub async fn list(t: &Tenant) -> S3Result<ListBucketsOutput> {
             .filter(|b| b.owner == t.name)
             .map(|b| b.bucket()),
     );
+    let prefix = input.prefix.unwrap_or_default();
+    buckets.retain(|b| {
+        let name = b.name.as_deref().unwrap_or_default();
+        name.starts_with(&prefix) && after.as_deref().is_none_or(|a| name > a)
+    });
     buckets.sort_by(|a, b| a.name.cmp(&b.name));
+    let more = buckets.len() > max;
+    buckets.truncate(max);
+    let next = more
+        .then(|| {
+            buckets
+                .last()
+                .and_then(|b| b.name.as_deref())
+                .map(crate::listing::token)
+        })
+        .flatten();
     Ok(ListBucketsOutput {
         buckets: Some(buckets),
+        continuation_token: next,
+        prefix: (!prefix.is_empty()).then_some(prefix),
         ..Default::default()
     })
 }

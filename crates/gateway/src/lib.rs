@@ -57,6 +57,10 @@ use std::time::Duration;
 use tenants::{Auth, Directory, Tenant};
 use tokio::net::TcpListener;
 
+/// The version id S3 gives every object of a bucket that was never
+/// versioned.
+const NULL_VERSION: &str = "null";
+
 /// How long open connections may take to finish their requests once the
 /// gateway is asked to stop.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -124,13 +128,20 @@ fn ok<T>(output: T) -> S3Result<S3Response<T>> {
     Ok(S3Response::new(output))
 }
 
+/// A listing's delimiter as its answer repeats it: an empty one is none.
+fn echoed(delimiter: Option<String>, url_encoded: bool) -> Option<String> {
+    delimiter
+        .filter(|d| !d.is_empty())
+        .map(|d| encode(url_encoded, &d))
+}
+
 #[async_trait]
 impl S3 for Gateway {
     async fn list_buckets(
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        ok(buckets::list(&self.tenant(&req).await?).await?)
+        ok(buckets::list(&self.tenant(&req).await?, req.input).await?)
     }
 
     async fn create_bucket(
@@ -262,7 +273,7 @@ impl S3 for Gateway {
         ok(ListObjectsV2Output {
             name: Some(i.bucket),
             prefix: Some(encode(url_encoded, &prefix)),
-            delimiter: i.delimiter.map(|d| encode(url_encoded, &d)),
+            delimiter: echoed(i.delimiter, url_encoded),
             start_after: i.start_after.map(|s| encode(url_encoded, &s)),
             max_keys: Some(i.max_keys.unwrap_or(1000)),
             encoding_type: i.encoding_type,
@@ -306,8 +317,9 @@ impl S3 for Gateway {
         ok(ListObjectsOutput {
             name: Some(i.bucket),
             prefix: Some(encode(url_encoded, &prefix)),
-            delimiter: i.delimiter.map(|d| encode(url_encoded, &d)),
-            marker: i.marker.map(|m| encode(url_encoded, &m)),
+            delimiter: echoed(i.delimiter, url_encoded),
+            // ListObjects always names its marker, empty when none.
+            marker: Some(encode(url_encoded, &i.marker.unwrap_or_default())),
             max_keys: Some(i.max_keys.unwrap_or(1000)),
             encoding_type: i.encoding_type,
             next_marker: page
@@ -316,6 +328,82 @@ impl S3 for Gateway {
                 .flatten(),
             is_truncated: Some(page.truncated),
             contents: Some(page.contents),
+            common_prefixes: Some(page.prefixes),
+            ..Default::default()
+        })
+    }
+
+    /// No bucket of LABIOS has ever been versioned: S3 answers such a
+    /// bucket's versioning with no status.
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let t = self.tenant(&req).await?;
+        buckets::usable(&t, &req.input.bucket).await?;
+        ok(GetBucketVersioningOutput::default())
+    }
+
+    /// Every object of an unversioned bucket is its one version, `null`,
+    /// as S3 lists them (tools empty a bucket by this listing). The key
+    /// marker alone says where a page starts.
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let t = self.tenant(&req).await?;
+        let i = req.input;
+        let url_encoded = i
+            .encoding_type
+            .as_ref()
+            .is_some_and(|e| e.as_str() == EncodingType::URL);
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let page = listing::page(
+            &t,
+            &Query {
+                bucket: &i.bucket,
+                prefix: &prefix,
+                delimiter: i.delimiter.as_deref(),
+                after: i.key_marker.clone().filter(|m| !m.is_empty()),
+                max_keys: i.max_keys,
+                url_encoded,
+                fetch_owner: true,
+            },
+        )
+        .await?;
+        let versions = page
+            .contents
+            .into_iter()
+            .map(|o| ObjectVersion {
+                e_tag: o.e_tag,
+                is_latest: Some(true),
+                key: o.key,
+                last_modified: o.last_modified,
+                owner: o.owner,
+                size: o.size,
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                version_id: Some(NULL_VERSION.into()),
+                ..Default::default()
+            })
+            .collect();
+        let next = page
+            .truncated
+            .then(|| page.last.as_deref().map(|l| encode(url_encoded, l)))
+            .flatten();
+        ok(ListObjectVersionsOutput {
+            name: Some(i.bucket),
+            prefix: Some(encode(url_encoded, &prefix)),
+            delimiter: echoed(i.delimiter, url_encoded),
+            key_marker: Some(encode(url_encoded, &i.key_marker.unwrap_or_default())),
+            version_id_marker: i.version_id_marker,
+            max_keys: Some(i.max_keys.unwrap_or(1000)),
+            encoding_type: i.encoding_type,
+            is_truncated: Some(page.truncated),
+            next_version_id_marker: next.as_ref().map(|_| NULL_VERSION.into()),
+            next_key_marker: next,
+            versions: Some(versions),
             common_prefixes: Some(page.prefixes),
             ..Default::default()
         })

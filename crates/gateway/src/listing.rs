@@ -83,6 +83,9 @@ pub fn paginate<T>(keys: Vec<(String, T)>, q: &Query<'_>) -> S3Result<Paged<T>> 
     };
     let mut entries: Vec<(String, Entry<T>)> = Vec::new();
     let mut truncated = false;
+    // A page of no keys says nothing of what follows: S3 answers it as
+    // complete.
+    let keys = if max == 0 { Vec::new() } else { keys };
     for (key, item) in keys {
         if q.after.as_deref().is_some_and(|a| key.as_str() <= a) {
             continue;

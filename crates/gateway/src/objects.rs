@@ -559,7 +559,17 @@ pub async fn delete_any(t: &Tenant, bucket: &str, key: &str) -> S3Result<()> {
     }
 }
 
+/// S3's most keys in one DeleteObjects request.
+const MAX_DELETES: usize = 1000;
+
 pub async fn delete_many(t: &Tenant, input: DeleteObjectsInput) -> S3Result<DeleteObjectsOutput> {
+    let asked = input.delete.objects.len();
+    if asked > MAX_DELETES {
+        return Err(s3_error!(
+            MalformedXML,
+            "DeleteObjects names {asked} keys; at most {MAX_DELETES} are allowed"
+        ));
+    }
     buckets::usable(t, &input.bucket).await?;
     let quiet = input.delete.quiet.unwrap_or(false);
     let mut deleted = Vec::new();

@@ -15,6 +15,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import boto3
+import botocore.handlers
 import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore import UNSIGNED
@@ -176,6 +177,59 @@ def test_list_objects_v1_and_paginator(bucket):
     assert [o["Key"] for o in v1["Contents"] + rest["Contents"]] == keys
     pages = list(alice.get_paginator("list_objects").paginate(Bucket=bucket, Delimiter="/"))
     assert [p["Prefix"] for p in pages[0]["CommonPrefixes"]] == ["many/"]
+
+
+def test_listing_edges(bucket):
+    """MaxKeys=0, an empty delimiter, ListObjects' marker and its prefix as
+    sent, and the null versions of an unversioned bucket (how tools empty
+    one)."""
+    keys = ["a b/1", "a b/2", "c"]
+    for k in keys:
+        alice.put_object(Bucket=bucket, Key=k, Body=b"x")
+    for listed in (alice.list_objects_v2(Bucket=bucket, MaxKeys=0), alice.list_objects(Bucket=bucket, MaxKeys=0)):
+        assert listed["IsTruncated"] is False and "Contents" not in listed, listed
+    listed = alice.list_objects_v2(Bucket=bucket, Delimiter="")
+    assert "Delimiter" not in listed and [o["Key"] for o in listed["Contents"]] == keys
+    assert alice.list_objects(Bucket=bucket)["Marker"] == ""
+    # Without encoding-type=url (which boto3 adds unless told not to), the
+    # prefix comes back as sent.
+    plain = client(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"], signature="s3v4")
+    plain.meta.events.unregister("before-parameter-build.s3.ListObjects",
+                                 botocore.handlers.set_list_objects_encoding_type_url)
+    url = plain.generate_presigned_url("list_objects", Params={"Bucket": bucket, "Prefix": "a b/"})
+    assert "encoding-type" not in url
+    with urllib.request.urlopen(url) as r:
+        body = r.read().decode()
+    assert "<Prefix>a b/</Prefix>" in body and "<Key>a b/1</Key>" in body, body
+    assert "<Marker></Marker>" in body or "<Marker/>" in body, body
+    assert "Status" not in alice.get_bucket_versioning(Bucket=bucket)
+    first = alice.list_object_versions(Bucket=bucket, MaxKeys=2)
+    assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in first["Versions"]] == [
+        ("a b/1", "null", True), ("a b/2", "null", True)]
+    assert first["IsTruncated"] and first["NextKeyMarker"] == "a b/2" and first["NextVersionIdMarker"] == "null"
+    rest = alice.list_object_versions(Bucket=bucket, KeyMarker=first["NextKeyMarker"],
+                                      VersionIdMarker=first["NextVersionIdMarker"])
+    assert [v["Key"] for v in rest["Versions"]] == ["c"] and not rest["IsTruncated"]
+    assert rest["Versions"][0]["ETag"] == f'"{md5(b"x")}"' and rest["Versions"][0]["Size"] == 1
+    every = [{"Key": v["Key"], "VersionId": v["VersionId"]} for v in first["Versions"] + rest["Versions"]]
+    alice.delete_objects(Bucket=bucket, Delete={"Objects": every})
+    assert alice.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+
+
+def test_list_buckets_pages():
+    names = [f"pages-{RUN}-{n}" for n in range(3)]
+    for n in names:
+        bob.create_bucket(Bucket=n)
+    first = bob.list_buckets(Prefix=f"pages-{RUN}", MaxBuckets=2)
+    assert [b["Name"] for b in first["Buckets"]] == names[:2] and first["Prefix"] == f"pages-{RUN}"
+    rest = bob.list_buckets(Prefix=f"pages-{RUN}", MaxBuckets=2, ContinuationToken=first["ContinuationToken"])
+    assert [b["Name"] for b in rest["Buckets"]] == names[2:] and "ContinuationToken" not in rest
+    assert set(names) <= {b["Name"] for b in bob.list_buckets()["Buckets"]}
+    with pytest.raises(ClientError) as e:
+        bob.list_buckets(MaxBuckets=10001)
+    assert code(e) == "InvalidArgument"
+    for n in names:
+        bob.delete_bucket(Bucket=n)
 
 
 def test_folders(bucket):
@@ -370,6 +424,11 @@ def test_delete_objects(bucket):
     r = alice.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "d/3"}], "Quiet": True})
     assert "Deleted" not in r or r["Deleted"] == []
     assert alice.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+    alice.put_object(Bucket=bucket, Key="kept", Body=b"k")
+    with pytest.raises(ClientError) as e:
+        alice.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": f"k{n}"} for n in range(1000)] + [{"Key": "kept"}]})
+    assert code(e) == "MalformedXML" and "1001 keys" in e.value.response["Error"]["Message"]
+    assert alice.get_object(Bucket=bucket, Key="kept")["Body"].read() == b"k"
 
 
 def test_conditional_requests(bucket):
