@@ -1,12 +1,19 @@
 //! What the gateway does to every HTTP exchange around s3s: a request id
 //! on every answer, the limits of presigned URLs that s3s leaves to the
-//! server, and closing a connection whose request body was left unread.
+//! server, bodies sent without a length, and closing a connection whose
+//! request body was left unread.
 
 use s3s::service::S3Service;
 use s3s::{S3Error, S3ErrorCode};
 
 /// S3's longest validity of a presigned URL: 7 days, in seconds.
 pub const MAX_PRESIGNED_EXPIRES: i64 = 604_800;
+
+/// The most a body sent without Content-Length (`Transfer-Encoding:
+/// chunked`) may hold: s3s needs every plain body's length up front, so
+/// such a body is read into memory first. Larger uploads send their length
+/// or go in parts.
+pub const UNSIZED_BODY_LIMIT: usize = 32 << 20;
 
 /// The S3 service behind the gateway's own handling of each exchange.
 #[derive(Clone)]
@@ -28,14 +35,22 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Edge {
             || headers
                 .get(http::header::CONTENT_LENGTH)
                 .is_some_and(|v| v.as_bytes() != b"0");
+        let req = req.map(s3s::Body::from);
         let answer: Self::Future = match presigned_limits(req.uri().query()) {
-            Some(refused) => {
-                let resp = refused
-                    .to_http_response()
-                    .map_err(|e| s3s::HttpError::new(Box::new(e)));
-                Box::pin(std::future::ready(resp))
+            Some(refused) => Box::pin(std::future::ready(answer_with(refused))),
+            None if without_length(&req) => {
+                let service = self.0.clone();
+                Box::pin(async move {
+                    match sized(req).await {
+                        Ok(req) => service.call(req).await,
+                        Err(refused) => answer_with(refused),
+                    }
+                })
             }
-            None => Box::pin(hyper::service::Service::call(&self.0, req)),
+            None => {
+                let service = self.0.clone();
+                Box::pin(async move { service.call(req).await })
+            }
         };
         Box::pin(async move {
             let mut resp = answer.await?;
@@ -50,6 +65,45 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Edge {
             Ok(resp)
         })
     }
+}
+
+fn answer_with(refused: S3Error) -> Result<s3s::HttpResponse, s3s::HttpError> {
+    refused
+        .to_http_response()
+        .map_err(|e| s3s::HttpError::new(Box::new(e)))
+}
+
+/// A plain body sent without its length (an aws-chunked upload names its
+/// decoded length in a header of its own).
+fn without_length(req: &s3s::HttpRequest) -> bool {
+    let h = req.headers();
+    h.contains_key(http::header::TRANSFER_ENCODING)
+        && !h.contains_key(http::header::CONTENT_LENGTH)
+        && !h.contains_key("x-amz-decoded-content-length")
+}
+
+/// `req` with its body read, up to [`UNSIZED_BODY_LIMIT`], and its length
+/// named.
+async fn sized(req: s3s::HttpRequest) -> Result<s3s::HttpRequest, S3Error> {
+    let (mut parts, mut body) = req.into_parts();
+    let bytes = body
+        .store_all_limited(UNSIZED_BODY_LIMIT)
+        .await
+        .map_err(|e| {
+            S3Error::with_message(
+                S3ErrorCode::MissingContentLength,
+                format!(
+                    "a body sent without Content-Length is read whole first, up to {UNSIZED_BODY_LIMIT} bytes: {e}; \
+                     send its length, or upload it in parts"
+                ),
+            )
+        })?;
+    parts.headers.remove(http::header::TRANSFER_ENCODING);
+    parts.headers.insert(
+        http::header::CONTENT_LENGTH,
+        http::HeaderValue::from(bytes.len()),
+    );
+    Ok(http::Request::from_parts(parts, s3s::Body::from(bytes)))
 }
 
 /// A request id as S3 writes them: 16 uppercase hex digits.
@@ -146,6 +200,28 @@ mod tests {
         assert_eq!(refusal("list-type=2&prefix=a"), None);
         assert_eq!(refusal("X-Amz-Expires=-5"), None);
         assert_eq!(presigned_limits(None).map(|_| ()), None);
+    }
+
+    fn chunked(body: Vec<u8>) -> s3s::HttpRequest {
+        http::Request::put("/b/k")
+            .header(http::header::TRANSFER_ENCODING, "chunked")
+            .body(s3s::Body::from(body))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_body_without_its_length_is_read_whole_up_to_the_bound() {
+        let req = chunked(vec![7; 1000]);
+        assert!(without_length(&req));
+        let req = sized(req).await.unwrap();
+        assert!(!without_length(&req));
+        assert_eq!(req.headers()[http::header::CONTENT_LENGTH], "1000");
+        assert_eq!(req.body().bytes().unwrap().len(), 1000);
+        let e = sized(chunked(vec![0; UNSIZED_BODY_LIMIT + 1]))
+            .await
+            .unwrap_err();
+        assert_eq!(*e.code(), S3ErrorCode::MissingContentLength);
+        assert!(e.message().unwrap().contains("send its length"));
     }
 
     #[test]

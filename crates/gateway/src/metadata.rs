@@ -14,19 +14,25 @@
 use bytes::Bytes;
 use labios_store::{FileKind, FileMeta};
 use s3s::crypto::{Checksum, Md5};
+use s3s::dto::{Timestamp, TimestampFormat};
 use std::collections::HashMap;
 
 const ETAG: &str = "s3.etag";
 const USER: &str = "user.";
 
 /// The standard headers kept, by attribute name.
-const HEADERS: [&str; 5] = [
+const HEADERS: [&str; 6] = [
     "s3.content-type",
     "s3.content-encoding",
     "s3.content-disposition",
     "s3.content-language",
     "s3.cache-control",
+    "s3.expires",
 ];
+
+/// The content coding of SigV4 streaming uploads: how the body travelled,
+/// not what the object is.
+const AWS_CHUNKED: &str = "aws-chunked";
 
 /// MD5 of no bytes: the ETag of an empty object or folder.
 pub const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
@@ -40,6 +46,8 @@ pub struct ObjectMeta {
     pub content_disposition: Option<String>,
     pub content_language: Option<String>,
     pub cache_control: Option<String>,
+    /// The `Expires` header, as an HTTP date.
+    pub expires: Option<String>,
     /// `x-amz-meta-*`, names lowercase without the prefix.
     pub user: HashMap<String, String>,
     /// The multipart upload that made the object, kept with the ETag and
@@ -55,10 +63,14 @@ macro_rules! headers_of {
     ($input:expr) => {
         $crate::metadata::ObjectMeta {
             content_type: $input.content_type,
-            content_encoding: $input.content_encoding,
+            content_encoding: $crate::metadata::stored_encoding($input.content_encoding),
             content_disposition: $input.content_disposition,
             content_language: $input.content_language,
             cache_control: $input.cache_control,
+            expires: $input
+                .expires
+                .as_ref()
+                .and_then($crate::metadata::http_date),
             user: $input.metadata.unwrap_or_default(),
             ..$crate::metadata::ObjectMeta::default()
         }
@@ -66,24 +78,31 @@ macro_rules! headers_of {
 }
 
 impl ObjectMeta {
-    fn headers(&self) -> [&Option<String>; 5] {
+    fn headers(&self) -> [&Option<String>; 6] {
         [
             &self.content_type,
             &self.content_encoding,
             &self.content_disposition,
             &self.content_language,
             &self.cache_control,
+            &self.expires,
         ]
     }
 
-    fn headers_mut(&mut self) -> [&mut Option<String>; 5] {
+    fn headers_mut(&mut self) -> [&mut Option<String>; 6] {
         [
             &mut self.content_type,
             &mut self.content_encoding,
             &mut self.content_disposition,
             &mut self.content_language,
             &mut self.cache_control,
+            &mut self.expires,
         ]
+    }
+
+    /// The stored `Expires` as the timestamp a GET or HEAD answers with.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        Timestamp::parse(TimestampFormat::HttpDate, self.expires.as_deref()?).ok()
     }
 
     /// The attributes that record this metadata for a file of `size`
@@ -140,6 +159,26 @@ impl ObjectMeta {
         }
         out
     }
+}
+
+/// A request's Content-Encoding as the object keeps it: without
+/// `aws-chunked`, which only says how the body was sent (S3 drops it too);
+/// none if nothing else is left.
+pub fn stored_encoding(sent: Option<String>) -> Option<String> {
+    let kept: Vec<&str> = sent
+        .as_deref()?
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case(AWS_CHUNKED))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(","))
+}
+
+/// `t` as an HTTP date, the form the `Expires` header is sent in.
+pub fn http_date(t: &Timestamp) -> Option<String> {
+    let mut out = Vec::new();
+    t.format(TimestampFormat::HttpDate, &mut out).ok()?;
+    String::from_utf8(out).ok()
 }
 
 /// S3's ETag of a single-part object: the hex MD5 of its bytes.
@@ -236,6 +275,29 @@ mod tests {
         let plain = ObjectMeta::from_xattrs(&file(5, 10), &[]);
         assert_eq!(plain.etag, changed.etag);
         assert_eq!(ObjectMeta::from_xattrs(&file(0, 1), &[]).etag, EMPTY_MD5);
+    }
+
+    #[test]
+    fn aws_chunked_is_how_a_body_travelled_not_its_coding() {
+        let stored = |s: &str| stored_encoding(Some(s.to_string()));
+        assert_eq!(stored("aws-chunked"), None);
+        assert_eq!(stored("aws-chunked,gzip"), Some("gzip".into()));
+        assert_eq!(stored("gzip, AWS-CHUNKED"), Some("gzip".into()));
+        assert_eq!(stored("br"), Some("br".into()));
+        assert_eq!(stored_encoding(None), None);
+    }
+
+    #[test]
+    fn expires_round_trips_as_an_http_date() {
+        let t =
+            Timestamp::parse(TimestampFormat::HttpDate, "Wed, 21 Oct 2026 07:28:00 GMT").unwrap();
+        let m = ObjectMeta {
+            expires: http_date(&t),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(m.expires.as_deref(), Some("Wed, 21 Oct 2026 07:28:00 GMT"));
+        let back = ObjectMeta::from_xattrs(&file(0, 1), &m.to_xattrs(0, 1));
+        assert_eq!(back.expires_at(), Some(t));
     }
 
     #[test]

@@ -54,6 +54,7 @@ macro_rules! conditions {
 macro_rules! described {
     ($ty:ident, $found:expr, $len:expr, { $($field:ident: $value:expr),* $(,)? }) => {{
         let m = $found.meta;
+        let expires = m.expires_at();
         $ty {
             content_length: Some($len as i64),
             accept_ranges: Some("bytes".into()),
@@ -63,6 +64,7 @@ macro_rules! described {
             content_encoding: m.content_encoding,
             content_disposition: m.content_disposition,
             content_language: m.content_language,
+            expires,
             cache_control: m.cache_control,
             metadata: (!m.user.is_empty()).then_some(m.user),
             $($field: $value,)*

@@ -6,9 +6,13 @@ LABIOS_S3_URL, and the credentials of two applications (ALICE_KEY,
 ALICE_SECRET, BOB_KEY, BOB_SECRET) from `labios app create`.
 """
 
+import base64
 import hashlib
+import http.client
 import os
 import time
+import urllib.parse
+import zlib
 from datetime import datetime, timedelta, timezone
 import urllib.error
 import urllib.request
@@ -476,6 +480,56 @@ def test_copy_conditions(bucket):
                                  {"CopySourceIfUnmodifiedSince": modified + hour})):
         alice.copy_object(Bucket=bucket, Key=f"dst{n}", CopySource=source, **passing)
         assert alice.get_object(Bucket=bucket, Key=f"dst{n}")["Body"].read() == b"v1"
+
+
+def signed_put(path, headers, body, pieces=None):
+    """A PUT signed with SigV4 as `headers` say, its body sent whole, or in
+    `pieces` with Transfer-Encoding: chunked and no Content-Length."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    req = AWSRequest(method="PUT", url=f"{URL}{path}", headers=headers)
+    SigV4Auth(Credentials(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"]), "s3", "us-east-1").add_auth(req)
+    where = urllib.parse.urlparse(URL)
+    conn = http.client.HTTPConnection(where.hostname, where.port)
+    conn.putrequest("PUT", path, skip_accept_encoding=True)
+    for k, v in req.headers.items():
+        conn.putheader(k, v)
+    if pieces:
+        conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    if pieces:
+        for at in range(0, len(body), pieces):
+            piece = body[at:at + pieces]
+            conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+        conn.send(b"0\r\n\r\n")
+    else:
+        conn.send(body)
+    r = conn.getresponse()
+    return r.status, r.read().decode()
+
+
+def test_headers(bucket):
+    """Expires is kept; aws-chunked (how a body travelled) is not kept as
+    the object's coding; a body sent without Content-Length is taken."""
+    expires = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    alice.put_object(Bucket=bucket, Key="e", Body=b"x", Expires=expires, ContentEncoding="identity")
+    head = alice.head_object(Bucket=bucket, Key="e")
+    assert head["ResponseMetadata"]["HTTPHeaders"]["expires"] == "Wed, 02 Jan 2030 03:04:05 GMT"
+    assert head["ContentEncoding"] == "identity"
+    body = b"gzipped bytes " * 200
+    crc = base64.b64encode(zlib.crc32(body).to_bytes(4, "big"))
+    framed = b"%x\r\n%s\r\n0\r\nx-amz-checksum-crc32:%s\r\n\r\n" % (len(body), body, crc)
+    status, said = signed_put(f"/{bucket}/chunked", {
+        "x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER", "Content-Encoding": "aws-chunked,gzip",
+        "x-amz-decoded-content-length": str(len(body)), "x-amz-trailer": "x-amz-checksum-crc32",
+        "Content-Length": str(len(framed))}, framed)
+    assert status == 200, said
+    got = alice.get_object(Bucket=bucket, Key="chunked")
+    assert got["ContentEncoding"] == "gzip" and got["Body"].read() == body
+    status, said = signed_put(f"/{bucket}/streamed", {"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}, body, pieces=1000)
+    assert status == 200, said
+    assert alice.get_object(Bucket=bucket, Key="streamed")["Body"].read() == body
 
 
 def test_checksums(bucket):
