@@ -13,11 +13,14 @@
 
 use bytes::Bytes;
 use labios_store::{FileKind, FileMeta};
-use s3s::crypto::{Checksum, Md5};
-use s3s::dto::{Timestamp, TimestampFormat};
-use std::collections::HashMap;
+use s3s::crypto::{Checksum as _, Md5};
+use s3s::dto::{Checksum, ChecksumType, Timestamp, TimestampFormat};
+use std::collections::{BTreeMap, HashMap};
 
 const ETAG: &str = "s3.etag";
+/// The checksums a client had verified at upload, with the size and mtime
+/// they were computed for.
+const CHECKSUMS: &str = "s3.checksums";
 const USER: &str = "user.";
 
 /// The standard headers kept, by attribute name.
@@ -55,6 +58,11 @@ pub struct ObjectMeta {
     /// client whose first answer was lost gets the same answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload: Option<String>,
+    /// Full-object checksums verified at upload (`x-amz-checksum-*`), by
+    /// algorithm (`CRC32`, ...), valid as long as the ETag is: a GET or
+    /// HEAD with `x-amz-checksum-mode: ENABLED` answers with them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub checksums: BTreeMap<String, String>,
 }
 
 /// The metadata a PutObject, CopyObject or CreateMultipartUpload request
@@ -100,6 +108,34 @@ impl ObjectMeta {
         ]
     }
 
+    /// Records the full-object checksums `c` holds.
+    pub fn set_checksums(&mut self, c: &Checksum) {
+        self.checksums = [
+            ("CRC32", &c.checksum_crc32),
+            ("CRC32C", &c.checksum_crc32c),
+            ("CRC64NVME", &c.checksum_crc64nvme),
+            ("SHA1", &c.checksum_sha1),
+            ("SHA256", &c.checksum_sha256),
+        ]
+        .into_iter()
+        .filter_map(|(a, v)| Some((a.to_string(), v.clone()?)))
+        .collect();
+    }
+
+    /// The stored checksums as a GET or HEAD answers with them.
+    pub fn checksum(&self) -> Checksum {
+        let of = |a: &str| self.checksums.get(a).cloned();
+        Checksum {
+            checksum_crc32: of("CRC32"),
+            checksum_crc32c: of("CRC32C"),
+            checksum_crc64nvme: of("CRC64NVME"),
+            checksum_sha1: of("SHA1"),
+            checksum_sha256: of("SHA256"),
+            checksum_type: (!self.checksums.is_empty())
+                .then(|| ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
+        }
+    }
+
     /// The stored `Expires` as the timestamp a GET or HEAD answers with.
     pub fn expires_at(&self) -> Option<Timestamp> {
         Timestamp::parse(TimestampFormat::HttpDate, self.expires.as_deref()?).ok()
@@ -114,6 +150,13 @@ impl ObjectMeta {
             stamp.push_str(upload);
         }
         let mut out = vec![(ETAG.to_string(), Bytes::from(stamp))];
+        if !self.checksums.is_empty() {
+            let mut sums = format!("{size} {mtime}");
+            for (algorithm, value) in &self.checksums {
+                sums.push_str(&format!(" {algorithm}={value}"));
+            }
+            out.push((CHECKSUMS.to_string(), Bytes::from(sums)));
+        }
         for (name, value) in HEADERS.iter().zip(self.headers()) {
             if let Some(v) = value {
                 out.push((name.to_string(), Bytes::from(v.clone())));
@@ -142,6 +185,15 @@ impl ObjectMeta {
                 if size == Some(&meta.size.to_string()) && mtime == Some(&meta.mtime.to_string()) {
                     out.etag = etag.unwrap_or_default().to_string();
                     out.upload = parts.next().map(str::to_string);
+                }
+            } else if name == CHECKSUMS {
+                let mut parts = value.split(' ');
+                let (size, mtime) = (parts.next(), parts.next());
+                if size == Some(&meta.size.to_string()) && mtime == Some(&meta.mtime.to_string()) {
+                    out.checksums = parts
+                        .filter_map(|p| p.split_once('='))
+                        .map(|(a, v)| (a.to_string(), v.to_string()))
+                        .collect();
                 }
             } else if let Some(user) = name.strip_prefix(USER) {
                 out.user.insert(user.to_string(), value.to_string());
@@ -250,6 +302,7 @@ mod tests {
             cache_control: Some("no-cache".into()),
             user: HashMap::from([("mtime".into(), "1700000000".into())]),
             upload: Some("0123456789abcdef0123456789abcdef".into()),
+            checksums: BTreeMap::from([("CRC32".into(), "NhCmhg==".into())]),
             ..ObjectMeta::default()
         };
         assert_eq!(m.etag, "5d41402abc4b2a76b9719d911017c592");
@@ -271,6 +324,13 @@ mod tests {
         let changed = ObjectMeta::from_xattrs(&file(5, 10), &xattrs);
         assert!(changed.etag.ends_with("-1"), "{}", changed.etag);
         assert_eq!(changed.upload, None, "the upload no longer made the object");
+        let mut summed = m.clone();
+        summed.set_checksums(&Checksum {
+            checksum_sha256: Some("x".into()),
+            ..Default::default()
+        });
+        let stale = ObjectMeta::from_xattrs(&file(5, 10), &summed.to_xattrs(5, 9));
+        assert!(stale.checksums.is_empty(), "{:?}", stale.checksums);
         assert_ne!(changed.etag, m.etag);
         let plain = ObjectMeta::from_xattrs(&file(5, 10), &[]);
         assert_eq!(plain.etag, changed.etag);

@@ -136,6 +136,7 @@ pub async fn create(
     Ok(CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),
+        checksum_algorithm: input.checksum_algorithm,
         upload_id: Some(id),
         ..Default::default()
     })

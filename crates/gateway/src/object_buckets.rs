@@ -361,14 +361,21 @@ impl ObjectBucket {
         let (data, written) = self.collect(body, hasher).await?;
         claimed.take_trailers(trailers)?;
         claimed.verify(&written)?;
-        let meta = ObjectMeta {
+        let mut meta = ObjectMeta {
             etag: md5_etag(&written.md5),
             ..headers_of!(input)
         };
+        meta.set_checksums(&written.checksum);
         let etag = self.store(&input.key, data, meta).await?;
+        let c = written.checksum;
         Ok(PutObjectOutput {
             e_tag: Some(ETag::Strong(etag)),
             size: Some(written.size as i64),
+            checksum_crc32: c.checksum_crc32,
+            checksum_crc32c: c.checksum_crc32c,
+            checksum_sha1: c.checksum_sha1,
+            checksum_sha256: c.checksum_sha256,
+            checksum_crc64nvme: c.checksum_crc64nvme,
             ..Default::default()
         })
     }
@@ -386,7 +393,7 @@ impl ObjectBucket {
             .await
             .map_err(|e| self.fail(e))?;
         Ok(
-            described!(GetObjectOutput, found, range.end - range.start, {
+            described!(GetObjectOutput, found, range.end - range.start, wants_checksums!(input), {
                 body: Some(body),
                 content_range: content_range,
             }),
@@ -397,7 +404,13 @@ impl ObjectBucket {
         let found = self.find(&input.key).await?;
         conditions!(found, input)?;
         let size = found.file.size;
-        Ok(described!(HeadObjectOutput, found, size, {}))
+        Ok(described!(
+            HeadObjectOutput,
+            found,
+            size,
+            wants_checksums!(input),
+            {}
+        ))
     }
 
     pub async fn delete(&self, key: &str) -> S3Result<()> {

@@ -50,12 +50,19 @@ macro_rules! conditions {
 }
 
 /// A GetObject or HeadObject output describing `found`, `len` bytes of it,
-/// plus the given fields.
+/// with its stored checksums if `sums`, plus the given fields.
 macro_rules! described {
-    ($ty:ident, $found:expr, $len:expr, { $($field:ident: $value:expr),* $(,)? }) => {{
+    ($ty:ident, $found:expr, $len:expr, $sums:expr, { $($field:ident: $value:expr),* $(,)? }) => {{
         let m = $found.meta;
         let expires = m.expires_at();
+        let c = if $sums { m.checksum() } else { Default::default() };
         $ty {
+            checksum_crc32: c.checksum_crc32,
+            checksum_crc32c: c.checksum_crc32c,
+            checksum_crc64nvme: c.checksum_crc64nvme,
+            checksum_sha1: c.checksum_sha1,
+            checksum_sha256: c.checksum_sha256,
+            checksum_type: c.checksum_type,
             content_length: Some($len as i64),
             accept_ranges: Some("bytes".into()),
             last_modified: Some(timestamp($found.file.mtime)),
@@ -93,6 +100,18 @@ pub async fn find(t: &Tenant, bucket: &str, key: &str) -> S3Result<Found> {
         .map_err(|e| t.fail(e, S3ErrorCode::NoSuchKey))?;
     let meta = ObjectMeta::from_xattrs(&file, &xattrs);
     Ok(Found { path, file, meta })
+}
+
+/// Whether a GET or HEAD (whose inputs name it alike) asks for the stored
+/// checksums: S3 gives them for the whole object only.
+macro_rules! wants_checksums {
+    ($input:expr) => {
+        $input.range.is_none()
+            && $input
+                .checksum_mode
+                .as_ref()
+                .is_some_and(|m| m.as_str() == ChecksumMode::ENABLED)
+    };
 }
 
 /// If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since of a
@@ -459,10 +478,11 @@ pub async fn put(
         discard(t, &staged).await;
         return Err(e);
     }
-    let meta = ObjectMeta {
+    let mut meta = ObjectMeta {
         etag: md5_etag(&written.md5),
         ..headers_of!(input)
     };
+    meta.set_checksums(&written.checksum);
     commit(t, &staged, &path, &meta).await?;
     let c = written.checksum;
     Ok(PutObjectOutput {
@@ -509,7 +529,7 @@ pub async fn get(t: &Tenant, input: GetObjectInput) -> S3Result<GetObjectOutput>
     let (range, content_range) = range_of(input.range.as_ref(), found.size())?;
     let body = read_body(t, &found.path, range.start, range.end).await?;
     Ok(
-        described!(GetObjectOutput, found, range.end - range.start, {
+        described!(GetObjectOutput, found, range.end - range.start, wants_checksums!(input), {
             body: Some(body),
             content_range: content_range,
         }),
@@ -520,7 +540,13 @@ pub async fn head(t: &Tenant, input: HeadObjectInput) -> S3Result<HeadObjectOutp
     let found = find(t, &input.bucket, &input.key).await?;
     conditions!(found, input)?;
     let size = found.size();
-    Ok(described!(HeadObjectOutput, found, size, {}))
+    Ok(described!(
+        HeadObjectOutput,
+        found,
+        size,
+        wants_checksums!(input),
+        {}
+    ))
 }
 
 /// Deletes one object; a missing one is no error (S3's DELETE is

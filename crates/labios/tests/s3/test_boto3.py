@@ -535,8 +535,21 @@ def test_headers(bucket):
 def test_checksums(bucket):
     body = data(1 << 20, seed=40)
     for algorithm in ("CRC32", "SHA1", "SHA256"):
-        r = alice.put_object(Bucket=bucket, Key=f"sum/{algorithm}", Body=body, ChecksumAlgorithm=algorithm)
+        key = f"sum/{algorithm}"
+        r = alice.put_object(Bucket=bucket, Key=key, Body=body, ChecksumAlgorithm=algorithm)
         assert r["ETag"] == f'"{md5(body)}"'
+        # Asked for, the checksum verified at upload comes back (and boto3
+        # checks the body against it); not asked for, it does not.
+        sent = r[f"Checksum{algorithm}"]
+        assert alice.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")[f"Checksum{algorithm}"] == sent
+        got = alice.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        assert got[f"Checksum{algorithm}"] == sent and got["Body"].read() == body
+        assert f"Checksum{algorithm}" not in alice.head_object(Bucket=bucket, Key=key)
+        ranged = alice.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED", Range="bytes=0-9")
+        assert f"Checksum{algorithm}" not in ranged and ranged["Body"].read() == body[:10]
+    up = alice.create_multipart_upload(Bucket=bucket, Key="sum/mp", ChecksumAlgorithm="SHA256")
+    assert up["ChecksumAlgorithm"] == "SHA256"
+    alice.abort_multipart_upload(Bucket=bucket, Key="sum/mp", UploadId=up["UploadId"])
     import base64
     wrong = base64.b64encode(hashlib.md5(b"something else").digest()).decode()
     with pytest.raises(ClientError) as e:

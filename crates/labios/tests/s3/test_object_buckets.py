@@ -11,6 +11,7 @@ import hashlib
 import os
 
 import pytest
+from datetime import datetime, timezone
 from botocore.exceptions import ClientError
 
 from tenants import RUN, alice, bob, code, data
@@ -59,6 +60,13 @@ def test_objects_round_trip(bucket):
     assert part["ContentRange"] == "bytes 1000-1999/300000"
     head = alice.head_object(Bucket=bucket, Key=f"{RUN}/x/obj.bin")
     assert head["ContentLength"] == len(body) and head["ETag"] == md5(body)
+    # A checksum verified at upload is kept in the sidecar and given back.
+    summed = alice.put_object(Bucket=bucket, Key=f"{RUN}/sum", Body=body, ChecksumAlgorithm="SHA256",
+                              Expires=datetime(2030, 1, 2, tzinfo=timezone.utc))
+    head = alice.head_object(Bucket=bucket, Key=f"{RUN}/sum", ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == summed["ChecksumSHA256"]
+    assert head["ResponseMetadata"]["HTTPHeaders"]["expires"] == "Wed, 02 Jan 2030 00:00:00 GMT"
+    alice.delete_object(Bucket=bucket, Key=f"{RUN}/sum")
     # Replacing keeps one object, with the new bytes and metadata.
     alice.put_object(Bucket=bucket, Key=f"{RUN}/x/obj.bin", Body=b"v2")
     got = alice.get_object(Bucket=bucket, Key=f"{RUN}/x/obj.bin")
