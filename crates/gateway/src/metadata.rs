@@ -21,6 +21,9 @@ const ETAG: &str = "s3.etag";
 /// The checksums a client had verified at upload, with the size and mtime
 /// they were computed for.
 const CHECKSUMS: &str = "s3.checksums";
+/// The sizes of the parts a multipart upload made the object of, with the
+/// size and mtime of the object they describe.
+const PARTS: &str = "s3.parts";
 const USER: &str = "user.";
 
 /// The standard headers kept, by attribute name.
@@ -63,6 +66,10 @@ pub struct ObjectMeta {
     /// HEAD with `x-amz-checksum-mode: ENABLED` answers with them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub checksums: BTreeMap<String, String>,
+    /// The sizes of the parts of a multipart upload, in order, valid as
+    /// long as the ETag is: GET and HEAD with `partNumber` read one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<u64>,
 }
 
 /// The metadata a PutObject, CopyObject or CreateMultipartUpload request
@@ -151,11 +158,12 @@ impl ObjectMeta {
         }
         let mut out = vec![(ETAG.to_string(), Bytes::from(stamp))];
         if !self.checksums.is_empty() {
-            let mut sums = format!("{size} {mtime}");
-            for (algorithm, value) in &self.checksums {
-                sums.push_str(&format!(" {algorithm}={value}"));
-            }
-            out.push((CHECKSUMS.to_string(), Bytes::from(sums)));
+            let sums = self.checksums.iter().map(|(a, v)| format!("{a}={v}"));
+            out.push((CHECKSUMS.to_string(), stamped(size, mtime, sums)));
+        }
+        if !self.parts.is_empty() {
+            let parts = self.parts.iter().map(u64::to_string);
+            out.push((PARTS.to_string(), stamped(size, mtime, parts)));
         }
         for (name, value) in HEADERS.iter().zip(self.headers()) {
             if let Some(v) = value {
@@ -187,14 +195,14 @@ impl ObjectMeta {
                     out.upload = parts.next().map(str::to_string);
                 }
             } else if name == CHECKSUMS {
-                let mut parts = value.split(' ');
-                let (size, mtime) = (parts.next(), parts.next());
-                if size == Some(&meta.size.to_string()) && mtime == Some(&meta.mtime.to_string()) {
-                    out.checksums = parts
-                        .filter_map(|p| p.split_once('='))
-                        .map(|(a, v)| (a.to_string(), v.to_string()))
-                        .collect();
-                }
+                out.checksums = still_held(meta, value)
+                    .filter_map(|p| p.split_once('='))
+                    .map(|(a, v)| (a.to_string(), v.to_string()))
+                    .collect();
+            } else if name == PARTS {
+                out.parts = still_held(meta, value)
+                    .map_while(|p| p.parse().ok())
+                    .collect();
             } else if let Some(user) = name.strip_prefix(USER) {
                 out.user.insert(user.to_string(), value.to_string());
             } else if let Some(i) = HEADERS.iter().position(|h| h == name) {
@@ -211,6 +219,25 @@ impl ObjectMeta {
         }
         out
     }
+}
+
+/// `size mtime ITEM...`: a record of the file as it was at that size and
+/// mtime.
+fn stamped(size: u64, mtime: u64, items: impl Iterator<Item = String>) -> Bytes {
+    let mut out = format!("{size} {mtime}");
+    for item in items {
+        out.push(' ');
+        out.push_str(&item);
+    }
+    Bytes::from(out)
+}
+
+/// The items of a [`stamped`] record, none if the file changed since.
+fn still_held<'a>(meta: &FileMeta, record: &'a str) -> impl Iterator<Item = &'a str> {
+    let mut items = record.split(' ');
+    let (size, mtime) = (items.next(), items.next());
+    let held = size == Some(&meta.size.to_string()) && mtime == Some(&meta.mtime.to_string());
+    items.filter(move |_| held)
 }
 
 /// A request's Content-Encoding as the object keeps it: without
@@ -303,6 +330,7 @@ mod tests {
             user: HashMap::from([("mtime".into(), "1700000000".into())]),
             upload: Some("0123456789abcdef0123456789abcdef".into()),
             checksums: BTreeMap::from([("CRC32".into(), "NhCmhg==".into())]),
+            parts: vec![3, 2],
             ..ObjectMeta::default()
         };
         assert_eq!(m.etag, "5d41402abc4b2a76b9719d911017c592");
@@ -331,6 +359,9 @@ mod tests {
         });
         let stale = ObjectMeta::from_xattrs(&file(5, 10), &summed.to_xattrs(5, 9));
         assert!(stale.checksums.is_empty(), "{:?}", stale.checksums);
+        summed.parts = vec![5];
+        let stale = ObjectMeta::from_xattrs(&file(5, 10), &summed.to_xattrs(5, 9));
+        assert!(stale.parts.is_empty(), "{:?}", stale.parts);
         assert_ne!(changed.etag, m.etag);
         let plain = ObjectMeta::from_xattrs(&file(5, 10), &[]);
         assert_eq!(plain.etag, changed.etag);

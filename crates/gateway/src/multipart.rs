@@ -253,6 +253,7 @@ pub async fn complete(
     let meta = ObjectMeta {
         etag: multipart_etag(&md5s),
         upload: Some(input.upload_id.clone()),
+        parts: chosen.iter().map(|(f, _)| f.size).collect(),
         ..upload.meta.clone()
     };
     match buckets::object_bucket(t, &input.bucket)? {

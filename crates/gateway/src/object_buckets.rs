@@ -383,8 +383,8 @@ impl ObjectBucket {
     pub async fn get(&self, input: GetObjectInput) -> S3Result<GetObjectOutput> {
         let found = self.find(&input.key).await?;
         conditions!(found, input)?;
-        let size = found.file.size;
-        let (range, content_range) = crate::objects::range_of(input.range.as_ref(), size)?;
+        let s = crate::objects::select(input.range.as_ref(), input.part_number, &found)?;
+        let range = s.range;
         let source = Arc::new(Stored {
             store: self.store.clone(),
             key: input.key.clone(),
@@ -395,7 +395,8 @@ impl ObjectBucket {
         Ok(
             described!(GetObjectOutput, found, range.end - range.start, wants_checksums!(input), {
                 body: Some(body),
-                content_range: content_range,
+                content_range: s.content_range,
+                parts_count: s.parts_count,
             }),
         )
     }
@@ -403,14 +404,13 @@ impl ObjectBucket {
     pub async fn head(&self, input: HeadObjectInput) -> S3Result<HeadObjectOutput> {
         let found = self.find(&input.key).await?;
         conditions!(found, input)?;
-        let size = found.file.size;
-        Ok(described!(
-            HeadObjectOutput,
-            found,
-            size,
-            wants_checksums!(input),
-            {}
-        ))
+        let s = crate::objects::select(None, input.part_number, &found)?;
+        Ok(
+            described!(HeadObjectOutput, found, s.range.end - s.range.start, wants_checksums!(input), {
+                content_range: s.content_range,
+                parts_count: s.parts_count,
+            }),
+        )
     }
 
     pub async fn delete(&self, key: &str) -> S3Result<()> {

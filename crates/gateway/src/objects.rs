@@ -107,6 +107,7 @@ pub async fn find(t: &Tenant, bucket: &str, key: &str) -> S3Result<Found> {
 macro_rules! wants_checksums {
     ($input:expr) => {
         $input.range.is_none()
+            && $input.part_number.is_none()
             && $input
                 .checksum_mode
                 .as_ref()
@@ -499,6 +500,60 @@ pub async fn put(
 
 /// The bytes a Range header asks of an object of `size` bytes, and the
 /// Content-Range of the answer.
+/// The bytes a GET or HEAD asks for: a `Range`, a `partNumber` (S3's
+/// part of a multipart object; part 1 of any other object is all of it),
+/// or the whole object.
+pub struct Selection {
+    pub range: std::ops::Range<u64>,
+    pub content_range: Option<String>,
+    pub parts_count: Option<i32>,
+}
+
+pub fn select(range: Option<&Range>, part: Option<i32>, found: &Found) -> S3Result<Selection> {
+    let size = found.size();
+    let Some(n) = part else {
+        let (range, content_range) = range_of(range, size)?;
+        return Ok(Selection {
+            range,
+            content_range,
+            parts_count: None,
+        });
+    };
+    if range.is_some() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "a request names a Range or a partNumber, not both"
+        ));
+    }
+    let parts = &found.meta.parts;
+    let (sizes, count) = if parts.is_empty() {
+        (vec![size], None)
+    } else {
+        (parts.clone(), i32::try_from(parts.len()).ok())
+    };
+    let index = usize::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .filter(|i| *i < sizes.len())
+        .ok_or_else(|| {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::Custom("InvalidPartNumber".into()),
+                format!("the object has {} part(s), not a part {n}", sizes.len()),
+            );
+            e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+            e
+        })?;
+    let start: u64 = sizes[..index].iter().sum();
+    let range = start..start + sizes[index];
+    let content_range = (count.is_some() && !range.is_empty())
+        .then(|| format!("bytes {}-{}/{size}", range.start, range.end - 1));
+    Ok(Selection {
+        range,
+        content_range,
+        parts_count: count,
+    })
+}
+
 pub fn range_of(
     range: Option<&Range>,
     size: u64,
@@ -526,12 +581,13 @@ pub fn range_of(
 pub async fn get(t: &Tenant, input: GetObjectInput) -> S3Result<GetObjectOutput> {
     let found = find(t, &input.bucket, &input.key).await?;
     conditions!(found, input)?;
-    let (range, content_range) = range_of(input.range.as_ref(), found.size())?;
-    let body = read_body(t, &found.path, range.start, range.end).await?;
+    let s = select(input.range.as_ref(), input.part_number, &found)?;
+    let body = read_body(t, &found.path, s.range.start, s.range.end).await?;
     Ok(
-        described!(GetObjectOutput, found, range.end - range.start, wants_checksums!(input), {
+        described!(GetObjectOutput, found, s.range.end - s.range.start, wants_checksums!(input), {
             body: Some(body),
-            content_range: content_range,
+            content_range: s.content_range,
+            parts_count: s.parts_count,
         }),
     )
 }
@@ -539,14 +595,13 @@ pub async fn get(t: &Tenant, input: GetObjectInput) -> S3Result<GetObjectOutput>
 pub async fn head(t: &Tenant, input: HeadObjectInput) -> S3Result<HeadObjectOutput> {
     let found = find(t, &input.bucket, &input.key).await?;
     conditions!(found, input)?;
-    let size = found.size();
-    Ok(described!(
-        HeadObjectOutput,
-        found,
-        size,
-        wants_checksums!(input),
-        {}
-    ))
+    let s = select(None, input.part_number, &found)?;
+    Ok(
+        described!(HeadObjectOutput, found, s.range.end - s.range.start, wants_checksums!(input), {
+            content_range: s.content_range,
+            parts_count: s.parts_count,
+        }),
+    )
 }
 
 /// Deletes one object; a missing one is no error (S3's DELETE is
@@ -702,6 +757,7 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
     };
     meta.etag = md5_etag(&Md5::checksum(&data));
     meta.upload = None;
+    meta.parts.clear();
     let etag = match into {
         CopyTarget::Objects(b) => b.store(&key, data, meta).await?,
         CopyTarget::Namespace(path) => {
@@ -756,6 +812,7 @@ async fn copy_in_namespace(
     let (staged, written) = stage(t, body, ChecksumHasher::default()).await?;
     meta.etag = md5_etag(&written.md5);
     meta.upload = None;
+    meta.parts.clear();
     let file = commit(t, &staged, &path, &meta).await?;
     Ok(copied(meta.etag, timestamp(file.mtime)))
 }

@@ -124,6 +124,15 @@ def test_empty_and_large_objects(bucket):
     assert alice.get_object(Bucket=bucket, Key="nine-mib")["Body"].read() == body
 
 
+def test_part_one_of_a_plain_object_is_all_of_it(bucket):
+    alice.put_object(Bucket=bucket, Key="plain", Body=b"whole")
+    got = alice.get_object(Bucket=bucket, Key="plain", PartNumber=1)
+    assert got["Body"].read() == b"whole" and "PartsCount" not in got
+    with pytest.raises(ClientError) as e:
+        alice.head_object(Bucket=bucket, Key="plain", PartNumber=2)
+    assert status(e) == 416
+
+
 def test_range_get(bucket):
     body = data(10_000, seed=3)
     alice.put_object(Bucket=bucket, Key="r", Body=body)
@@ -307,6 +316,16 @@ def test_multipart_upload(bucket):
     assert r["ETag"] == f'"{expected}"'
     got = alice.get_object(Bucket=bucket, Key="mp/obj")
     assert got["Body"].read() == whole
+    # Each part, as uploaded, by its number.
+    for n, p in enumerate(parts, 1):
+        one = alice.get_object(Bucket=bucket, Key="mp/obj", PartNumber=n)
+        assert one["PartsCount"] == 3 and one["ContentLength"] == len(p) and one["Body"].read() == p
+    head = alice.head_object(Bucket=bucket, Key="mp/obj", PartNumber=3)
+    assert head["PartsCount"] == 3 and head["ContentLength"] == len(parts[2])
+    assert head["ContentRange"] == f"bytes {10 << 20}-{len(whole) - 1}/{len(whole)}"
+    with pytest.raises(ClientError) as e:
+        alice.get_object(Bucket=bucket, Key="mp/obj", PartNumber=4)
+    assert code(e) == "InvalidPartNumber" and status(e) == 416
     assert got["ContentType"] == "application/x-hdf5"
     assert got["Metadata"] == {"kind": "checkpoint"}
     assert alice.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

@@ -133,6 +133,8 @@ def test_multipart_upload(bucket):
     again = alice.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=uid, MultipartUpload={
         "Parts": [{"PartNumber": n, "ETag": t} for n, t in enumerate(etags, 1)]})
     assert again["ETag"] == r["ETag"]
+    last = alice.get_object(Bucket=bucket, Key=key, PartNumber=3)
+    assert last["PartsCount"] == 3 and last["Body"].read() == parts[2]
     got = alice.get_object(Bucket=bucket, Key=key)
     assert got["Body"].read() == b"".join(parts)
     assert got["ETag"] == r["ETag"] and got["Metadata"] == {"k": "v"}
