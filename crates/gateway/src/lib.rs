@@ -128,6 +128,30 @@ fn ok<T>(output: T) -> S3Result<S3Response<T>> {
     Ok(S3Response::new(output))
 }
 
+/// One page of a listing operation whose input `i` (ListObjectsV2,
+/// ListObjects, ListObjectVersions name their fields alike) asks for the
+/// keys after `after`: whether keys are URL-encoded, the prefix, the page.
+macro_rules! listed {
+    ($t:expr, $i:expr, $after:expr, $fetch_owner:expr) => {{
+        let url_encoded = $i
+            .encoding_type
+            .as_ref()
+            .is_some_and(|e| e.as_str() == EncodingType::URL);
+        let prefix = $i.prefix.clone().unwrap_or_default();
+        let query = Query {
+            bucket: &$i.bucket,
+            prefix: &prefix,
+            delimiter: $i.delimiter.as_deref(),
+            after: $after,
+            max_keys: $i.max_keys,
+            url_encoded,
+            fetch_owner: $fetch_owner,
+        };
+        let page = listing::page(&$t, &query).await?;
+        (url_encoded, prefix, page)
+    }};
+}
+
 /// A listing's delimiter as its answer repeats it: an empty one is none.
 fn echoed(delimiter: Option<String>, url_encoded: bool) -> Option<String> {
     delimiter
@@ -247,28 +271,11 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let t = self.tenant(&req).await?;
         let i = req.input;
-        let url_encoded = i
-            .encoding_type
-            .as_ref()
-            .is_some_and(|e| e.as_str() == EncodingType::URL);
         let after = match &i.continuation_token {
             Some(tok) => Some(untoken(tok)?),
             None => i.start_after.clone(),
         };
-        let prefix = i.prefix.clone().unwrap_or_default();
-        let page = listing::page(
-            &t,
-            &Query {
-                bucket: &i.bucket,
-                prefix: &prefix,
-                delimiter: i.delimiter.as_deref(),
-                after,
-                max_keys: i.max_keys,
-                url_encoded,
-                fetch_owner: i.fetch_owner.unwrap_or(false),
-            },
-        )
-        .await?;
+        let (url_encoded, prefix, page) = listed!(t, i, after, i.fetch_owner.unwrap_or(false));
         let key_count = (page.contents.len() + page.prefixes.len()) as i32;
         ok(ListObjectsV2Output {
             name: Some(i.bucket),
@@ -296,24 +303,8 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let t = self.tenant(&req).await?;
         let i = req.input;
-        let url_encoded = i
-            .encoding_type
-            .as_ref()
-            .is_some_and(|e| e.as_str() == EncodingType::URL);
-        let prefix = i.prefix.clone().unwrap_or_default();
-        let page = listing::page(
-            &t,
-            &Query {
-                bucket: &i.bucket,
-                prefix: &prefix,
-                delimiter: i.delimiter.as_deref(),
-                after: i.marker.clone().filter(|m| !m.is_empty()),
-                max_keys: i.max_keys,
-                url_encoded,
-                fetch_owner: true,
-            },
-        )
-        .await?;
+        let after = i.marker.clone().filter(|m| !m.is_empty());
+        let (url_encoded, prefix, page) = listed!(t, i, after, true);
         ok(ListObjectsOutput {
             name: Some(i.bucket),
             prefix: Some(encode(url_encoded, &prefix)),
@@ -353,24 +344,8 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let t = self.tenant(&req).await?;
         let i = req.input;
-        let url_encoded = i
-            .encoding_type
-            .as_ref()
-            .is_some_and(|e| e.as_str() == EncodingType::URL);
-        let prefix = i.prefix.clone().unwrap_or_default();
-        let page = listing::page(
-            &t,
-            &Query {
-                bucket: &i.bucket,
-                prefix: &prefix,
-                delimiter: i.delimiter.as_deref(),
-                after: i.key_marker.clone().filter(|m| !m.is_empty()),
-                max_keys: i.max_keys,
-                url_encoded,
-                fetch_owner: true,
-            },
-        )
-        .await?;
+        let after = i.key_marker.clone().filter(|m| !m.is_empty());
+        let (url_encoded, prefix, page) = listed!(t, i, after, true);
         let versions = page
             .contents
             .into_iter()

@@ -569,7 +569,6 @@ def test_checksums(bucket):
     up = alice.create_multipart_upload(Bucket=bucket, Key="sum/mp", ChecksumAlgorithm="SHA256")
     assert up["ChecksumAlgorithm"] == "SHA256"
     alice.abort_multipart_upload(Bucket=bucket, Key="sum/mp", UploadId=up["UploadId"])
-    import base64
     wrong = base64.b64encode(hashlib.md5(b"something else").digest()).decode()
     with pytest.raises(ClientError) as e:
         alice.put_object(Bucket=bucket, Key="sum/bad", Body=body, ContentMD5=wrong)
