@@ -1,10 +1,14 @@
 //! What the gateway does to every HTTP exchange around s3s: a request id
 //! on every answer, the limits of presigned URLs that s3s leaves to the
-//! server, bodies sent without a length, and closing a connection whose
-//! request body was left unread.
+//! server, bodies sent without a length, closing a connection whose
+//! request body was left unread, and CORS (the browser's preflight, which
+//! s3s does not route, and the headers that let a page read an answer).
 
+use crate::cors;
+use crate::tenants::Directory;
 use s3s::service::S3Service;
 use s3s::{S3Error, S3ErrorCode};
+use std::sync::Arc;
 
 /// S3's longest validity of a presigned URL: 7 days, in seconds.
 pub const MAX_PRESIGNED_EXPIRES: i64 = 604_800;
@@ -17,7 +21,10 @@ pub const UNSIZED_BODY_LIMIT: usize = 32 << 20;
 
 /// The S3 service behind the gateway's own handling of each exchange.
 #[derive(Clone)]
-pub struct Edge(pub S3Service);
+pub struct Edge {
+    pub s3: S3Service,
+    pub directory: Arc<Directory>,
+}
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Edge {
     type Response = s3s::HttpResponse;
@@ -26,6 +33,18 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Edge {
 
     fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
         let id = request_id();
+        let directory = self.directory.clone();
+        let cross = cross_origin(&req);
+        if req.method() == http::Method::OPTIONS {
+            return Box::pin(async move {
+                let mut resp = match cross {
+                    Ok((bucket, asked)) => preflight(&directory, &bucket, &asked).await?,
+                    Err(refused) => answer_with(refused)?,
+                };
+                identify(&mut resp, &id);
+                Ok(resp)
+            });
+        }
         let headers = req.headers();
         // An operation refused before it read its body (a bad key, another
         // tenant's bucket, an object over the size limit) leaves the rest
@@ -39,7 +58,7 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Edge {
         let answer: Self::Future = match presigned_limits(req.uri().query()) {
             Some(refused) => Box::pin(std::future::ready(answer_with(refused))),
             None if without_length(&req) => {
-                let service = self.0.clone();
+                let service = self.s3.clone();
                 Box::pin(async move {
                     match sized(req).await {
                         Ok(req) => service.call(req).await,
@@ -48,7 +67,7 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Edge {
                 })
             }
             None => {
-                let service = self.0.clone();
+                let service = self.s3.clone();
                 Box::pin(async move { service.call(req).await })
             }
         };
@@ -61,9 +80,85 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Edge {
                     http::HeaderValue::from_static("close"),
                 );
             }
+            if let Ok((bucket, asked)) = cross {
+                let rules = directory.cors_rules(&bucket).await;
+                allow(&mut resp, cors::grant(&rules, &asked).unwrap_or_default());
+            }
             identify(&mut resp, &id);
             Ok(resp)
         })
+    }
+}
+
+/// The bucket and what the browser asks of a cross-origin request: its
+/// `Origin` and its method (for a preflight, the method and headers it
+/// asks about). A request without `Origin` is not cross-origin.
+fn cross_origin<B>(req: &http::Request<B>) -> Result<(String, cors::Request), S3Error> {
+    let h = req.headers();
+    let text = |name: &str| {
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let bad = |msg: &'static str| S3Error::with_message(S3ErrorCode::InvalidRequest, msg);
+    let origin = text("origin")
+        .ok_or_else(|| bad("Insufficient information. Origin request header needed."))?;
+    let (method, headers) = if req.method() == http::Method::OPTIONS {
+        let method = text("access-control-request-method")
+            .ok_or_else(|| bad("Invalid Access-Control-Request-Method: none given"))?;
+        let headers = text("access-control-request-headers")
+            .map(|l| {
+                l.split(',')
+                    .map(|h| h.trim().to_ascii_lowercase())
+                    .filter(|h| !h.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        (method, headers)
+    } else {
+        (req.method().to_string(), Vec::new())
+    };
+    let bucket = req
+        .uri()
+        .path()
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| bad("a CORS request names a bucket"))?;
+    Ok((
+        bucket.to_string(),
+        cors::Request {
+            origin,
+            method,
+            headers,
+        },
+    ))
+}
+
+/// A preflight's answer: 200 with what the bucket's first matching rule
+/// allows, or 403.
+async fn preflight(
+    directory: &Arc<Directory>,
+    bucket: &str,
+    asked: &cors::Request,
+) -> Result<s3s::HttpResponse, s3s::HttpError> {
+    let rules = directory.cors_rules(bucket).await;
+    match cors::grant(&rules, asked) {
+        Some(granted) => {
+            let mut resp = http::Response::new(s3s::Body::from(bytes::Bytes::new()));
+            allow(&mut resp, granted);
+            Ok(resp)
+        }
+        None => answer_with(cors::forbidden()),
+    }
+}
+
+fn allow(resp: &mut s3s::HttpResponse, granted: Vec<(&'static str, String)>) {
+    for (name, value) in granted {
+        if let Ok(v) = http::HeaderValue::from_str(&value) {
+            resp.headers_mut().insert(name, v);
+        }
     }
 }
 

@@ -13,6 +13,7 @@
 //! operations onto LABIOS.
 
 mod buckets;
+mod cors;
 mod edge;
 mod errors;
 mod listing;
@@ -23,7 +24,9 @@ mod objects;
 mod multipart;
 mod names;
 mod object_buckets;
+mod settings;
 mod streams;
+mod tagging;
 mod tenants;
 mod time;
 
@@ -49,7 +52,7 @@ use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use hyper_util::server::graceful::GracefulShutdown;
 use listing::{encode, token, untoken, Query};
 use s3s::dto::*;
-use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::service::S3ServiceBuilder;
 use s3s::{S3Request, S3Response, S3Result, S3};
 use std::future::Future;
 use std::sync::Arc;
@@ -73,13 +76,16 @@ pub struct Gateway {
 impl Gateway {
     /// The hyper service answering S3 requests for the applications of
     /// `tenants`, with the namespace's buckets and the configured `objects`.
-    pub fn service(tenants: Arc<dyn Tenants>, objects: ObjectBuckets) -> S3Service {
+    pub fn service(tenants: Arc<dyn Tenants>, objects: ObjectBuckets) -> Service {
         let directory = Directory::new(tenants, Arc::new(objects));
         let mut builder = S3ServiceBuilder::new(Gateway {
             directory: directory.clone(),
         });
-        builder.set_auth(Auth(directory));
-        builder.build()
+        builder.set_auth(Auth(directory.clone()));
+        Service(edge::Edge {
+            s3: builder.build(),
+            directory,
+        })
     }
 
     async fn tenant<T>(&self, req: &S3Request<T>) -> S3Result<Tenant> {
@@ -87,11 +93,16 @@ impl Gateway {
     }
 }
 
+/// The gateway's HTTP service: s3s's, inside the gateway's own handling
+/// of each exchange ([`edge`]).
+#[derive(Clone)]
+pub struct Service(edge::Edge);
+
 /// Serves S3 on `listener` until `stop` completes, then lets open requests
 /// finish for a while.
 pub async fn serve(
     listener: TcpListener,
-    service: S3Service,
+    service: Service,
     stop: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let http = ConnBuilder::new(TokioExecutor::new());
@@ -109,7 +120,7 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let _ = socket.set_nodelay(true);
-        let conn = http.serve_connection(TokioIo::new(socket), edge::Edge(service.clone()));
+        let conn = http.serve_connection(TokioIo::new(socket), service.0.clone());
         let conn = graceful.watch(conn.into_owned());
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -382,6 +393,109 @@ impl S3 for Gateway {
             common_prefixes: Some(page.prefixes),
             ..Default::default()
         })
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        let t = self.tenant(&req).await?;
+        let tag_set = tagging::of_object(&t, &req.input.bucket, &req.input.key).await?;
+        ok(GetObjectTaggingOutput {
+            tag_set,
+            version_id: None,
+        })
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        let t = self.tenant(&req).await?;
+        let i = req.input;
+        let tags = tagging::of_set(i.tagging.tag_set, tagging::MAX_OBJECT_TAGS)?;
+        tagging::set_object(&t, &i.bucket, &i.key, tags).await?;
+        ok(PutObjectTaggingOutput::default())
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        let t = self.tenant(&req).await?;
+        let i = req.input;
+        tagging::set_object(&t, &i.bucket, &i.key, Default::default()).await?;
+        ok(DeleteObjectTaggingOutput::default())
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        let t = self.tenant(&req).await?;
+        let tag_set = tagging::of_bucket(&t, &req.input.bucket).await?;
+        ok(GetBucketTaggingOutput { tag_set })
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        let t = self.tenant(&req).await?;
+        tagging::set_bucket(&t, &req.input.bucket, Some(req.input.tagging)).await?;
+        ok(PutBucketTaggingOutput::default())
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        let t = self.tenant(&req).await?;
+        tagging::set_bucket(&t, &req.input.bucket, None).await?;
+        ok(DeleteBucketTaggingOutput::default())
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(objects::attributes(&t, req.input).await?)
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(multipart::upload_part_copy(&t, req.input).await?)
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        let t = self.tenant(&req).await?;
+        ok(cors::get(&t, &req.input.bucket).await?)
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        let t = self.tenant(&req).await?;
+        let i = req.input;
+        cors::set(&t, &i.bucket, Some(i.cors_configuration)).await?;
+        ok(PutBucketCorsOutput::default())
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        let t = self.tenant(&req).await?;
+        cors::set(&t, &req.input.bucket, None).await?;
+        ok(DeleteBucketCorsOutput::default())
     }
 
     async fn create_multipart_upload(

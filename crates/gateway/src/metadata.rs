@@ -24,6 +24,9 @@ const CHECKSUMS: &str = "s3.checksums";
 /// The sizes of the parts a multipart upload made the object of, with the
 /// size and mtime of the object they describe.
 const PARTS: &str = "s3.parts";
+/// The object's tags, as a URL query (`k=v&...`). Not stamped: tags
+/// belong to the object, not to one version of its bytes.
+pub const TAGGING: &str = "s3.tagging";
 const USER: &str = "user.";
 
 /// The standard headers kept, by attribute name.
@@ -70,6 +73,9 @@ pub struct ObjectMeta {
     /// long as the ETag is: GET and HEAD with `partNumber` read one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<u64>,
+    /// S3 tags (`x-amz-tagging`, PutObjectTagging).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: crate::tagging::Tags,
 }
 
 /// The metadata a PutObject, CopyObject or CreateMultipartUpload request
@@ -87,6 +93,7 @@ macro_rules! headers_of {
                 .as_ref()
                 .and_then($crate::metadata::http_date),
             user: $input.metadata.unwrap_or_default(),
+            tags: $crate::tagging::of_header($input.tagging.as_deref())?,
             ..$crate::metadata::ObjectMeta::default()
         }
     };
@@ -143,6 +150,23 @@ impl ObjectMeta {
         }
     }
 
+    /// The metadata of a copy of the object this describes: bytes of ETag
+    /// `etag` with tags `tags`, made by no multipart upload.
+    pub fn copied(self, etag: String, tags: crate::tagging::Tags) -> ObjectMeta {
+        ObjectMeta {
+            etag,
+            tags,
+            upload: None,
+            parts: Vec::new(),
+            ..self
+        }
+    }
+
+    /// GetObject's `x-amz-tagging-count`: none for an object without tags.
+    pub fn tag_count(&self) -> Option<i32> {
+        (!self.tags.is_empty()).then_some(self.tags.len() as i32)
+    }
+
     /// The stored `Expires` as the timestamp a GET or HEAD answers with.
     pub fn expires_at(&self) -> Option<Timestamp> {
         Timestamp::parse(TimestampFormat::HttpDate, self.expires.as_deref()?).ok()
@@ -164,6 +188,10 @@ impl ObjectMeta {
         if !self.parts.is_empty() {
             let parts = self.parts.iter().map(u64::to_string);
             out.push((PARTS.to_string(), stamped(size, mtime, parts)));
+        }
+        if !self.tags.is_empty() {
+            let tags = crate::tagging::to_query(&self.tags);
+            out.push((TAGGING.to_string(), Bytes::from(tags)));
         }
         for (name, value) in HEADERS.iter().zip(self.headers()) {
             if let Some(v) = value {
@@ -203,6 +231,8 @@ impl ObjectMeta {
                 out.parts = still_held(meta, value)
                     .map_while(|p| p.parse().ok())
                     .collect();
+            } else if name == TAGGING {
+                out.tags = crate::tagging::of_query(value);
             } else if let Some(user) = name.strip_prefix(USER) {
                 out.user.insert(user.to_string(), value.to_string());
             } else if let Some(i) = HEADERS.iter().position(|h| h == name) {

@@ -23,7 +23,7 @@ const KEY: &str = "s3.upload.key";
 const MAX_PART: i32 = 10_000;
 const MAX_PARTS_LISTED: usize = 1000;
 /// S3's smallest part, but for the last.
-pub const MIN_PART_SIZE: u64 = 5 << 20;
+const MIN_PART_SIZE: u64 = 5 << 20;
 
 struct Upload {
     dir: FileMeta,
@@ -165,6 +165,72 @@ pub async fn upload_part(t: &Tenant, input: UploadPartInput) -> S3Result<UploadP
         e_tag: Some(ETag::Strong(meta.etag)),
         ..Default::default()
     })
+}
+
+/// A part copied from a range of another object (or all of it), of
+/// either kind of bucket, streamed through the gateway like a PUT.
+pub async fn upload_part_copy(
+    t: &Tenant,
+    input: UploadPartCopyInput,
+) -> S3Result<UploadPartCopyOutput> {
+    let upload = open(t, &input.bucket, &input.key, &input.upload_id).await?;
+    let part = part_path(&upload.dir.path, input.part_number)?;
+    let (src_bucket, src_key) = crate::objects::source_of(&input.copy_source)?;
+    let src = crate::objects::find_any(t, &src_bucket, &src_key).await?;
+    copy_conditions!(&src, input)?;
+    let size = src.size();
+    let range = match input.copy_source_range.as_deref() {
+        Some(text) => copied_range(text, size)?,
+        None => 0..size,
+    };
+    let body = match buckets::object_bucket(t, &src_bucket)? {
+        Some(b) => b.read_range(&src_key, range.start, range.end).await?,
+        None => read_body(t, &src.path, range.start, range.end).await?,
+    };
+    let (staged, written) = stage(t, body, ChecksumHasher::default()).await?;
+    let meta = ObjectMeta {
+        etag: crate::metadata::md5_etag(&written.md5),
+        ..ObjectMeta::default()
+    };
+    let file = commit(t, &staged, &part, &meta).await?;
+    Ok(UploadPartCopyOutput {
+        copy_part_result: Some(CopyPartResult {
+            e_tag: Some(ETag::Strong(meta.etag)),
+            last_modified: Some(timestamp(file.mtime)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The bytes `x-amz-copy-source-range` names in a source of `size` bytes:
+/// S3 takes only the form `bytes=FIRST-LAST`, inside the object.
+pub fn copied_range(text: &str, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let bad = || {
+        s3_error!(
+            InvalidArgument,
+            "x-amz-copy-source-range {text:?} must be bytes=FIRST-LAST within the source's {size} bytes"
+        )
+    };
+    let (first, last) = text
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(bad)?;
+    let (first, last): (u64, u64) = (
+        first.parse().map_err(|_| bad())?,
+        last.parse().map_err(|_| bad())?,
+    );
+    if first > last || last >= size {
+        return Err(if first <= last {
+            s3_error!(
+                InvalidRange,
+                "x-amz-copy-source-range {text:?} ends past the source's {size} bytes"
+            )
+        } else {
+            bad()
+        });
+    }
+    Ok(first..last + 1)
 }
 
 /// The stored parts of an upload, by part number.

@@ -19,6 +19,7 @@ use crate::errors;
 use crate::listing::{self, Page, Query};
 use crate::metadata::{derived_etag, md5_etag, ObjectMeta};
 use crate::objects::{put_conditions, Claimed, Found};
+use crate::settings::Setting;
 use crate::streams::{self, Source, Written};
 use crate::tenants::Tenant;
 use crate::time::timestamp;
@@ -82,6 +83,9 @@ pub struct ObjectBucket {
     store: Arc<dyn ObjectMapper>,
     max: u64,
     created: u64,
+    /// The folder no mapping lists, holding the lock and the bucket's
+    /// settings.
+    own: PathBuf,
     /// Held for the gateway's lifetime.
     _lock: File,
 }
@@ -144,6 +148,10 @@ impl ObjectBuckets {
                     store,
                     max: c.max_object_size.unwrap_or(MAX_OBJECT),
                     created,
+                    own: lock_path
+                        .parent()
+                        .expect("LOCK is in a folder")
+                        .to_path_buf(),
                     _lock: lock,
                 }),
             );
@@ -297,6 +305,73 @@ impl ObjectBucket {
         Ok(etag)
     }
 
+    /// Replaces the tags of object `key`, keeping the rest of its metadata.
+    pub async fn retag(&self, key: &str, tags: crate::tagging::Tags) -> S3Result<()> {
+        let found = self.find(key).await?;
+        let info = self
+            .store
+            .head(key)
+            .await
+            .map_err(|e| self.fail(e))?
+            .ok_or_else(|| s3_error!(NoSuchKey, "object {key:?} was removed meanwhile"))?;
+        let sidecar = Sidecar {
+            size: found.file.size,
+            stored: found.file.mtime,
+            stamp: info.mtime,
+            meta: ObjectMeta { tags, ..found.meta },
+        };
+        let text = serde_json::to_vec(&sidecar).expect("a sidecar serializes");
+        self.store
+            .put(&format!("{SIDECAR}{key}"), Bytes::from(text))
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
+    /// A setting of the bucket, if it has one.
+    pub async fn setting(&self, s: Setting) -> S3Result<Option<Bytes>> {
+        match tokio::fs::read(self.own.join(s.name())).await {
+            Ok(v) => Ok(Some(Bytes::from(v))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.fail(Error::Storage(format!(
+                "bucket {}: reading {}: {e}",
+                self.name,
+                s.name()
+            )))),
+        }
+    }
+
+    /// Stores (`Some`) or removes (`None`) a setting of the bucket, durably
+    /// and whole: a crash leaves the old value or the new one.
+    pub async fn set_setting(&self, s: Setting, value: Option<Bytes>) -> S3Result<()> {
+        let path = self.own.join(s.name());
+        let own = self.own.clone();
+        let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            match value {
+                Some(v) => {
+                    let staged = path.with_extension("new");
+                    let mut f = File::create(&staged)?;
+                    std::io::Write::write_all(&mut f, &v)?;
+                    f.sync_all()?;
+                    std::fs::rename(&staged, &path)?;
+                }
+                None => match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                },
+            }
+            File::open(&own)?.sync_all()
+        })
+        .await
+        .expect("a settings write does not panic");
+        written.map_err(|e| {
+            self.fail(Error::Storage(format!(
+                "bucket {}: writing {}: {e}",
+                self.name,
+                s.name()
+            )))
+        })
+    }
+
     /// Collects a request body, refusing more than the bucket's limit.
     pub async fn collect(
         &self,
@@ -385,20 +460,27 @@ impl ObjectBucket {
         conditions!(found, input)?;
         let s = crate::objects::select(input.range.as_ref(), input.part_number, &found)?;
         let range = s.range;
-        let source = Arc::new(Stored {
-            store: self.store.clone(),
-            key: input.key.clone(),
-        });
-        let body = streams::stream(source, range.start, range.end)
-            .await
-            .map_err(|e| self.fail(e))?;
+        let body = self.read_range(&input.key, range.start, range.end).await?;
+        let tag_count = found.meta.tag_count();
         Ok(
             described!(GetObjectOutput, found, range.end - range.start, wants_checksums!(input), {
                 body: Some(body),
                 content_range: s.content_range,
                 parts_count: s.parts_count,
+                tag_count: tag_count,
             }),
         )
+    }
+
+    /// Bytes `start..end` of object `key`, streamed.
+    pub async fn read_range(&self, key: &str, start: u64, end: u64) -> S3Result<StreamingBlob> {
+        let source = Arc::new(Stored {
+            store: self.store.clone(),
+            key: key.to_string(),
+        });
+        streams::stream(source, start, end)
+            .await
+            .map_err(|e| self.fail(e))
     }
 
     pub async fn head(&self, input: HeadObjectInput) -> S3Result<HeadObjectOutput> {

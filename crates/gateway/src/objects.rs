@@ -80,6 +80,14 @@ macro_rules! described {
     }};
 }
 
+/// The object `key` of a bucket `t` owns, of either kind of bucket.
+pub async fn find_any(t: &Tenant, bucket: &str, key: &str) -> S3Result<Found> {
+    match buckets::object_bucket(t, bucket)? {
+        Some(b) => b.find(key).await,
+        None => find(t, bucket, key).await,
+    }
+}
+
 /// The object `key` of a bucket `t` owns. A directory is an object only
 /// when asked for as a folder (`key/`).
 pub async fn find(t: &Tenant, bucket: &str, key: &str) -> S3Result<Found> {
@@ -177,15 +185,35 @@ fn not_modified(found: &Found) -> S3Error {
     e
 }
 
-/// The `x-amz-copy-source-if-*` conditions of a CopyObject on its source.
-/// A copy has no 304: every failed condition is 412.
-fn copy_conditions(src: &Found, input: &CopyObjectInput) -> S3Result<()> {
+/// The `x-amz-copy-source-if-*` conditions of a CopyObject or an
+/// UploadPartCopy (their inputs name them alike) on its source `src`.
+macro_rules! copy_conditions {
+    ($src:expr, $input:expr) => {
+        $crate::objects::source_conditions(
+            $src,
+            $input.copy_source_if_match.as_ref(),
+            $input.copy_source_if_none_match.as_ref(),
+            $input.copy_source_if_modified_since.as_ref(),
+            $input.copy_source_if_unmodified_since.as_ref(),
+        )
+    };
+}
+
+/// Conditions on a copy's source. A copy has no 304: every failed
+/// condition is 412.
+pub fn source_conditions(
+    src: &Found,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    modified_since: Option<&Timestamp>,
+    unmodified_since: Option<&Timestamp>,
+) -> S3Result<()> {
     check_conditions(
         src,
-        input.copy_source_if_match.as_ref(),
-        input.copy_source_if_none_match.as_ref(),
-        input.copy_source_if_modified_since.as_ref(),
-        input.copy_source_if_unmodified_since.as_ref(),
+        if_match,
+        if_none_match,
+        modified_since,
+        unmodified_since,
     )
     .map_err(|e| match e.code() {
         S3ErrorCode::NotModified => s3_error!(
@@ -583,11 +611,13 @@ pub async fn get(t: &Tenant, input: GetObjectInput) -> S3Result<GetObjectOutput>
     conditions!(found, input)?;
     let s = select(input.range.as_ref(), input.part_number, &found)?;
     let body = read_body(t, &found.path, s.range.start, s.range.end).await?;
+    let tag_count = found.meta.tag_count();
     Ok(
         described!(GetObjectOutput, found, s.range.end - s.range.start, wants_checksums!(input), {
             body: Some(body),
             content_range: s.content_range,
             parts_count: s.parts_count,
+            tag_count: tag_count,
         }),
     )
 }
@@ -602,6 +632,77 @@ pub async fn head(t: &Tenant, input: HeadObjectInput) -> S3Result<HeadObjectOutp
             parts_count: s.parts_count,
         }),
     )
+}
+
+/// S3's most parts in one GetObjectAttributes answer.
+const MAX_PARTS_DESCRIBED: i32 = 1000;
+
+/// GetObjectAttributes: what the request names of the object, in one
+/// answer (tools use it to check an upload without reading it): its ETag,
+/// checksums, size, storage class, and a page of its parts if a multipart
+/// upload made it.
+pub async fn attributes(
+    t: &Tenant,
+    input: GetObjectAttributesInput,
+) -> S3Result<GetObjectAttributesOutput> {
+    let found = find_any(t, &input.bucket, &input.key).await?;
+    // One header names them all, comma-separated; s3s hands it over whole.
+    let wants = |a: &str| {
+        input
+            .object_attributes
+            .iter()
+            .flat_map(|x| x.as_str().split(','))
+            .any(|x| x.trim() == a)
+    };
+    let max_parts = match input.max_parts {
+        Some(n) if !(0..=MAX_PARTS_DESCRIBED).contains(&n) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "max-parts must be between 0 and {MAX_PARTS_DESCRIBED}, not {n}"
+            ))
+        }
+        Some(n) => n,
+        None => MAX_PARTS_DESCRIBED,
+    };
+    let object_parts = (wants(ObjectAttributes::OBJECT_PARTS) && !found.meta.parts.is_empty())
+        .then(|| {
+            let after = input.part_number_marker.unwrap_or(0).max(0) as usize;
+            let parts: Vec<ObjectPart> = found
+                .meta
+                .parts
+                .iter()
+                .enumerate()
+                .skip(after)
+                .take(max_parts as usize)
+                .map(|(i, size)| ObjectPart {
+                    part_number: Some(i as i32 + 1),
+                    size: Some(*size as i64),
+                    ..Default::default()
+                })
+                .collect();
+            let last = parts.last().and_then(|p| p.part_number);
+            let truncated = last.is_some_and(|l| (l as usize) < found.meta.parts.len());
+            GetObjectAttributesParts {
+                is_truncated: Some(truncated),
+                max_parts: Some(max_parts),
+                next_part_number_marker: last,
+                part_number_marker: input.part_number_marker,
+                parts: Some(parts),
+                total_parts_count: Some(found.meta.parts.len() as i32),
+            }
+        });
+    let checksum = (wants(ObjectAttributes::CHECKSUM) && !found.meta.checksums.is_empty())
+        .then(|| found.meta.checksum());
+    Ok(GetObjectAttributesOutput {
+        checksum,
+        e_tag: wants(ObjectAttributes::ETAG).then(|| ETag::Strong(found.meta.etag.clone())),
+        last_modified: Some(timestamp(found.file.mtime)),
+        object_parts,
+        object_size: wants(ObjectAttributes::OBJECT_SIZE).then(|| found.size() as i64),
+        storage_class: wants(ObjectAttributes::STORAGE_CLASS)
+            .then(|| StorageClass::from_static(StorageClass::STANDARD)),
+        ..Default::default()
+    })
 }
 
 /// Deletes one object; a missing one is no error (S3's DELETE is
@@ -679,19 +780,19 @@ pub async fn delete_many(t: &Tenant, input: DeleteObjectsInput) -> S3Result<Dele
     })
 }
 
-pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutput> {
-    let CopySource::Bucket {
-        bucket: src_bucket,
-        key: src_key,
-        ..
-    } = &input.copy_source
-    else {
-        return Err(s3_error!(
+/// The bucket and key of a copy's `x-amz-copy-source`.
+pub fn source_of(source: &CopySource) -> S3Result<(String, String)> {
+    match source {
+        CopySource::Bucket { bucket, key, .. } => Ok((bucket.to_string(), key.to_string())),
+        _ => Err(s3_error!(
             NotImplemented,
             "only bucket/key copy sources are supported"
-        ));
-    };
-    let (src_bucket, src_key) = (src_bucket.to_string(), src_key.to_string());
+        )),
+    }
+}
+
+pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutput> {
+    let (src_bucket, src_key) = source_of(&input.copy_source)?;
     let replace = input
         .metadata_directive
         .as_ref()
@@ -727,12 +828,12 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
     };
     let (data, src_meta) = match &from {
         Some(b) => {
-            copy_conditions(&b.find(&src_key).await?, &input)?;
+            copy_conditions!(&b.find(&src_key).await?, input)?;
             b.read_all(&src_key, limit).await?
         }
         None => {
             let src = find(t, &src_bucket, &src_key).await?;
-            copy_conditions(&src, &input)?;
+            copy_conditions!(&src, input)?;
             if src.size() > limit {
                 return Err(s3_error!(
                     EntityTooLarge,
@@ -750,14 +851,13 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
         }
     };
     let key = input.key.clone();
-    let mut meta = if replace {
+    let tags = copied_tags(&input, &src_meta)?;
+    let meta = if replace {
         headers_of!(input)
     } else {
         src_meta
     };
-    meta.etag = md5_etag(&Md5::checksum(&data));
-    meta.upload = None;
-    meta.parts.clear();
+    let meta = meta.copied(md5_etag(&Md5::checksum(&data)), tags);
     let etag = match into {
         CopyTarget::Objects(b) => b.store(&key, data, meta).await?,
         CopyTarget::Namespace(path) => {
@@ -768,6 +868,15 @@ pub async fn copy(t: &Tenant, input: CopyObjectInput) -> S3Result<CopyObjectOutp
         }
     };
     Ok(copied(etag, crate::time::now()))
+}
+
+/// The tags of a copy of an object whose metadata is `src`.
+fn copied_tags(input: &CopyObjectInput, src: &ObjectMeta) -> S3Result<crate::tagging::Tags> {
+    crate::tagging::of_copy(
+        input.tagging_directive.as_ref(),
+        input.tagging.as_deref(),
+        src.tags.clone(),
+    )
 }
 
 /// Where a copy goes.
@@ -796,10 +905,11 @@ async fn copy_in_namespace(
     input: CopyObjectInput,
 ) -> S3Result<CopyObjectOutput> {
     let src = find(t, src_bucket, src_key).await?;
-    copy_conditions(&src, &input)?;
+    copy_conditions!(&src, input)?;
     buckets::owned(t, &input.bucket).await?;
     let path = object_path(&input.bucket, &input.key)?;
-    let mut meta = if replace {
+    let tags = copied_tags(&input, &src.meta)?;
+    let meta = if replace {
         headers_of!(input)
     } else {
         src.meta.clone()
@@ -810,9 +920,7 @@ async fn copy_in_namespace(
     }
     let body = read_body(t, &src.path, 0, src.file.size).await?;
     let (staged, written) = stage(t, body, ChecksumHasher::default()).await?;
-    meta.etag = md5_etag(&written.md5);
-    meta.upload = None;
-    meta.parts.clear();
+    let meta = meta.copied(md5_etag(&written.md5), tags);
     let file = commit(t, &staged, &path, &meta).await?;
     Ok(copied(meta.etag, timestamp(file.mtime)))
 }

@@ -37,6 +37,8 @@ pub struct Directory {
     /// One reload or connect at a time: a burst of requests from a new
     /// tenant makes one client, not one each.
     reload: tokio::sync::Mutex<()>,
+    /// Buckets' CORS rules, for cross-origin requests.
+    cors: crate::cors::Cache,
 }
 
 #[derive(Default)]
@@ -79,6 +81,11 @@ impl Tenant {
         }
         errors::s3(e, missing)
     }
+
+    /// The gateway's cache of buckets' CORS rules.
+    pub fn cors(&self) -> &crate::cors::Cache {
+        &self.directory.cors
+    }
 }
 
 impl Directory {
@@ -88,6 +95,7 @@ impl Directory {
             objects,
             state: Mutex::new(State::default()),
             reload: tokio::sync::Mutex::new(()),
+            cors: crate::cors::Cache::default(),
         })
     }
 
@@ -103,8 +111,19 @@ impl Directory {
         if let Some(found) = self.known(key) {
             return Ok(found);
         }
-        // An application created a moment ago is found by waiting for the
-        // next reload rather than refused.
+        self.reload().await?;
+        self.known(key).ok_or_else(|| {
+            s3_error!(
+                InvalidAccessKeyId,
+                "no LABIOS application has access key {key:?} (see `labios app create`)"
+            )
+        })
+    }
+
+    /// Reads the registry again, at most once per [`RELOAD_EVERY`]: an
+    /// application created a moment ago is found by waiting for the next
+    /// reload rather than refused. The caller holds `reload`.
+    async fn reload(&self) -> S3Result<()> {
         let since = self.state.lock().unwrap().loaded.map(|t| t.elapsed());
         if let Some(since) = since.filter(|s| *s < RELOAD_EVERY) {
             tokio::time::sleep(RELOAD_EVERY - since).await;
@@ -129,19 +148,85 @@ impl Directory {
                 .collect();
             state.loaded = Some(Instant::now());
         }
-        self.known(key).ok_or_else(|| {
-            s3_error!(
-                InvalidAccessKeyId,
-                "no LABIOS application has access key {key:?} (see `labios app create`)"
-            )
-        })
+        Ok(())
     }
 
     /// The tenant of an authenticated request; anonymous requests never get
     /// here (s3s refuses them with AccessDenied).
     pub async fn tenant(self: &Arc<Self>, creds: Option<&Credentials>) -> S3Result<Tenant> {
         let creds = creds.ok_or_else(|| s3_error!(AccessDenied, "a signed request is required"))?;
-        let Known { app, name, secret } = self.credentials(&creds.access_key).await?;
+        let known = self.credentials(&creds.access_key).await?;
+        self.tenant_as(&creds.access_key, known).await
+    }
+
+    /// The registered application that `pick` chooses, the registry read
+    /// first if it never was.
+    async fn registered(
+        self: &Arc<Self>,
+        pick: impl Fn(&Known) -> bool,
+    ) -> S3Result<Option<Tenant>> {
+        if self.state.lock().unwrap().loaded.is_none() {
+            let _one = self.reload.lock().await;
+            if self.state.lock().unwrap().loaded.is_none() {
+                self.reload().await?;
+            }
+        }
+        let found = self
+            .state
+            .lock()
+            .unwrap()
+            .keys
+            .iter()
+            .find(|(_, known)| pick(known))
+            .map(|(k, known)| (k.clone(), known.clone()));
+        match found {
+            Some((key, known)) => Ok(Some(self.tenant_as(&key, known).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The application that owns `bucket`, for what the gateway answers
+    /// without a signed request: a browser's CORS preflight names only the
+    /// bucket. Any registered application may look up who owns it.
+    pub async fn owner_of(self: &Arc<Self>, bucket: &str) -> S3Result<Option<Tenant>> {
+        if let Some(b) = self.objects.get(bucket) {
+            let owner = b.owner.clone();
+            return self.registered(|known| known.name == owner).await;
+        }
+        let Some(any) = self.registered(|_| true).await? else {
+            return Ok(None);
+        };
+        let path = crate::names::bucket_path(bucket);
+        match crate::buckets::lookup(&any, &path).await? {
+            Some(dir) => self.registered(|known| known.app == dir.owner).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The CORS rules of `bucket`, read as its owner (none for a bucket
+    /// that does not exist or cannot be read now: the browser is then
+    /// refused, never let through).
+    pub async fn cors_rules(self: &Arc<Self>, bucket: &str) -> crate::cors::Rules {
+        if let Some(rules) = self.cors.fresh(bucket) {
+            return rules;
+        }
+        let read = async {
+            match self.owner_of(bucket).await? {
+                Some(owner) => crate::cors::rules_of(&owner, bucket).await,
+                None => Ok(Vec::new()),
+            }
+        };
+        let rules = Arc::new(read.await.unwrap_or_else(|e| {
+            tracing::warn!("labios s3: CORS rules of bucket {bucket}: {e}");
+            Vec::new()
+        }));
+        self.cors.keep(bucket, rules.clone());
+        rules
+    }
+
+    /// The tenant of access key `key`, its client connected once and kept.
+    async fn tenant_as(self: &Arc<Self>, key: &str, known: Known) -> S3Result<Tenant> {
+        let Known { app, name, secret } = known;
         let cached = self.state.lock().unwrap().clients.get(&app).cloned();
         let client = match cached {
             Some(c) => c,
@@ -153,7 +238,7 @@ impl Directory {
                     None => {
                         let c = self
                             .tenants
-                            .connect(&creds.access_key, &secret)
+                            .connect(key, &secret)
                             .await
                             .map_err(|e| errors::s3(e, S3ErrorCode::AccessDenied))?;
                         self.state.lock().unwrap().clients.insert(app, c.clone());

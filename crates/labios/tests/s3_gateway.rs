@@ -336,7 +336,14 @@ impl Site {
     }
 }
 
-both!(boto3, aws_cli, rclone, s3cmd, files_and_objects);
+both!(
+    boto3,
+    aws_cli,
+    aws_cli_tags_cors_attributes_part_copies,
+    rclone,
+    s3cmd,
+    files_and_objects
+);
 
 /// The pytest suite of tests/s3/test_boto3.py: every operation and error.
 async fn boto3(kind: Kind) {
@@ -580,6 +587,268 @@ async fn aws_cli(kind: Kind) {
     ok(site.aws(a, &["s3", "rb", "s3://cli"]), "rb");
     let buckets = ok(site.aws(a, &["s3", "ls"]), "ls buckets");
     assert!(!buckets.contains("cli"), "{buckets}");
+    site.stop().await;
+}
+
+/// The answer (status line, headers and body) to a browser's CORS
+/// preflight of `path` from `origin` for `method`, as raw HTTP.
+fn preflight(url: &str, path: &str, origin: &str, method: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        conn,
+        "OPTIONS {path} HTTP/1.1\r\nHost: {addr}\r\nOrigin: {origin}\r\n\
+         Access-Control-Request-Method: {method}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// A field of the aws CLI's JSON output.
+fn field(out: &str, path: &[&str]) -> serde_json::Value {
+    let mut v: serde_json::Value =
+        serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    for p in path {
+        v = v[p].take();
+    }
+    v
+}
+
+/// Tags, CORS, GetObjectAttributes and UploadPartCopy through the aws CLI,
+/// and tags and rules that survive a restart of the gateway.
+async fn aws_cli_tags_cors_attributes_part_copies(kind: Kind) {
+    let mut site = Site::start(kind).await;
+    let a = site.alice.clone();
+    let src = site.path("six.bin");
+    let body: Vec<u8> = (0..6u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    write(&src, &body);
+    let src_s = src.display().to_string();
+    let api = |site: &Site, args: &[&str], what: &str| {
+        let mut all = vec!["s3api"];
+        all.extend_from_slice(args);
+        ok(site.aws(&a, &all), what)
+    };
+    ok(site.aws(&a, &["s3", "mb", "s3://meta"]), "mb");
+    api(
+        &site,
+        &[
+            "put-object",
+            "--bucket",
+            "meta",
+            "--key",
+            "src",
+            "--body",
+            &src_s,
+            "--tagging",
+            "project=climate&run=7",
+        ],
+        "put-object --tagging",
+    );
+    let tagged = api(
+        &site,
+        &["get-object-tagging", "--bucket", "meta", "--key", "src"],
+        "get-object-tagging",
+    );
+    assert!(
+        tagged.contains("climate") && tagged.contains("\"run\""),
+        "{tagged}"
+    );
+    api(
+        &site,
+        &[
+            "put-bucket-tagging",
+            "--bucket",
+            "meta",
+            "--tagging",
+            "TagSet=[{Key=team,Value=hpc}]",
+        ],
+        "put-bucket-tagging",
+    );
+    let cors = r#"{"CORSRules":[{"AllowedOrigins":["https://app.example.org"],"AllowedMethods":["PUT","GET"],"AllowedHeaders":["*"]}]}"#;
+    api(
+        &site,
+        &[
+            "put-bucket-cors",
+            "--bucket",
+            "meta",
+            "--cors-configuration",
+            cors,
+        ],
+        "put-bucket-cors",
+    );
+    let created = api(
+        &site,
+        &[
+            "create-multipart-upload",
+            "--bucket",
+            "meta",
+            "--key",
+            "joined",
+        ],
+        "create-multipart-upload",
+    );
+    let uid = field(&created, &["UploadId"]).as_str().unwrap().to_string();
+    let mut parts = Vec::new();
+    for (n, range) in [
+        (1, "bytes=0-5242879".to_string()),
+        (2, format!("bytes=5242880-{}", body.len() - 1)),
+    ] {
+        let copied = api(
+            &site,
+            &[
+                "upload-part-copy",
+                "--bucket",
+                "meta",
+                "--key",
+                "joined",
+                "--upload-id",
+                &uid,
+                "--part-number",
+                &n.to_string(),
+                "--copy-source",
+                "meta/src",
+                "--copy-source-range",
+                &range,
+            ],
+            "upload-part-copy",
+        );
+        let etag = field(&copied, &["CopyPartResult", "ETag"]);
+        parts.push(serde_json::json!({"PartNumber": n, "ETag": etag}));
+    }
+    let listed = serde_json::json!({ "Parts": parts }).to_string();
+    api(
+        &site,
+        &[
+            "complete-multipart-upload",
+            "--bucket",
+            "meta",
+            "--key",
+            "joined",
+            "--upload-id",
+            &uid,
+            "--multipart-upload",
+            &listed,
+        ],
+        "complete-multipart-upload",
+    );
+    let attrs = api(
+        &site,
+        &[
+            "get-object-attributes",
+            "--bucket",
+            "meta",
+            "--key",
+            "joined",
+            "--object-attributes",
+            "ObjectParts",
+            "ObjectSize",
+        ],
+        "get-object-attributes",
+    );
+    assert_eq!(field(&attrs, &["ObjectSize"]), body.len() as u64, "{attrs}");
+    assert_eq!(
+        field(&attrs, &["ObjectParts", "TotalPartsCount"]),
+        2,
+        "{attrs}"
+    );
+    let down = site.path("joined.bin");
+    ok(
+        site.aws(
+            &a,
+            &["s3", "cp", "s3://meta/joined", &down.display().to_string()],
+        ),
+        "cp down",
+    );
+    assert!(
+        std::fs::read(&down).unwrap() == body,
+        "the copied parts make the source"
+    );
+
+    site.restart_gateway();
+    let tagged = api(
+        &site,
+        &["get-object-tagging", "--bucket", "meta", "--key", "src"],
+        "get-object-tagging after a restart",
+    );
+    assert!(tagged.contains("climate"), "{tagged}");
+    let bucket_tags = api(
+        &site,
+        &["get-bucket-tagging", "--bucket", "meta"],
+        "get-bucket-tagging after a restart",
+    );
+    assert!(bucket_tags.contains("hpc"), "{bucket_tags}");
+    let rules = api(
+        &site,
+        &["get-bucket-cors", "--bucket", "meta"],
+        "get-bucket-cors after a restart",
+    );
+    assert!(rules.contains("https://app.example.org"), "{rules}");
+    let allowed = preflight(
+        &site.gateway.url,
+        "/meta/upload",
+        "https://app.example.org",
+        "PUT",
+    );
+    assert!(allowed.starts_with("HTTP/1.1 200"), "{allowed}");
+    assert!(
+        allowed
+            .to_ascii_lowercase()
+            .contains("access-control-allow-origin: https://app.example.org"),
+        "{allowed}"
+    );
+    let refused = preflight(
+        &site.gateway.url,
+        "/meta/upload",
+        "https://elsewhere.example.com",
+        "PUT",
+    );
+    assert!(
+        refused.starts_with("HTTP/1.1 403") && refused.contains("AccessForbidden"),
+        "{refused}"
+    );
+    api(
+        &site,
+        &["delete-bucket-cors", "--bucket", "meta"],
+        "delete-bucket-cors",
+    );
+    let gone = preflight(
+        &site.gateway.url,
+        "/meta/upload",
+        "https://app.example.org",
+        "PUT",
+    );
+    assert!(gone.starts_with("HTTP/1.1 403"), "{gone}");
+    fails_with(
+        site.aws(&a, &["s3api", "get-bucket-cors", "--bucket", "meta"]),
+        "NoSuchCORSConfiguration",
+        "rules deleted",
+    );
+    api(
+        &site,
+        &["delete-object-tagging", "--bucket", "meta", "--key", "src"],
+        "delete-object-tagging",
+    );
+    let untagged = api(
+        &site,
+        &["get-object-tagging", "--bucket", "meta", "--key", "src"],
+        "get-object-tagging",
+    );
+    assert_eq!(
+        field(&untagged, &["TagSet"]),
+        serde_json::json!([]),
+        "{untagged}"
+    );
+    fails_with(
+        site.aws(
+            &site.bob,
+            &["s3api", "get-bucket-tagging", "--bucket", "meta"],
+        ),
+        "AccessDenied",
+        "another tenant's bucket tags",
+    );
     site.stop().await;
 }
 
@@ -1038,6 +1307,25 @@ async fn object_buckets_keep_objects_in_a_file_system_by_their_mapping() {
     site.restart_gateway();
     for (b, was) in names.iter().zip(&before) {
         assert_eq!(&listing(&site, b), was, "{b} after a restart");
+        let kept = |args: &[&str], what: &str| {
+            let mut all = vec!["s3api"];
+            all.extend_from_slice(args);
+            all.extend_from_slice(&["--bucket", b]);
+            ok(site.aws(&site.alice, &all), what)
+        };
+        let tags = kept(&["get-object-tagging", "--key", "kept/00"], "object tags");
+        assert!(tags.contains("\"object\""), "{b}: {tags}");
+        let tags = kept(&["get-bucket-tagging"], "bucket tags");
+        assert!(tags.contains("\"bucket\""), "{b}: {tags}");
+        let rules = kept(&["get-bucket-cors"], "CORS rules");
+        assert!(rules.contains("https://kept.example.org"), "{b}: {rules}");
+        let allowed = preflight(
+            &site.gateway.url,
+            &format!("/{b}/x"),
+            "https://kept.example.org",
+            "PUT",
+        );
+        assert!(allowed.starts_with("HTTP/1.1 200"), "{b}: {allowed}");
     }
     let got = site.aws(
         &site.alice,

@@ -14,7 +14,8 @@
 //! Everything derives from a seed: `LABIOS_MODEL_SEED` replays a run,
 //! `LABIOS_MODEL_CASES` runs more cases. A failing case is shrunk (steps
 //! removed while it still fails), printed, and written to a file that
-//! `LABIOS_MODEL_REPLAY=FILE` runs again alone.
+//! `LABIOS_MODEL_REPLAY=FILE` runs again alone. `LABIOS_MODEL_ONLY=NAME`
+//! runs one mapping of a test that checks several.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -1287,6 +1288,10 @@ pub struct Run {
     /// ([`DEFAULT_SHRINK_ATTEMPTS`] unless a test whose cases are slow,
     /// such as one that crashes processes, bounds it lower).
     pub shrink_attempts: usize,
+    /// `LABIOS_MODEL_ONLY=NAME`: run only the target or sub-target of that
+    /// name (`direct` for `iris_mappings/direct`), so that long runs of a
+    /// test with several mappings can be spread over machines or sessions.
+    pub only: Option<String>,
 }
 
 impl Run {
@@ -1300,6 +1305,7 @@ impl Run {
             replay: std::env::var_os("LABIOS_MODEL_REPLAY").map(Into::into),
             restart_one_in: DEFAULT_RESTART_ONE_IN,
             shrink_attempts: DEFAULT_SHRINK_ATTEMPTS,
+            only: std::env::var("LABIOS_MODEL_ONLY").ok(),
         }
     }
 }
@@ -1314,6 +1320,12 @@ pub async fn check_target(name: &str, target: &dyn Target, run: &Run) {
             panic!("replay of {} fails: {e}", file.display());
         }
         return;
+    }
+    if let Some(only) = &run.only {
+        if name != only && name.rsplit('/').next() != Some(only.as_str()) {
+            println!("model checker, target {name}: not run (LABIOS_MODEL_ONLY={only})");
+            return;
+        }
     }
     let started = std::time::Instant::now();
     // Up front, so that a run that hangs can still be replayed.

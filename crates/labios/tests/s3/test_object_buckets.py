@@ -172,7 +172,50 @@ def test_limits_and_errors(bucket):
     assert code(e) == "PreconditionFailed"
 
 
+def tags(tag_set):
+    return {t["Key"]: t["Value"] for t in tag_set}
+
+
+def test_tags_cors_attributes_and_part_copies(bucket):
+    """Object and bucket tags, CORS rules, GetObjectAttributes and parts
+    copied from ranges, on each mapping."""
+    key = f"{RUN}/tagged"
+    alice.put_object(Bucket=bucket, Key=key, Body=b"x" * 10, Tagging="a=1")
+    assert tags(alice.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]) == {"a": "1"}
+    alice.put_object_tagging(Bucket=bucket, Key=key, Tagging={"TagSet": [{"Key": "b", "Value": "2"}]})
+    got = alice.get_object(Bucket=bucket, Key=key)
+    assert got["TagCount"] == 1 and got["Body"].read() == b"x" * 10 and got["ETag"] == md5(b"x" * 10)
+    alice.delete_object_tagging(Bucket=bucket, Key=key)
+    assert alice.get_object_tagging(Bucket=bucket, Key=key)["TagSet"] == []
+    with pytest.raises(ClientError) as e:
+        bob.get_object_tagging(Bucket=bucket, Key=key)
+    assert code(e) == "AccessDenied"
+    alice.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": "mapping", "Value": bucket}]})
+    assert tags(alice.get_bucket_tagging(Bucket=bucket)["TagSet"]) == {"mapping": bucket}
+    rules = [{"AllowedOrigins": ["*"], "AllowedMethods": ["GET"]}]
+    alice.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": rules})
+    assert alice.get_bucket_cors(Bucket=bucket)["CORSRules"] == rules
+    src = data(6 << 20, 20)
+    alice.put_object(Bucket=bucket, Key=f"{RUN}/src", Body=src)
+    mp = f"{RUN}/copied-parts"
+    uid = alice.create_multipart_upload(Bucket=bucket, Key=mp)["UploadId"]
+    parts = []
+    for n, r in enumerate([f"bytes=0-{(5 << 20) - 1}", f"bytes={5 << 20}-{len(src) - 1}"], 1):
+        done = alice.upload_part_copy(Bucket=bucket, Key=mp, UploadId=uid, PartNumber=n,
+                                      CopySource={"Bucket": bucket, "Key": f"{RUN}/src"}, CopySourceRange=r)
+        parts.append({"PartNumber": n, "ETag": done["CopyPartResult"]["ETag"]})
+    alice.complete_multipart_upload(Bucket=bucket, Key=mp, UploadId=uid, MultipartUpload={"Parts": parts})
+    assert alice.get_object(Bucket=bucket, Key=mp)["Body"].read() == src
+    a = alice.get_object_attributes(Bucket=bucket, Key=mp, ObjectAttributes=["ObjectParts", "ObjectSize"])
+    assert a["ObjectSize"] == len(src) and a["ObjectParts"]["TotalPartsCount"] == 2
+
+
 def test_kept_for_a_restart(bucket):
-    """Objects the Rust test reads back after restarting the gateway."""
+    """Objects, tags and CORS rules the Rust test reads back after
+    restarting the gateway."""
     for i in range(20):
         alice.put_object(Bucket=bucket, Key=f"kept/{i:02d}", Body=data(1000 + i, 100 + i))
+    alice.put_object_tagging(Bucket=bucket, Key="kept/00", Tagging={"TagSet": [{"Key": "kept", "Value": "object"}]})
+    alice.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": "kept", "Value": "bucket"}]})
+    alice.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [
+        {"AllowedOrigins": ["https://kept.example.org"], "AllowedMethods": ["PUT"]}]})
