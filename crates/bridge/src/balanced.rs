@@ -117,11 +117,7 @@ impl Level<'_> {
             buf[ws as usize..we as usize].copy_from_slice(&slice);
             buf.freeze()
         };
-        self.op
-            .write(&name, body)
-            .await
-            .map(|_| ())
-            .map_err(|e| crate::mapping::storage_error(self.path, e))
+        crate::mapping::put_object(self.op, self.path, &name, body).await
     }
 
     /// `len` bytes at `offset`, one ranged GET per bucket.

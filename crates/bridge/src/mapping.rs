@@ -79,6 +79,50 @@ pub fn mapper(mapping: Mapping, op: Operator) -> Arc<dyn FileMapper> {
     }
 }
 
+/// How often a PUT refused as [`RACED_WITH_DELETE`] is sent again, and the
+/// first pause before it (doubled each time).
+const PUT_RETRIES: u32 = 5;
+const PUT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(5);
+/// The S3 code of a PUT that raced with a DELETE on a server over a file
+/// system (see [`put_object`]).
+const RACED_WITH_DELETE: &str = "ExistingObjectIsDirectory";
+
+/// Stores `data` as the whole object `key` (of file `file`, for errors).
+///
+/// An S3 server over a file system (versitygw's posix backend, 1.8: see
+/// `PutObject` in its `backend/posix/posix.go`) makes a new object's
+/// parent directories, then links the object into them, and a DELETE
+/// removes the directories it leaves empty. A DELETE of the last other
+/// object under the same prefix that lands in between removes the
+/// directory the PUT just made; the link fails, and the server answers 409
+/// `ExistingObjectIsDirectory`, the code it gives any failure of those two
+/// steps. The model checker found this (a write beside a removal in one
+/// directory of the `direct` mapping). A whole-object PUT is idempotent,
+/// so it is sent again while nothing lives under `key/`, which is what the
+/// code means when it is true; a conflict that persists is reported.
+pub async fn put_object(op: &Operator, file: &str, key: &str, data: Bytes) -> Result<()> {
+    let mut pause = PUT_BACKOFF;
+    for _ in 0..PUT_RETRIES {
+        match op.write(key, data.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.to_string().contains(RACED_WITH_DELETE) => {
+                let under = op.list_with(&format!("{key}/")).limit(1).await;
+                if under.is_ok_and(|entries| !entries.is_empty()) {
+                    return Err(storage_error(file, e));
+                }
+                tracing::debug!("{key}: PUT raced with a DELETE ({e}); sending it again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Err(e) => return Err(storage_error(file, e)),
+        }
+    }
+    op.write(key, data)
+        .await
+        .map(|_| ())
+        .map_err(|e| storage_error(file, e))
+}
+
 /// An OpenDAL error as a LABIOS one, naming the path.
 pub fn storage_error(path: &str, e: opendal::Error) -> Error {
     match e.kind() {
@@ -145,11 +189,7 @@ impl FileMapper for Direct {
                 buf.freeze()
             }
         };
-        self.op
-            .write(path, whole)
-            .await
-            .map(|_| ())
-            .map_err(|e| storage_error(path, e))
+        put_object(&self.op, path, path, whole).await
     }
 
     async fn read(&self, path: &str, offset: u64, len: u64) -> Result<Bytes> {

@@ -353,11 +353,7 @@ impl<L: Layout> Inner<L> {
 
     async fn put_meta(&self, path: &str, meta: &Meta) -> Result<()> {
         let key = format!("{}meta", internal_dir(path));
-        self.op
-            .write(&key, meta.encode())
-            .await
-            .map(|_| ())
-            .map_err(|e| storage_error(path, e))
+        crate::mapping::put_object(&self.op, path, &key, Bytes::from(meta.encode())).await
     }
 
     /// True when `path` is a directory: something other than a file's own

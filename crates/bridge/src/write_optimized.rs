@@ -172,9 +172,7 @@ impl Layout for WriteLog {
                 self.writer
             ),
         };
-        op.write(&e.name, data)
-            .await
-            .map_err(|err| storage_error(path, err))?;
+        crate::mapping::put_object(op, path, &e.name, data).await?;
         let (covered, kept): (Vec<_>, Vec<_>) = std::mem::take(index)
             .into_iter()
             .partition(|old| e.offset <= old.offset && old.end() <= e.end());
