@@ -22,7 +22,7 @@ const MAX_KEYS: usize = 1000;
 const METADATA_LOOKUPS: usize = 32;
 
 /// What `encoding-type=url` leaves as it is: unreserved characters and `/`.
-const KEY_SET: &AsciiSet = &NON_ALPHANUMERIC
+pub const KEY_SET: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')

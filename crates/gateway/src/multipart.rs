@@ -82,13 +82,7 @@ async fn open(t: &Tenant, bucket: &str, key: &str, id: &str) -> S3Result<Upload>
             "upload {id} belongs to another application"
         ));
     }
-    let xattrs = t
-        .client
-        .catalog()
-        .inventory()
-        .xattrs(dir.id)
-        .await
-        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchUpload))?;
+    let xattrs = t.xattrs(dir.id, S3ErrorCode::NoSuchUpload).await?;
     let upload = Upload {
         meta: ObjectMeta::from_xattrs(&dir, &xattrs),
         bucket: text(&xattrs, BUCKET),
@@ -245,10 +239,7 @@ async fn parts(t: &Tenant, upload: &Upload) -> S3Result<Vec<(i32, FileMeta, Obje
         let Some(number) = f.path.rsplit('/').next().and_then(|n| n.parse().ok()) else {
             continue;
         };
-        let xattrs = inventory
-            .xattrs(f.id)
-            .await
-            .map_err(|e| t.fail(e, S3ErrorCode::NoSuchUpload))?;
+        let xattrs = t.xattrs(f.id, S3ErrorCode::NoSuchUpload).await?;
         let meta = ObjectMeta::from_xattrs(&f, &xattrs);
         out.push((number, f, meta));
     }
@@ -497,10 +488,7 @@ pub async fn list_uploads(
         if !is_upload {
             continue;
         }
-        let xattrs = inventory
-            .xattrs(d.id)
-            .await
-            .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
+        let xattrs = t.xattrs(d.id, S3ErrorCode::NoSuchBucket).await?;
         let key = text(&xattrs, KEY);
         if text(&xattrs, BUCKET) != input.bucket || !key.starts_with(&prefix) {
             continue;

@@ -99,13 +99,7 @@ pub async fn find(t: &Tenant, bucket: &str, key: &str) -> S3Result<Found> {
     if file.kind == FileKind::Symlink || (file.kind == FileKind::Dir) != key.ends_with('/') {
         return Err(missing());
     }
-    let xattrs = t
-        .client
-        .catalog()
-        .inventory()
-        .xattrs(file.id)
-        .await
-        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchKey))?;
+    let xattrs = t.xattrs(file.id, S3ErrorCode::NoSuchKey).await?;
     let meta = ObjectMeta::from_xattrs(&file, &xattrs);
     Ok(Found { path, file, meta })
 }

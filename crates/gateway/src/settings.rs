@@ -32,13 +32,7 @@ pub async fn read(t: &Tenant, bucket: &str, s: Setting) -> S3Result<Option<Bytes
         return b.setting(s).await;
     }
     let dir = buckets::owned(t, bucket).await?;
-    let xattrs = t
-        .client
-        .catalog()
-        .inventory()
-        .xattrs(dir.id)
-        .await
-        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
+    let xattrs = t.xattrs(dir.id, S3ErrorCode::NoSuchBucket).await?;
     Ok(xattrs
         .into_iter()
         .find_map(|(name, value)| (name == s.name()).then_some(value)))

@@ -11,7 +11,7 @@ use crate::objects::find_any;
 use crate::settings::{self, Setting};
 use crate::tenants::Tenant;
 use bytes::Bytes;
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet};
 use s3s::dto::{Tag, TagSet, Tagging, TaggingDirective};
 use s3s::{s3_error, S3ErrorCode, S3Result};
 use std::collections::BTreeMap;
@@ -27,12 +27,8 @@ const MAX_KEY: usize = 128;
 const MAX_VALUE: usize = 256;
 
 /// What the stored form (a URL query, as the `x-amz-tagging` header sends
-/// it) leaves unescaped.
-const KEPT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
+/// it) leaves unescaped: what a listing's keys do, but for `/`.
+const KEPT: &AsciiSet = &crate::listing::KEY_SET.add(b'/');
 
 /// Checks tags as S3 does: at most `most`, keys of 1 to 128 characters
 /// not starting with the reserved `aws:`, values of up to 256, each key

@@ -6,8 +6,9 @@
 use crate::errors;
 use crate::object_buckets::ObjectBuckets;
 use async_trait::async_trait;
+use bytes::Bytes;
 use labios_client::Client;
-use labios_label::{AppId, Error, Result};
+use labios_label::{AppId, Error, FileId, Result};
 use labios_store::AppRecord;
 use s3s::auth::{Credentials, S3Auth, SecretKey};
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
@@ -80,6 +81,17 @@ impl Tenant {
                 .remove(&self.app);
         }
         errors::s3(e, missing)
+    }
+
+    /// The extended attributes of entry `id`; a failure as `missing` says
+    /// for a missing entry.
+    pub async fn xattrs(&self, id: FileId, missing: S3ErrorCode) -> S3Result<Vec<(String, Bytes)>> {
+        self.client
+            .catalog()
+            .inventory()
+            .xattrs(id)
+            .await
+            .map_err(|e| self.fail(e, missing))
     }
 
     /// The gateway's cache of buckets' CORS rules.
