@@ -200,6 +200,17 @@ install_programs() {
     apt_install "${missing[@]}"
 }
 
+# Debian's Chromium and its chromedriver: crates/labios/tests/s3/test_browser.py
+# uploads to the S3 gateway from a page of another origin, through the
+# browser's own CORS checks (Selenium, from the test virtualenv, drives it).
+install_browser() {
+    if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+        echo "chromium, chromedriver present: $(chromium --version)"
+        return 0
+    fi
+    apt_install chromium chromium-driver
+}
+
 # ------------------------------------------------------------------ S3 ----
 
 # Go programs are built into this directory, outside any clone, and reused.
@@ -272,6 +283,7 @@ install)
     install_programs
     install_versitygw
     install_s3_clients
+    install_browser
     ;;
 start-versitygw)
     start_versitygw "${2:-7070}" "${3:-/tmp/labios-s3}" "${4:-labiostest}" "${5:-labiostestsecret}"

@@ -6,7 +6,8 @@
 //! applications of the tenant registry as the S3 users.
 //!
 //! Needs what `bash scripts/test.sh` installs: the test virtualenv (boto3,
-//! the aws CLI, pytest), rclone and s3cmd, nats-server and redis-server.
+//! the aws CLI, pytest, selenium), rclone, s3cmd, Chromium and chromedriver,
+//! nats-server and redis-server.
 
 mod common;
 
@@ -345,12 +346,14 @@ both!(
     files_and_objects
 );
 
-/// The pytest suite of tests/s3/test_boto3.py: every operation and error.
+/// The pytest suites of tests/s3/test_boto3.py, every operation and error,
+/// and tests/s3/test_browser.py, a real browser's CORS upload.
 async fn boto3(kind: Kind) {
     let site = Site::start(kind).await;
     let out = Command::new(format!("{}/bin/python", venv()))
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"])
         .arg(format!("{TESTS}/test_boto3.py"))
+        .arg(format!("{TESTS}/test_browser.py"))
         .env("LABIOS_S3_URL", &site.gateway.url)
         .env("ALICE_KEY", &site.alice.key)
         .env("ALICE_SECRET", &site.alice.secret)
