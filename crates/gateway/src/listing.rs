@@ -10,7 +10,6 @@ use crate::metadata::ObjectMeta;
 use crate::names::key_of;
 use crate::tenants::Tenant;
 use crate::time::timestamp;
-use futures::{StreamExt, TryStreamExt};
 use labios_store::{FileKind, FileMeta};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use s3s::dto::*;
@@ -18,8 +17,6 @@ use s3s::{s3_error, S3ErrorCode, S3Result};
 
 /// S3's page size limit, and its default.
 const MAX_KEYS: usize = 1000;
-/// ETags looked up at once for one page.
-const METADATA_LOOKUPS: usize = 32;
 
 /// What `encoding-type=url` leaves as it is: unreserved characters and `/`.
 pub const KEY_SET: &AsciiSet = &NON_ALPHANUMERIC
@@ -172,22 +169,28 @@ async fn namespace_page(t: &Tenant, q: &Query<'_>) -> S3Result<Page> {
         .await
         .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
     let paged = paginate(keys(q.bucket, under), q)?;
-    let contents = futures::stream::iter(paged.objects)
-        .map(|(key, file)| async move {
-            let xattrs = inventory.xattrs(file.id).await?;
-            let meta = ObjectMeta::from_xattrs(&file, &xattrs);
+    // The page's ETags in one inventory call (a page is at most 1,000 keys,
+    // the batch's bound); an object removed since the listing is left out.
+    let ids: Vec<_> = paged.objects.iter().map(|(_, file)| file.id).collect();
+    let xattrs = inventory
+        .xattrs_of(&ids)
+        .await
+        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
+    let contents = paged
+        .objects
+        .into_iter()
+        .zip(xattrs)
+        .filter_map(|((key, file), xattrs)| {
+            let meta = ObjectMeta::from_xattrs(&file, &xattrs?);
             let size = if file.kind == FileKind::Dir {
                 0
             } else {
                 file.size
             };
             let owner = file.owner.to_string();
-            Ok::<_, labios_label::Error>(object(q, &key, size, file.mtime, meta.etag, &owner))
+            Some(object(q, &key, size, file.mtime, meta.etag, &owner))
         })
-        .buffered(METADATA_LOOKUPS)
-        .try_collect()
-        .await
-        .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))?;
+        .collect();
     Ok(Page {
         contents,
         prefixes: paged.prefixes,

@@ -4,7 +4,8 @@
 //! instance with other users.
 
 use crate::inventory::{
-    LINK_TARGET, LINK_TARGET_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX, XATTR_VALUE_MAX,
+    LINK_TARGET, LINK_TARGET_MAX, XATTRS_BATCH_MAX, XATTR_NAME_MAX, XATTR_TOTAL_MAX,
+    XATTR_VALUE_MAX,
 };
 use crate::warehouse::staged_bound;
 use crate::{
@@ -1260,6 +1261,38 @@ async fn xattr_cases(i: &dyn Inventory, root: &str) {
     i.set_xattr(f.id, "never-set", None).await.unwrap();
     let kept = attrs(&[("user.a", b"\0\xffbin"), ("user.b", b"replaced")]);
     assert_eq!(i.xattrs(f.id).await.unwrap(), kept);
+    // Many files' attributes in one call, in the order asked; a missing
+    // file is None, not an error; over the bound is refused.
+    let bare = i
+        .create(
+            &format!("{root}/x/bare"),
+            FileKind::File,
+            0o644,
+            Owner::root(7),
+        )
+        .await
+        .unwrap();
+    let missing = f.id.max(bare.id) + 1_000_000;
+    assert_eq!(
+        i.xattrs_of(&[f.id, missing, bare.id, f.id]).await.unwrap(),
+        vec![
+            Some(kept.clone()),
+            None,
+            Some(Vec::new()),
+            Some(kept.clone())
+        ]
+    );
+    let most = vec![bare.id; XATTRS_BATCH_MAX];
+    assert_eq!(i.xattrs_of(&most).await.unwrap().len(), XATTRS_BATCH_MAX);
+    let err = i
+        .xattrs_of(&vec![bare.id; XATTRS_BATCH_MAX + 1])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(m) if m.contains("more than 1000")),
+        "{err}"
+    );
+    i.remove(&format!("{root}/x/bare")).await.unwrap();
 
     // Limits: refused with the reason, nothing changed.
     let long = "n".repeat(XATTR_NAME_MAX + 1);

@@ -257,6 +257,21 @@ pub const XATTR_VALUE_MAX: usize = 65536;
 /// Bytes of names and values one file may hold in all, so that no file's
 /// metadata grows without bound.
 pub const XATTR_TOTAL_MAX: usize = 64 << 10;
+/// The most files one [`Inventory::xattrs_of`] asks about: a listing page
+/// (S3's `max-keys` is at most 1,000). With [`XATTR_TOTAL_MAX`] a file,
+/// its answer stays under the remote protocol's frame limit.
+pub const XATTRS_BATCH_MAX: usize = 1000;
+
+/// Refuses an [`Inventory::xattrs_of`] of more than [`XATTRS_BATCH_MAX`] files.
+pub fn check_xattrs_batch(files: &[FileId]) -> Result<()> {
+    if files.len() > XATTRS_BATCH_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "extended attributes of {} files asked at once, more than {XATTRS_BATCH_MAX}",
+            files.len()
+        )));
+    }
+    Ok(())
+}
 
 /// Checks a `set_xattr(file, name, value)` against the limits, `others`
 /// being the bytes (names and values) of the file's other attributes.
@@ -452,6 +467,27 @@ pub trait Inventory: Send + Sync {
     /// The file's extended attributes, sorted by name; a missing file is
     /// `NotFound`.
     async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>>;
+    /// The extended attributes of each of `files` (at most
+    /// [`XATTRS_BATCH_MAX`], or `InvalidArgument`), in their order; `None`
+    /// for a file that is gone. One call for a listing's page, where one
+    /// per file costs a round trip each (10,000 for an S3 listing of
+    /// 10,000 keys). The default asks [`Inventory::xattrs`] a few files
+    /// at a time; a store that can answer at once overrides it.
+    async fn xattrs_of(&self, files: &[FileId]) -> Result<Vec<Option<Vec<(String, Bytes)>>>> {
+        use futures::{StreamExt, TryStreamExt};
+        check_xattrs_batch(files)?;
+        futures::stream::iter(files.iter().copied())
+            .map(|f| async move {
+                match self.xattrs(f).await {
+                    Ok(v) => Ok(Some(v)),
+                    Err(Error::NotFound(_)) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .buffered(32)
+            .try_collect()
+            .await
+    }
 
     // ---- labels ----------------------------------------------------------
     async fn set_status(&self, status: LabelStatus) -> Result<()>;

@@ -1451,6 +1451,23 @@ impl Inventory for RedbInventory {
             .collect())
     }
 
+    async fn xattrs_of(&self, files: &[FileId]) -> Result<Vec<Option<Vec<(String, Bytes)>>>> {
+        crate::inventory::check_xattrs_batch(files)?;
+        let ns = self.ns.read();
+        Ok(files
+            .iter()
+            .map(|f| {
+                ns.nodes.get(f).map(|node| {
+                    let st = node.lock();
+                    st.xattrs
+                        .iter()
+                        .map(|(n, v)| (n.clone(), v.clone()))
+                        .collect()
+                })
+            })
+            .collect())
+    }
+
     async fn set_status(&self, status: LabelStatus) -> Result<()> {
         let mut l = self.labels.lock();
         let id = status.id;

@@ -443,6 +443,11 @@ impl Inventory for RemoteInventory {
     async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>> {
         expect!(self.0.call(Request::Xattrs { file }).await?, Reply::Xattrs(v) => v)
     }
+    async fn xattrs_of(&self, files: &[FileId]) -> Result<Vec<Option<Vec<(String, Bytes)>>>> {
+        crate::inventory::check_xattrs_batch(files)?;
+        let files = files.to_vec();
+        expect!(self.0.call(Request::XattrsOf { files }).await?, Reply::XattrsOf(v) => v)
+    }
     async fn set_status(&self, status: LabelStatus) -> Result<()> {
         expect!(self.0.call(Request::SetStatus(status)).await?, Reply::Unit => ())
     }

@@ -208,6 +208,9 @@ pub enum Request {
     LetGoSession {
         session: u64,
     },
+    XattrsOf {
+        files: Vec<FileId>,
+    },
 }
 
 /// One variant per result shape of the trait methods.
@@ -235,6 +238,7 @@ pub enum Reply {
     Apps(Vec<AppRecord>),
     Xattrs(Vec<(String, Bytes)>),
     Lock(Option<HeldLock>),
+    XattrsOf(Vec<Option<Vec<(String, Bytes)>>>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -485,6 +485,7 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
             i.set_xattr(file, &name, value).await.map(|_| Reply::Unit)?
         }
         Request::Xattrs { file } => Reply::Xattrs(i.xattrs(file).await?),
+        Request::XattrsOf { files } => Reply::XattrsOf(i.xattrs_of(&files).await?),
         Request::Lock(r) => s.locks.lock(&r).await.map(|_| Reply::Unit)?,
         Request::LockConflict(r) => Reply::Lock(s.locks.conflict(&r).await?),
         Request::Unlock {
