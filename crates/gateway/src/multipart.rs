@@ -1,17 +1,20 @@
 //! Multipart uploads. An upload is a directory under [`UPLOADS`] owned by
 //! the application, its target and metadata kept as attributes and each
 //! part a file; so uploads survive a restart of the gateway and can be
-//! resumed from another gateway process. Completing one writes the parts in
-//! order into a staged file that replaces the key in one rename, as a PUT.
+//! resumed from another gateway process. Completing one copies the parts
+//! into a staged file that replaces the key in one rename, as a PUT; the
+//! copies are labels that move the bytes from worker to worker, so a
+//! completion sends none of them through the gateway.
 
 use crate::buckets::{self, lookup};
 use crate::metadata::{multipart_etag, parse_md5, ObjectMeta};
 use crate::names::{fresh_id, object_path, UPLOADS};
-use crate::objects::{commit, discard, stage};
-use crate::streams::{read_body, write_body};
+use crate::objects::{commit, copy_into, discard, stage};
+use crate::streams::read_body;
 use crate::tenants::Tenant;
 use crate::time::timestamp;
 use bytes::Bytes;
+use futures::{stream, StreamExt, TryStreamExt};
 use labios_store::{FileKind, FileMeta};
 use s3s::checksum::ChecksumHasher;
 use s3s::dto::*;
@@ -24,6 +27,9 @@ const MAX_PART: i32 = 10_000;
 const MAX_PARTS_LISTED: usize = 1000;
 /// S3's smallest part, but for the last.
 const MIN_PART_SIZE: u64 = 5 << 20;
+/// Parts a completion copies side by side: each copy holds its labels'
+/// bytes in the warehouse, so this bounds a completion's share of it.
+const PARTS_COPIED_AT_ONCE: usize = 4;
 
 struct Upload {
     dir: FileMeta,
@@ -408,22 +414,23 @@ async fn concatenate(
 ) -> S3Result<()> {
     let empty = StreamingBlob::from(s3s::Body::empty());
     let (staged, _) = stage(t, empty, ChecksumHasher::default()).await?;
-    let mut offset = 0;
+    let mut pieces = Vec::with_capacity(chosen.len());
+    let mut start = 0;
     for (file, _) in chosen {
-        let copied = async {
-            let body = read_body(t, &file.path, 0, file.size).await?;
-            write_body(t, &staged, offset, body, ChecksumHasher::default()).await
-        }
-        .await;
-        match copied {
-            Ok(w) => offset += w.size,
-            Err(e) => {
-                discard(t, &staged).await;
-                return Err(e);
-            }
-        }
+        pieces.push((file.path.clone(), start, file.size));
+        start += file.size;
     }
-    commit(t, &staged, path, meta).await?;
+    let staged = &staged;
+    let copied = stream::iter(pieces)
+        .map(|(part, start, size)| async move { copy_into(t, &part, staged, start, size).await })
+        .buffer_unordered(PARTS_COPIED_AT_ONCE)
+        .try_collect::<()>()
+        .await;
+    if let Err(e) = copied {
+        discard(t, staged).await;
+        return Err(e);
+    }
+    commit(t, staged, path, meta).await?;
     Ok(())
 }
 

@@ -411,6 +411,29 @@ pub async fn stage(
     }
 }
 
+/// Copies all `len` bytes of file `from` to offset `at` of file `to` with
+/// [`labios_client::Client::copy_range`]: read and write labels that move
+/// the bytes between workers without the gateway. A source that ends
+/// early changed since the caller looked at it.
+pub async fn copy_into(t: &Tenant, from: &str, to: &str, at: u64, len: u64) -> S3Result<()> {
+    let mut done = 0;
+    while done < len {
+        let n = t
+            .client
+            .copy_range(from, done, to, at + done, len - done)
+            .await
+            .map_err(|e| t.fail(e, S3ErrorCode::NoSuchKey))?;
+        if n == 0 {
+            return Err(s3_error!(
+                InvalidRequest,
+                "{from} has {done} bytes, not the {len} it had when the copy began; it changed meanwhile"
+            ));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
 /// Best effort: a staged file left behind is garbage under [`STAGING`]
 /// that nothing lists.
 pub async fn discard(t: &Tenant, staged: &str) {
