@@ -25,6 +25,9 @@ const CHUNK: usize = 4 << 20;
 /// Chunks of one upload in flight, and chunks a download reads ahead.
 const WRITES_IN_FLIGHT: usize = 4;
 const READ_AHEAD: usize = 2;
+/// Body pieces (as the connection delivered them) an upload's hashing may
+/// lag behind its writes.
+const PIECES_UNHASHED: usize = 64;
 
 /// What an upload stored.
 pub struct Written {
@@ -40,10 +43,10 @@ pub async fn write_body(
     path: &str,
     mut offset: u64,
     mut body: StreamingBlob,
-    mut hasher: ChecksumHasher,
+    hasher: ChecksumHasher,
 ) -> S3Result<Written> {
     let client = &tenant.client;
-    let mut md5 = Md5::new();
+    let digests = Digests::start(hasher);
     let mut pending: VecDeque<Handle> = VecDeque::new();
     let mut buf = BytesMut::new();
     let start = offset;
@@ -54,9 +57,8 @@ pub async fn write_body(
         if let Some(piece) = next {
             let piece = piece
                 .map_err(|e| s3_error!(IncompleteBody, "the request body ended early: {e}"))?;
-            md5.update(&piece);
-            hasher.update(&piece);
             buf.extend_from_slice(&piece);
+            digests.add(piece).await;
         }
         while buf.len() >= CHUNK || (done && !buf.is_empty()) {
             let data = buf.split_to(buf.len().min(CHUNK)).freeze();
@@ -79,11 +81,49 @@ pub async fn write_body(
     }
     let pending: Vec<Handle> = pending.into();
     client.wait_many(&pending).await.map_err(fail)?;
+    let (md5, checksum) = digests.finish().await?;
     Ok(Written {
         size: offset - start,
-        md5: md5.finalize(),
-        checksum: hasher.finalize(),
+        md5,
+        checksum,
     })
+}
+
+/// The MD5 and checksums of an upload, computed on a thread of their own
+/// while its labels are written: hashing a MiB costs about 2 ms, which in
+/// line would delay every label of the upload by as much.
+struct Digests {
+    pieces: mpsc::Sender<Bytes>,
+    done: tokio::task::JoinHandle<([u8; 16], s3s::dto::Checksum)>,
+}
+
+impl Digests {
+    fn start(mut hasher: ChecksumHasher) -> Self {
+        let (pieces, mut rx) = mpsc::channel::<Bytes>(PIECES_UNHASHED);
+        let done = tokio::task::spawn_blocking(move || {
+            let mut md5 = Md5::new();
+            while let Some(piece) = rx.blocking_recv() {
+                md5.update(&piece);
+                hasher.update(&piece);
+            }
+            (md5.finalize(), hasher.finalize())
+        });
+        Digests { pieces, done }
+    }
+
+    /// Waits while [`PIECES_UNHASHED`] pieces are queued, so that a body
+    /// arriving faster than it is hashed is held back by the connection.
+    async fn add(&self, piece: Bytes) {
+        // The thread receives until `pieces` is dropped, in `finish`.
+        let _ = self.pieces.send(piece).await;
+    }
+
+    async fn finish(self) -> S3Result<([u8; 16], s3s::dto::Checksum)> {
+        drop(self.pieces);
+        self.done
+            .await
+            .map_err(|e| s3_error!(InternalError, "hashing the upload failed: {e}"))
+    }
 }
 
 /// Where a download reads from: a LABIOS file or a mapped object.
