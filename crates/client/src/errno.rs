@@ -9,8 +9,8 @@ pub fn errno_of(e: &Error) -> i32 {
         Error::NotFound(_) => libc::ENOENT,
         Error::AlreadyExists(_) => libc::EEXIST,
         Error::InvalidPath { reason, .. } if reason.contains("longer than") => libc::ENAMETOOLONG,
-        // A path through a file or link: "parent /d/f is a file".
-        Error::InvalidPath { reason, .. } if reason.starts_with("parent ") => libc::ENOTDIR,
+        // A path through a file or link.
+        _ if e.is_parent_not_dir() => libc::ENOTDIR,
         Error::InvalidPath { .. } => libc::EINVAL,
         Error::InvalidArgument(m) if m.ends_with("is a directory") => libc::EISDIR,
         Error::InvalidArgument(m) if m.ends_with("is not a directory") => libc::ENOTDIR,

@@ -29,9 +29,7 @@ pub fn s3(e: Error, missing: S3ErrorCode) -> S3Error {
     let code = match &e {
         // A path through a file, or a directory asked for where a file is
         // (the only way the gateway's calls meet an existing path).
-        Error::InvalidPath { reason, .. } if reason.starts_with("parent ") => {
-            return conflict(PARENT_IS_FILE, e.to_string())
-        }
+        _ if e.is_parent_not_dir() => return conflict(PARENT_IS_FILE, e.to_string()),
         Error::AlreadyExists(_) => return conflict(PARENT_IS_FILE, e.to_string()),
         Error::NotFound(_) => missing,
         Error::PermissionDenied(_) => S3ErrorCode::AccessDenied,

@@ -206,6 +206,7 @@ local function check_parents(first, path)
     local did = id_of(ARGV[i])
     local k = did and redis.call('HGET', P .. 'file:' .. did, 'kind')
     if k and k ~= 'd' then
+      -- The reason begins as labios_label::error::PARENT_NOT_DIR says.
       return {'invalidpath', path, 'parent ' .. ARGV[i] .. ' is a ' .. KIND_WORDS[k]}
     end
   end

@@ -310,10 +310,7 @@ impl Namespace {
             if let Some(n) = self.node(dir) {
                 let kind = n.lock().meta.kind;
                 if kind != FileKind::Dir {
-                    return Err(Error::InvalidPath {
-                        path: path.to_string(),
-                        reason: format!("parent {dir} is a {}", kind.word()),
-                    });
+                    return Err(Error::parent_not_dir(path, dir, kind.word()));
                 }
             }
         }
@@ -412,6 +409,14 @@ impl Namespace {
 }
 
 impl FileState {
+    /// Its attributes as `Inventory::xattrs` returns them, sorted by name.
+    fn listed_xattrs(&self) -> Vec<(String, Bytes)> {
+        self.xattrs
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect()
+    }
+
     fn new(meta: FileMeta) -> FileState {
         FileState {
             meta,
@@ -1443,12 +1448,8 @@ impl Inventory for RedbInventory {
             .nodes
             .get(&file)
             .ok_or_else(|| Error::NotFound(format!("file id {file}")))?;
-        let st = node.lock();
-        Ok(st
-            .xattrs
-            .iter()
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect())
+        let listed = node.lock().listed_xattrs();
+        Ok(listed)
     }
 
     async fn xattrs_of(&self, files: &[FileId]) -> Result<Vec<Option<Vec<(String, Bytes)>>>> {
@@ -1456,15 +1457,7 @@ impl Inventory for RedbInventory {
         let ns = self.ns.read();
         Ok(files
             .iter()
-            .map(|f| {
-                ns.nodes.get(f).map(|node| {
-                    let st = node.lock();
-                    st.xattrs
-                        .iter()
-                        .map(|(n, v)| (n.clone(), v.clone()))
-                        .collect()
-                })
-            })
+            .map(|f| ns.nodes.get(f).map(|node| node.lock().listed_xattrs()))
             .collect())
     }
 
