@@ -191,6 +191,47 @@ fn the_journal_is_replayed_by_the_next_stack_up_to_a_torn_record() {
     }
 }
 
+/// The journal keeps a large write's bytes as a piece of their own after
+/// its record's head: a write of small and large pieces replays whole, and
+/// a stop that cuts the last large write's bytes short drops that record.
+#[test]
+fn large_writes_in_the_journal_replay_whole_or_not_at_all() {
+    use labios_stack::backends::file::FileBackend;
+    use labios_stack::layers::tier::JOURNAL;
+    let dir = tempfile::tempdir().unwrap();
+    let device = Arc::new(FileBackend::open(dir.path()).unwrap());
+    let stopped = Stopping::over(device.clone());
+    stopped.left.store(0, Ordering::SeqCst);
+    let tier = Tier::new(stopped.clone(), device.clone(), 4 << 20).unwrap();
+    let (small, large, again) = (bytes(100, 1), bytes(300_000, 2), bytes(40_000, 3));
+    let torn = bytes(200_000, 4);
+    tier.write(1, &[(0, &small), (1_000, &large), (400_000, &small)], false)
+        .unwrap();
+    tier.write(1, &[(500, &again)], true).unwrap();
+    tier.write(2, &[(0, &torn)], false).unwrap();
+    std::mem::forget(tier);
+    let journal = device.path(JOURNAL);
+    let len = std::fs::metadata(&journal).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap()
+        .set_len(len - 1_000)
+        .unwrap();
+    let stack = Spec::try_from(vec!["file".to_string()])
+        .unwrap()
+        .over(device.clone())
+        .unwrap();
+    let mut want = vec![0; 400_100];
+    want[..100].copy_from_slice(&small);
+    want[1_000..301_000].copy_from_slice(&large);
+    want[400_000..].copy_from_slice(&small);
+    want[500..40_500].copy_from_slice(&again);
+    assert_eq!(read(stack.as_ref(), 1, 0, want.len()), want);
+    assert_eq!(stack.len(1).unwrap(), Some(want.len() as u64));
+    assert_eq!(stack.len(2).unwrap(), None, "the torn write was replayed");
+}
+
 /// A device on which writes to file 1 wait at a gate and writes to file
 /// 2 fail until told otherwise.
 #[derive(Debug)]

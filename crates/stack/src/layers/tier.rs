@@ -58,31 +58,55 @@ enum Change {
     KeepOnly(u64, u64, Vec<(u64, u64)>),
 }
 
-/// Appends the record of `change` of `file`, number `seq`, to `out`.
-fn record(out: &mut Vec<u8>, seq: u64, file: FileId, change: &Change) {
-    let mut body = Vec::new();
-    body.extend_from_slice(&seq.to_le_bytes());
-    body.extend_from_slice(&file.to_le_bytes());
+/// Written bytes up to this size are copied into their record's buffer,
+/// so that the append is one write call; larger ones are a piece of
+/// their own after it, which spares two copies of them for one more call.
+const INLINE: usize = 16 << 10;
+
+/// Appends the record of `change` of `file`, number `seq`, to the journal
+/// pieces: its head (length, CRC-32C and all of the body but a large
+/// write's bytes) to `out`, and a large write's bytes as `big`'s piece.
+fn record<'a>(
+    out: &mut Vec<u8>,
+    big: &mut Option<&'a [u8]>,
+    seq: u64,
+    file: FileId,
+    change: &'a Change,
+) {
+    let head = out.len();
+    out.extend_from_slice(&[0; RECORD_HEAD]);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&file.to_le_bytes());
+    let mut data: &[u8] = &[];
     match change {
-        Change::Write(offset, data) => {
-            body.push(WRITE);
-            body.extend_from_slice(&offset.to_le_bytes());
-            body.extend_from_slice(data);
+        Change::Write(offset, d) => {
+            out.push(WRITE);
+            out.extend_from_slice(&offset.to_le_bytes());
+            if d.len() <= INLINE {
+                out.extend_from_slice(d);
+            } else {
+                data = d;
+            }
         }
-        Change::Remove => body.push(REMOVE),
+        Change::Remove => out.push(REMOVE),
         Change::KeepOnly(start, end, held) => {
-            body.push(KEEP_ONLY);
+            out.push(KEEP_ONLY);
             for v in [*start, *end]
                 .iter()
                 .chain(held.iter().flat_map(|(a, b)| [a, b]))
             {
-                body.extend_from_slice(&v.to_le_bytes());
+                out.extend_from_slice(&v.to_le_bytes());
             }
         }
     }
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-    out.extend_from_slice(&body);
+    let body = &out[head + RECORD_HEAD..];
+    let len = (body.len() + data.len()) as u32;
+    let crc = crc32c::crc32c_append(crc32c::crc32c(body), data);
+    out[head..head + 4].copy_from_slice(&len.to_le_bytes());
+    out[head + 4..head + RECORD_HEAD].copy_from_slice(&crc.to_le_bytes());
+    if !data.is_empty() {
+        *big = Some(data);
+    }
 }
 
 /// The records of a journal, in order, up to the first that is not whole
@@ -257,14 +281,28 @@ impl Shared {
     /// Appends `changes` of `file` to the journal; the caller holds the
     /// state, so that the journal's order is the order of the changes.
     fn log(&self, st: &mut State, file: FileId, changes: &[Change]) -> Result<()> {
-        let mut buf = Vec::new();
+        // Heads and small writes, each run of them ended by a large write.
+        let mut runs: Vec<(Vec<u8>, Option<&[u8]>)> = vec![(Vec::new(), None)];
         for change in changes {
-            record(&mut buf, st.journal.seq, file, change);
+            let (buf, big) = runs.last_mut().expect("never empty");
+            record(buf, big, st.journal.seq, file, change);
             st.journal.seq += 1;
+            if big.is_some() {
+                runs.push((Vec::new(), None));
+            }
         }
-        self.raw
-            .write(st.journal.now, &[(st.journal.at, &buf)], false)?;
-        st.journal.at += buf.len() as u64;
+        let mut pieces = Vec::with_capacity(2 * runs.len());
+        let mut at = st.journal.at;
+        for (buf, big) in &runs {
+            for piece in std::iter::once(&buf[..]).chain(*big) {
+                if !piece.is_empty() {
+                    pieces.push((at, piece));
+                    at += piece.len() as u64;
+                }
+            }
+        }
+        self.raw.write(st.journal.now, &pieces, false)?;
+        st.journal.at = at;
         Ok(())
     }
 
