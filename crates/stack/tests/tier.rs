@@ -5,8 +5,9 @@
 mod common;
 
 use common::Stopping;
+use labios_stack::backends::file::FileBackend;
 use labios_stack::backends::memory::MemoryBackend;
-use labios_stack::layers::tier::Tier;
+use labios_stack::layers::tier::{Tier, JOURNAL};
 use labios_stack::live::Live;
 use labios_stack::{Backend, Place, Spec};
 use std::sync::atomic::Ordering;
@@ -148,35 +149,45 @@ fn removal_and_reclamation_keep_the_order_of_changes() {
     assert_eq!(device.len(4).unwrap(), Some(20_000));
 }
 
+/// A tier over a file backend whose data path refuses every change
+/// ([`Stopping`]), so that only its journal reaches `dir`.
+fn journal_only(dir: &std::path::Path, bound: u64) -> (Arc<FileBackend>, Tier) {
+    let device = Arc::new(FileBackend::open(dir).unwrap());
+    let stopped = Stopping::over(device.clone());
+    stopped.left.store(0, Ordering::SeqCst);
+    let tier = Tier::new(stopped, device.clone(), bound).unwrap();
+    (device, tier)
+}
+
+/// The worker's process is gone in the middle of the journal's last
+/// append: nothing of `tier` runs its stop, and its last `cut` bytes
+/// never reached the device.
+fn stop_mid_append(device: &FileBackend, tier: Tier, cut: u64) {
+    std::mem::forget(tier);
+    let journal = device.path(JOURNAL);
+    let len = std::fs::metadata(&journal).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap()
+        .set_len(len - cut)
+        .unwrap();
+}
+
 /// A worker's process that stops before its tier writes back: the next
 /// stack on the backend, with or without a tier, replays the journal
 /// first, up to a record whose append the stop cut short (never
 /// acknowledged), and drops it.
 #[test]
 fn the_journal_is_replayed_by_the_next_stack_up_to_a_torn_record() {
-    use labios_stack::backends::file::FileBackend;
-    use labios_stack::layers::tier::JOURNAL;
     for next in ["tier,checksum,file", "checksum,file"] {
         let dir = tempfile::tempdir().unwrap();
-        let device = Arc::new(FileBackend::open(dir.path()).unwrap());
-        // The data path refuses every change; the journal goes through.
-        let stopped = Stopping::over(device.clone());
-        stopped.left.store(0, Ordering::SeqCst);
-        let tier = Tier::new(stopped.clone(), device.clone(), 1 << 20).unwrap();
+        let (device, tier) = journal_only(dir.path(), 1 << 20);
         let (a, b, c) = (bytes(5_000, 6), bytes(3_000, 7), bytes(100, 8));
         tier.write(1, &[(0, &a)], false).unwrap();
         tier.write(2, &[(10, &b)], true).unwrap();
         tier.write(1, &[(4_000, &c)], false).unwrap();
-        // The process is gone: nothing of the tier runs its stop.
-        std::mem::forget(tier);
-        let journal = device.path(JOURNAL);
-        let len = std::fs::metadata(&journal).unwrap().len();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&journal)
-            .unwrap()
-            .set_len(len - 3)
-            .unwrap();
+        stop_mid_append(&device, tier, 3);
         let spec = Spec::try_from(next.split(',').map(String::from).collect::<Vec<_>>()).unwrap();
         let stack = spec.over(device.clone()).unwrap();
         assert_eq!(read(stack.as_ref(), 1, 0, 5_000), a, "{next}");
@@ -196,28 +207,15 @@ fn the_journal_is_replayed_by_the_next_stack_up_to_a_torn_record() {
 /// a stop that cuts the last large write's bytes short drops that record.
 #[test]
 fn large_writes_in_the_journal_replay_whole_or_not_at_all() {
-    use labios_stack::backends::file::FileBackend;
-    use labios_stack::layers::tier::JOURNAL;
     let dir = tempfile::tempdir().unwrap();
-    let device = Arc::new(FileBackend::open(dir.path()).unwrap());
-    let stopped = Stopping::over(device.clone());
-    stopped.left.store(0, Ordering::SeqCst);
-    let tier = Tier::new(stopped.clone(), device.clone(), 4 << 20).unwrap();
+    let (device, tier) = journal_only(dir.path(), 4 << 20);
     let (small, large, again) = (bytes(100, 1), bytes(300_000, 2), bytes(40_000, 3));
     let torn = bytes(200_000, 4);
     tier.write(1, &[(0, &small), (1_000, &large), (400_000, &small)], false)
         .unwrap();
     tier.write(1, &[(500, &again)], true).unwrap();
     tier.write(2, &[(0, &torn)], false).unwrap();
-    std::mem::forget(tier);
-    let journal = device.path(JOURNAL);
-    let len = std::fs::metadata(&journal).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&journal)
-        .unwrap()
-        .set_len(len - 1_000)
-        .unwrap();
+    stop_mid_append(&device, tier, 1_000);
     let stack = Spec::try_from(vec!["file".to_string()])
         .unwrap()
         .over(device.clone())
