@@ -9,9 +9,10 @@
 //! Every change is also appended to a journal on the backend itself,
 //! under the other layers (two files, [`JOURNAL`] and the one after it,
 //! alternating: a journal goes once everything in it is written back),
-//! without waiting for the device: one sequential write, as cheap as the
-//! copy into memory. A `kill -9` of the worker's process therefore loses
-//! nothing (the operating system keeps what was written, as it keeps a
+//! without waiting for the device: one sequential append, whose large
+//! writes (over 16 KiB) go to it from the bytes kept in memory. A
+//! `kill -9` of the worker's process therefore loses nothing (the
+//! operating system keeps what was written, as it keeps a
 //! `file` backend's bytes), and the next start of any stack on that
 //! backend replays the journal below before it takes a call. A power
 //! loss loses what was not yet on the device, `sync` labels included: on
