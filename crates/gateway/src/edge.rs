@@ -55,7 +55,7 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Edge {
                 .get(http::header::CONTENT_LENGTH)
                 .is_some_and(|v| v.as_bytes() != b"0");
         let req = req.map(s3s::Body::from);
-        let answer: Self::Future = match presigned_limits(req.uri().query()) {
+        let answer: Self::Future = match presigned_limits(req.uri().query(), req.headers()) {
             Some(refused) => Box::pin(std::future::ready(answer_with(refused))),
             None if without_length(&req) => {
                 let service = self.s3.clone();
@@ -240,19 +240,24 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The refusal of a SigV4 presigned URL whose `X-Amz-Expires` S3 would
-/// not take: not a number, negative, or over 7 days. (s3s checks the
-/// signature and the expiry itself, but takes any validity and answers a
-/// negative one with a puzzling "missing fields".)
-pub fn presigned_limits(query: Option<&str>) -> Option<S3Error> {
+/// The refusal of a SigV4 presigned URL S3 would not take: its
+/// `X-Amz-Expires` not a number, negative, or over 7 days, or an `x-amz-*`
+/// header sent with it that its `X-Amz-SignedHeaders` does not name (so
+/// that whoever holds the URL cannot add metadata, tags or an ACL to what
+/// its signer allowed). s3s checks the signature and the expiry itself,
+/// but takes any validity, answers a negative one with a puzzling
+/// "missing fields", and lets unsigned headers through.
+pub fn presigned_limits(query: Option<&str>, headers: &http::HeaderMap) -> Option<S3Error> {
     let query = query?;
     let mut signed = false;
     let mut expires = None;
+    let mut signed_headers = "";
     for pair in query.split('&') {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
             "X-Amz-Signature" => signed = true,
             "X-Amz-Expires" => expires = Some(value),
+            "X-Amz-SignedHeaders" => signed_headers = value,
             _ => {}
         }
     }
@@ -263,11 +268,36 @@ pub fn presigned_limits(query: Option<&str>) -> Option<S3Error> {
         Ok(n) if n > MAX_PRESIGNED_EXPIRES => format!(
             "X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGNED_EXPIRES}, not {n}"
         ),
-        Ok(_) => return None,
+        Ok(_) => return unsigned_headers(signed_headers, headers),
     };
     Some(S3Error::with_message(
         S3ErrorCode::AuthorizationQueryParametersError,
         problem,
+    ))
+}
+
+/// S3's refusal of `x-amz-*` headers a presigned URL's signature does not
+/// cover (`signed` is its `X-Amz-SignedHeaders`, `;` percent-encoded or
+/// not).
+fn unsigned_headers(signed: &str, headers: &http::HeaderMap) -> Option<S3Error> {
+    let signed = signed.replace("%3B", ";").replace("%3b", ";");
+    let signed: Vec<&str> = signed.split(';').collect();
+    let mut unsigned: Vec<&str> = headers
+        .keys()
+        .map(|name| name.as_str())
+        .filter(|name| name.starts_with("x-amz-") && !signed.contains(name))
+        .collect();
+    if unsigned.is_empty() {
+        return None;
+    }
+    unsigned.sort_unstable();
+    unsigned.dedup();
+    Some(S3Error::with_message(
+        S3ErrorCode::AccessDenied,
+        format!(
+            "There were headers present in the request which were not signed: {}",
+            unsigned.join(", ")
+        ),
     ))
 }
 
@@ -276,7 +306,8 @@ mod tests {
     use super::*;
 
     fn refusal(query: &str) -> Option<String> {
-        presigned_limits(Some(query)).map(|e| e.message().unwrap_or_default().to_string())
+        presigned_limits(Some(query), &http::HeaderMap::new())
+            .map(|e| e.message().unwrap_or_default().to_string())
     }
 
     #[test]
@@ -294,7 +325,35 @@ mod tests {
         // Not a presigned URL: a listing's own parameters, or no signature.
         assert_eq!(refusal("list-type=2&prefix=a"), None);
         assert_eq!(refusal("X-Amz-Expires=-5"), None);
-        assert_eq!(presigned_limits(None).map(|_| ()), None);
+        assert_eq!(
+            presigned_limits(None, &http::HeaderMap::new()).map(|_| ()),
+            None
+        );
+    }
+
+    #[test]
+    fn presigned_urls_refuse_x_amz_headers_they_do_not_sign() {
+        let url = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=60&X-Amz-Signature=ab\
+                   &X-Amz-SignedHeaders=host%3Bx-amz-meta-signed";
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-amz-meta-signed", "yes".parse().unwrap());
+        headers.insert("content-type", "text/csv".parse().unwrap());
+        assert_eq!(presigned_limits(Some(url), &headers).map(|_| ()), None);
+        headers.insert("x-amz-meta-owner", "mallory".parse().unwrap());
+        headers.insert("x-amz-tagging", "a=b".parse().unwrap());
+        let e = presigned_limits(Some(url), &headers).unwrap();
+        assert_eq!(*e.code(), S3ErrorCode::AccessDenied);
+        assert!(
+            e.message()
+                .unwrap()
+                .ends_with(": x-amz-meta-owner, x-amz-tagging"),
+            "{e:?}"
+        );
+        // A request signed in its Authorization header is not presigned.
+        assert_eq!(
+            presigned_limits(Some("uploads"), &headers).map(|_| ()),
+            None
+        );
     }
 
     fn chunked(body: Vec<u8>) -> s3s::HttpRequest {

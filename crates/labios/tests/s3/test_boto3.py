@@ -610,6 +610,32 @@ def test_presigned_urls(bucket):
         assert time.monotonic() < deadline, "a URL valid for 1 s was still served after 30 s"
 
 
+def test_presigned_put_refuses_headers_it_does_not_sign(bucket):
+    v4 = client(os.environ["ALICE_KEY"], os.environ["ALICE_SECRET"], signature="s3v4")
+    where = {"Bucket": bucket, "Key": "dropbox.csv"}
+    url = v4.generate_presigned_url("put_object", Params=where, ExpiresIn=60)
+    # Whoever holds the URL may not add metadata its signer did not sign.
+    sneaky = urllib.request.Request(url, data=b"a,b\n", method="PUT",
+                                    headers={"x-amz-meta-owner": "mallory"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(sneaky)
+    body = e.value.read().decode()
+    assert e.value.code == 403 and "AccessDenied" in body and "x-amz-meta-owner" in body, body
+    with pytest.raises(ClientError) as e:
+        alice.head_object(**where)
+    assert code(e) == "404"
+    # Metadata the signer names is signed, and is stored when sent as signed.
+    signed = v4.generate_presigned_url("put_object", Params={**where, "Metadata": {"owner": "alice"}},
+                                       ExpiresIn=60)
+    assert "x-amz-meta-owner" in urllib.parse.unquote(signed), signed
+    honest = urllib.request.Request(signed, data=b"a,b\n", method="PUT",
+                                    headers={"x-amz-meta-owner": "alice"})
+    with urllib.request.urlopen(honest) as r:
+        assert r.status == 200
+    assert alice.head_object(**where)["Metadata"] == {"owner": "alice"}
+    assert alice.get_object(**where)["Body"].read() == b"a,b\n"
+
+
 def test_errors_are_clear_s3_errors(bucket):
     alice.put_object(Bucket=bucket, Key="private", Body=b"alice's")
     wrong_secret = client(os.environ["ALICE_KEY"], "not-the-secret-at-all-0000000000000000")
