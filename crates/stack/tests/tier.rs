@@ -230,6 +230,102 @@ fn large_writes_in_the_journal_replay_whole_or_not_at_all() {
     assert_eq!(stack.len(2).unwrap(), None, "the torn write was replayed");
 }
 
+/// A device on which the first try of each call on a journal, and of each
+/// write, fails (the same kind on the same file and place), before it
+/// takes effect or, one time in two, after; the next try is let through.
+#[derive(Debug)]
+struct FailingOnce {
+    inner: Arc<FileBackend>,
+    tried: parking_lot::Mutex<std::collections::HashSet<(&'static str, u64, u64)>>,
+}
+
+impl FailingOnce {
+    fn call<T>(
+        &self,
+        what: (&'static str, u64, u64),
+        f: impl FnOnce() -> labios_label::Result<T>,
+    ) -> labios_label::Result<T> {
+        let failed = || labios_label::Error::Storage(format!("a device fault in {what:?}"));
+        let (kind, file, _) = what;
+        if file != JOURNAL && file != JOURNAL + 1 && kind != "write" {
+            return f();
+        }
+        let mut tried = self.tried.lock();
+        let first = tried.insert(what);
+        let after = tried.len().is_multiple_of(2);
+        drop(tried);
+        match (first, after) {
+            (false, _) => f(),
+            (true, false) => Err(failed()),
+            (true, true) => f().and_then(|_| Err(failed())),
+        }
+    }
+}
+
+impl Backend for FailingOnce {
+    fn write(&self, file: u64, pieces: &[(u64, &[u8])], sync: bool) -> labios_label::Result<()> {
+        let at = pieces.first().map_or(0, |(o, _)| *o);
+        self.call(("write", file, at), || self.inner.write(file, pieces, sync))
+    }
+    fn read(&self, file: u64, offset: u64, buf: &mut [u8]) -> labios_label::Result<()> {
+        self.call(("read", file, offset), || {
+            self.inner.read(file, offset, buf)
+        })
+    }
+    fn remove(&self, file: u64) -> labios_label::Result<()> {
+        self.call(("remove", file, 0), || self.inner.remove(file))
+    }
+    fn keep_only(
+        &self,
+        file: u64,
+        start: u64,
+        end: u64,
+        held: &[(u64, u64)],
+    ) -> labios_label::Result<()> {
+        self.call(("keep_only", file, start), || {
+            self.inner.keep_only(file, start, end, held)
+        })
+    }
+    fn len(&self, file: u64) -> labios_label::Result<Option<u64>> {
+        self.call(("len", file, 0), || self.inner.len(file))
+    }
+    labios_stack::pass_through!(inner: files, flush, holds, used);
+}
+
+/// A worker's start replays its journal through a device whose calls fail
+/// once (the model checker with injected device faults once failed a
+/// start on the removal of an empty journal): each step is tried again,
+/// and every acknowledged write is there, with or without a tier.
+#[test]
+fn a_start_replays_the_journal_through_transient_device_faults() {
+    for next in ["tier,checksum,file", "checksum,file", "file"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (device, tier) = journal_only(dir.path(), 4 << 20);
+        let (a, b, c) = (bytes(5_000, 1), bytes(100_000, 2), bytes(2_000, 3));
+        tier.write(1, &[(0, &a)], false).unwrap();
+        tier.write(2, &[(7, &b)], false).unwrap();
+        tier.write(1, &[(4_000, &c)], false).unwrap();
+        stop_mid_append(&device, tier, 0);
+        let flaky = Arc::new(FailingOnce {
+            inner: device.clone(),
+            tried: Default::default(),
+        });
+        let spec = Spec::try_from(next.split(',').map(String::from).collect::<Vec<_>>()).unwrap();
+        drop(spec.over(flaky).unwrap());
+        // Read back through a stack on the device itself.
+        let stack = spec.over(device.clone()).unwrap();
+        let want = [&a[..4_000], &c[..]].concat();
+        assert_eq!(read(stack.as_ref(), 1, 0, 6_000), want, "{next}");
+        assert_eq!(stack.len(1).unwrap(), Some(6_000), "{next}");
+        assert_eq!(read(stack.as_ref(), 2, 7, 100_000), b, "{next}");
+        assert!(
+            !device.holds(JOURNAL) && !device.holds(JOURNAL + 1),
+            "{next}"
+        );
+        drop(stack);
+    }
+}
+
 /// A device on which writes to file 1 wait at a gate and writes to file
 /// 2 fail until told otherwise.
 #[derive(Debug)]

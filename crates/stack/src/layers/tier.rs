@@ -152,9 +152,9 @@ fn records(journal: &[u8]) -> Vec<(u64, FileId, Change)> {
 pub fn replay(stack: &dyn Backend, raw: &dyn Backend) -> Result<()> {
     let mut changes = Vec::new();
     for journal in [JOURNAL, JOURNAL + 1] {
-        if let Some(len) = raw.len(journal)? {
+        if let Some(len) = tried("a journal's length", || raw.len(journal))? {
             let mut bytes = vec![0; len as usize];
-            raw.read(journal, 0, &mut bytes)?;
+            tried("reading a journal", || raw.read(journal, 0, &mut bytes))?;
             changes.extend(records(&bytes));
         }
     }
@@ -166,16 +166,41 @@ pub fn replay(stack: &dyn Backend, raw: &dyn Backend) -> Result<()> {
         );
     }
     for (_, file, change) in changes {
-        match change {
-            Change::Write(offset, data) => stack.write(file, &[(offset, &data)], false)?,
-            Change::Remove => stack.remove(file)?,
-            Change::KeepOnly(start, end, held) => stack.keep_only(file, start, end, &held)?,
-        }
+        tried("replaying a change", || match &change {
+            Change::Write(offset, data) => stack.write(file, &[(*offset, data)], false),
+            Change::Remove => stack.remove(file),
+            Change::KeepOnly(start, end, held) => stack.keep_only(file, *start, *end, held),
+        })?;
     }
     for journal in [JOURNAL, JOURNAL + 1] {
-        raw.remove(journal)?;
+        tried("removing a journal", || raw.remove(journal))?;
     }
     Ok(())
+}
+
+/// How many times a stack's start tries each device call of the replay.
+/// A label's I/O is retried so that a transient device error does not fail
+/// it; this does the same for a worker's start, which a model-checker run
+/// with injected device faults found failing on one error in removing an
+/// empty journal.
+const REPLAY_TRIES: u32 = 4;
+
+/// `call` until it succeeds, fails other than as a device, or has been
+/// tried [`REPLAY_TRIES`] times. Every call of the replay may be repeated:
+/// reads, and changes that leave the same state whether or not an earlier
+/// try took effect (the same bytes at the same place, a removal, the same
+/// ranges kept).
+fn tried<T>(what: &str, mut call: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut attempt = 1;
+    loop {
+        match call() {
+            Err(Error::Storage(e)) if attempt < REPLAY_TRIES => {
+                tracing::warn!("tier: {what} failed (try {attempt} of {REPLAY_TRIES}): {e}");
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
 }
 
 /// A file's bytes held here: disjoint pieces by offset.
