@@ -68,8 +68,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 }
 
 /// Implements the named [`Backend`] methods (`files`, `flush`, `holds`,
-/// `len`, `used`) of a layer by passing each to the backend in its field
-/// `$inner` unchanged: a layer states only what it changes.
+/// `len`, `used`, and for wrappers that change only some calls, `read`,
+/// `remove`, `keep_only`) of a layer by passing each to the backend in its
+/// field `$inner` unchanged: a layer states only what it changes.
 #[macro_export]
 macro_rules! pass_through {
     ($inner:ident: $($method:ident),+ $(,)?) => {
@@ -98,6 +99,32 @@ macro_rules! pass_through {
     (@ $inner:ident used) => {
         fn used(&self) -> u64 {
             self.$inner.used()
+        }
+    };
+    (@ $inner:ident read) => {
+        fn read(
+            &self,
+            file: ::labios_label::FileId,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> ::labios_label::Result<()> {
+            self.$inner.read(file, offset, buf)
+        }
+    };
+    (@ $inner:ident remove) => {
+        fn remove(&self, file: ::labios_label::FileId) -> ::labios_label::Result<()> {
+            self.$inner.remove(file)
+        }
+    };
+    (@ $inner:ident keep_only) => {
+        fn keep_only(
+            &self,
+            file: ::labios_label::FileId,
+            start: u64,
+            end: u64,
+            held: &[(u64, u64)],
+        ) -> ::labios_label::Result<()> {
+            self.$inner.keep_only(file, start, end, held)
         }
     };
 }

@@ -351,22 +351,7 @@ impl Backend for Split {
         }
         self.inner.write(file, pieces, sync)
     }
-    fn read(&self, file: u64, offset: u64, buf: &mut [u8]) -> labios_label::Result<()> {
-        self.inner.read(file, offset, buf)
-    }
-    fn remove(&self, file: u64) -> labios_label::Result<()> {
-        self.inner.remove(file)
-    }
-    fn keep_only(
-        &self,
-        file: u64,
-        start: u64,
-        end: u64,
-        held: &[(u64, u64)],
-    ) -> labios_label::Result<()> {
-        self.inner.keep_only(file, start, end, held)
-    }
-    labios_stack::pass_through!(inner: files, flush, holds, len, used);
+    labios_stack::pass_through!(inner: read, remove, keep_only, files, flush, holds, len, used);
 }
 
 /// Opens the gate of a [`Split`] when dropped, so that a failing check
