@@ -320,6 +320,57 @@ async fn redis_concurrent_newest_wins_across_instances() {
     );
 }
 
+/// Regression: a command issued while Redis restarted waited on the
+/// connection manager's reconnection, whose backoff first slept 1-2 s
+/// whatever its maximum; a worker's heartbeat cut by a restart was thus
+/// silent for over a second and the manager declared the live worker down
+/// (CI, `cluster_faults::nats_and_redis_restart_lose_no_acknowledged_write`).
+/// Now a command that was never sent is tried again every few tens of
+/// milliseconds, so it is answered as soon as the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_during_a_restart_is_answered_as_soon_as_the_server_returns() {
+    let mut s = Server::start(&[]);
+    let cfg = RedisConfig {
+        op_timeout_ms: 10_000,
+        ..config(vec![s.url()], "back")
+    };
+    let inv = Arc::new(RedisInventory::connect(&cfg).await.unwrap());
+    let f = inv
+        .create(
+            "/back/f",
+            FileKind::File,
+            0o600,
+            labios_store::Owner::root(3),
+        )
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        s.stop();
+        let asking = {
+            let inv = inv.clone();
+            tokio::spawn(async move {
+                let found = inv.lookup("/back/f").await;
+                (found, Instant::now())
+            })
+        };
+        // The command is refused while the server is down; how long it is
+        // down does not matter.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::task::block_in_place(|| s.spawn());
+        let back = Instant::now();
+        let (found, answered) = asking.await.unwrap();
+        let found = found.unwrap_or_else(|e| panic!("a restart of ~0.2 s failed a command: {e}"));
+        assert_eq!(found.unwrap().id, f.id);
+        let late = answered.saturating_duration_since(back);
+        println!("answered {late:?} after the server was back");
+        assert!(
+            late < Duration::from_millis(500),
+            "answered {late:?} after the server was back: a heartbeat waiting this long \
+             risks the manager's dead_after"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_keeps_data_and_clients_reconnect() {
     let mut s = Server::start(&[]);

@@ -69,7 +69,11 @@
 //! # Failures
 //! Every operation is bounded by `op_timeout_ms`: an unreachable or
 //! restarting server gives `Error::Unavailable("cannot reach Redis at
-//! ..."`), never a hang; the connection manager reconnects by itself. A
+//! ..."`), never a hang. A command that surely never reached a server
+//! (refused connection, broken pipe) is sent again every few tens of
+//! milliseconds until then, so a restart shorter than `op_timeout_ms` is
+//! waited through and answered within moments of the server's return; a
+//! command cut while in flight may have been applied and is not resent. A
 //! refused password gives `Error::PermissionDenied`. A stored value that
 //! does not decode is `Error::Malformed` naming its key.
 
@@ -238,17 +242,62 @@ fn map_err(addr: &str, e: RedisError) -> Error {
     }
 }
 
-/// The connection was found dead when the command was written to it: the
-/// server restarted since the connection's last use, and the command never
-/// reached the new one. The connection manager reconnects on this error,
-/// so the command is sent once more. Without this, the first command of
-/// each connection after a Redis restart failed, however long after the
-/// restart it came (a worker's warehouse connection failed the first label
-/// it ran).
+/// The command never reached a server, so sending it again cannot apply
+/// it twice:
+/// - the connection was found dead when the command was written to it
+///   (a broken pipe): the server restarted since the connection's last
+///   use. Without a resend, the first command of each connection after a
+///   Redis restart failed, however long after the restart it came (a
+///   worker's warehouse connection failed the first label it ran);
+/// - no connection could be made (refused): the server is down or still
+///   starting.
 fn unsent(e: &RedisError) -> bool {
-    std::error::Error::source(e)
-        .and_then(|s| s.downcast_ref::<std::io::Error>())
-        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    e.is_connection_refusal()
+        || std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// The longest pause between two tries of a command that was not sent.
+/// Short, because whoever waits on the command waits out the pause after
+/// the server is back: a worker's heartbeat among them, which the
+/// manager's `dead_after_ms` (1 s in the fault tests) must not miss.
+const RESEND_PAUSE_MAX: Duration = Duration::from_millis(40);
+
+/// Runs `attempt` until it succeeds or fails otherwise than [`unsent`],
+/// for at most `within`: at once after the first failure (the connection
+/// manager has begun reconnecting), then after pauses growing to
+/// [`RESEND_PAUSE_MAX`]. `Err` carries the last unsent failure when time
+/// ran out.
+///
+/// This, not the connection manager's own retries, waits through a
+/// restart: the manager's backoff (backon's) waits its minimum delay of
+/// 1 s, and up to 2 s with jitter, before its first retry, whatever the
+/// maximum says; every command waited on that reconnection, so a worker
+/// whose command was cut by a Redis restart published no heartbeat for
+/// over a second and was declared down (CI, `cluster_faults`).
+async fn resending<T, F, Fut>(
+    within: Duration,
+    mut attempt: F,
+) -> std::result::Result<redis::RedisResult<T>, Option<RedisError>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = redis::RedisResult<T>>,
+{
+    let mut last = None;
+    let tries = async {
+        let mut pause = Duration::ZERO;
+        loop {
+            match attempt().await {
+                Err(e) if unsent(&e) => last = Some(e),
+                r => return r,
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).clamp(Duration::from_millis(5), RESEND_PAUSE_MAX);
+        }
+    };
+    let outcome = tokio::time::timeout(within, tries).await;
+    outcome.map_err(|_| last)
 }
 
 impl Link {
@@ -259,16 +308,10 @@ impl Link {
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let attempts = async {
-            match send(self.conn.clone()).await {
-                Err(e) if unsent(&e) => send(self.conn.clone()).await,
-                r => r,
-            }
-        };
-        match tokio::time::timeout(self.timeout, attempts).await {
+        match resending(self.timeout, || send(self.conn.clone())).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map_err(&self.addr, e)),
-            Err(_) => Err(Error::Unavailable(format!(
+            Ok(Err(e)) | Err(Some(e)) => Err(map_err(&self.addr, e)),
+            Err(None) => Err(Error::Unavailable(format!(
                 "cannot reach Redis at {}: no answer within {:?}",
                 self.addr, self.timeout
             ))),
@@ -355,20 +398,16 @@ async fn connect_one(cfg: &RedisConfig, url: &str) -> Result<(Link, redis::Clien
     let (info, addr) = connection_info(cfg, url)?;
     let client = client(cfg, info, &addr)?;
     let timeout = Duration::from_millis(cfg.op_timeout_ms.max(1));
+    // No retries of its own: [`resending`] tries again, sooner.
     let mcfg = ConnectionManagerConfig::new()
         .set_connection_timeout(timeout)
         .set_response_timeout(timeout)
-        .set_number_of_retries(1)
-        .set_max_delay(500);
-    let conn = match tokio::time::timeout(
-        timeout * 2,
-        ConnectionManager::new_with_config(client.clone(), mcfg),
-    )
-    .await
-    {
+        .set_number_of_retries(0);
+    let connecting = || ConnectionManager::new_with_config(client.clone(), mcfg.clone());
+    let conn = match resending(timeout * 2, connecting).await {
         Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Err(refine_connect_error(&addr, e)),
-        Err(_) => {
+        Ok(Err(e)) | Err(Some(e)) => return Err(refine_connect_error(&addr, e)),
+        Err(None) => {
             return Err(Error::Unavailable(format!(
                 "cannot reach Redis at {addr}: no connection within {:?}",
                 timeout * 2

@@ -8,7 +8,7 @@ use labios_label::{
     WorkerSpec,
 };
 use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
-use labios_store::{worker_queue, Delivery, FileKind, FileMeta, LabelQueue, Stores};
+use labios_store::{worker_queue, Delivery, FileKind, FileMeta, Inventory, LabelQueue, Stores};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -23,9 +23,16 @@ pub struct GatedQueue {
     /// While set, a depth query never answers (a queue service coming
     /// back after a restart).
     pub depth_stalls: std::sync::atomic::AtomicBool,
+    /// While set, each depth query (a worker's tick asks one right after
+    /// publishing its heartbeat) first records the heartbeat of every
+    /// worker the inventory holds.
+    pub heartbeats: Mutex<Option<HeartbeatLog>>,
     /// Signalled when a pull inside `inner` ends.
     pulled: Notify,
 }
+
+/// The inventory heartbeats are read from, and what was read, per depth query.
+pub type HeartbeatLog = (Arc<dyn Inventory>, Vec<Vec<u64>>);
 
 #[derive(Default)]
 struct Gates {
@@ -98,6 +105,18 @@ impl LabelQueue<Task> for GatedQueue {
         self.inner.ack(queue, tokens).await
     }
     async fn depth(&self, queue: &str) -> Result<usize> {
+        let watched = self.heartbeats.lock().as_ref().map(|(i, _)| i.clone());
+        if let Some(inventory) = watched {
+            let beats = inventory
+                .workers()
+                .await?
+                .iter()
+                .map(|w| w.heartbeat)
+                .collect();
+            if let Some((_, log)) = self.heartbeats.lock().as_mut() {
+                log.push(beats);
+            }
+        }
         if self.depth_stalls.load(std::sync::atomic::Ordering::Acquire) {
             std::future::pending::<()>().await;
         }
@@ -130,6 +149,7 @@ impl Rig {
             inner: MemoryQueue::new(bound, Duration::from_secs(5)),
             gates: Mutex::new(Gates::default()),
             depth_stalls: std::sync::atomic::AtomicBool::new(false),
+            heartbeats: Mutex::new(None),
             pulled: Notify::new(),
         });
         let stores = Stores {

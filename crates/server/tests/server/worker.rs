@@ -607,6 +607,45 @@ async fn the_heartbeat_goes_on_while_the_queue_does_not_answer() {
     w.shutdown().await;
 }
 
+/// Every tick of the score interval publishes a heartbeat. Regression: a
+/// tick published only if a whole interval had passed since the last
+/// publication, and the last one had started a little after the previous
+/// tick (behind that tick's stack look-up): about every other tick was
+/// skipped, and a heartbeat delayed by a Redis restart on top of that
+/// outlasted the manager's `dead_after_ms` (CI, `cluster_faults`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tick_publishes_a_heartbeat() {
+    let rig = Rig::new();
+    *rig.gate.heartbeats.lock() = Some((rig.stores.inventory.clone(), Vec::new()));
+    let w = start(&rig, 1, 64 * MB, config()).await;
+    const TICKS: usize = 20;
+    let t = Instant::now();
+    let log = loop {
+        let seen = rig
+            .gate
+            .heartbeats
+            .lock()
+            .as_ref()
+            .map_or(0, |(_, l)| l.len());
+        if seen > TICKS {
+            break rig.gate.heartbeats.lock().take().unwrap().1;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "only {seen} ticks in 20 s at a 50 ms interval"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // The first query may come before the first tick's publication.
+    let beats: Vec<u64> = log[1..].iter().map(|b| b[0]).collect();
+    let repeated = beats.windows(2).filter(|p| p[1] <= p[0]).count();
+    assert_eq!(
+        repeated, 0,
+        "{repeated} of {TICKS} ticks published no heartbeat: {beats:?}"
+    );
+    w.shutdown().await;
+}
+
 /// Issue 11, finding 2: every write kind runs one sequence with the
 /// newest-label-wins guard. An older label delivered after a newer one
 /// (several dispatchers, a redelivery) must not put its bytes under the
