@@ -16,7 +16,8 @@ offset, len), "stat", "truncate" (path, size), "rename" (from, to),
 "allocate" (path, mode, offset, len; POSIX only), "copy" (from, from_offset,
 to, to_offset, len; POSIX only),
 "remove", "flush", "set_xattr" (path, name, value: base64 or null), "xattrs", and for S3
-"bucket" (path: a bucket name, created unless it is the caller's already).
+"bucket" (path: a bucket name, created unless it is the caller's already)
+and "connect" (url: the gateway, restarted elsewhere).
 Answers: {"ok": RESULT} or {"err": "ENOENT" | "EACCES" | other, "msg": TEXT}.
 
 Objects are written whole: a write or truncate at an offset reads the
@@ -141,14 +142,20 @@ class Posix:
 
 class S3:
     def __init__(self, url, key, secret):
+        self.key, self.secret = key, secret
+        self.connect(url)
+
+    def connect(self, url):
+        """A client of the gateway at `url` (again after a crash: the
+        gateway restarts on another port, and the program goes on)."""
         import boto3
         from botocore.config import Config
 
         self.s3 = boto3.client(
             "s3",
             endpoint_url=url,
-            aws_access_key_id=key,
-            aws_secret_access_key=secret,
+            aws_access_key_id=self.key,
+            aws_secret_access_key=self.secret,
             region_name="us-east-1",
             config=Config(
                 s3={"addressing_style": "path"},
@@ -294,6 +301,8 @@ def answer(backend, req):
         return backend.xattrs(path)
     elif op == "bucket":
         backend.bucket(path)
+    elif op == "connect":
+        backend.connect(req["url"])
     else:
         raise ValueError(f"unknown operation {op!r}")
     return None
