@@ -66,14 +66,9 @@ const INLINE: usize = 16 << 10;
 
 /// Appends the record of `change` of `file`, number `seq`, to the journal
 /// pieces: its head (length, CRC-32C and all of the body but a large
-/// write's bytes) to `out`, and a large write's bytes as `big`'s piece.
-fn record<'a>(
-    out: &mut Vec<u8>,
-    big: &mut Option<&'a [u8]>,
-    seq: u64,
-    file: FileId,
-    change: &'a Change,
-) {
+/// write's bytes) to `out`. Returns a large write's bytes, the piece that
+/// follows `out` in the journal.
+fn record<'a>(out: &mut Vec<u8>, seq: u64, file: FileId, change: &'a Change) -> Option<&'a [u8]> {
     let head = out.len();
     out.extend_from_slice(&[0; RECORD_HEAD]);
     out.extend_from_slice(&seq.to_le_bytes());
@@ -105,9 +100,7 @@ fn record<'a>(
     let crc = crc32c::crc32c_append(crc32c::crc32c(body), data);
     out[head..head + 4].copy_from_slice(&len.to_le_bytes());
     out[head + 4..head + RECORD_HEAD].copy_from_slice(&crc.to_le_bytes());
-    if !data.is_empty() {
-        *big = Some(data);
-    }
+    (!data.is_empty()).then_some(data)
 }
 
 /// The records of a journal, in order, up to the first that is not whole
@@ -183,6 +176,12 @@ pub fn replay(stack: &dyn Backend, raw: &dyn Backend) -> Result<()> {
 /// it; this does the same for a worker's start, which a model-checker run
 /// with injected device faults found failing on one error in removing an
 /// empty journal.
+///
+/// Fixed here rather than the worker's `retries` (3 retries, 4 tries by
+/// default): a failed label is reported to its client, who may try again,
+/// so an administrator may trade its retries for latency; a failed replay
+/// fails the worker's start, which nobody retries, and costs nothing when
+/// the device works. The two agree by default.
 const REPLAY_TRIES: u32 = 4;
 
 /// `call` until it succeeds, fails other than as a device, or has been
@@ -311,7 +310,7 @@ impl Shared {
         let mut runs: Vec<(Vec<u8>, Option<&[u8]>)> = vec![(Vec::new(), None)];
         for change in changes {
             let (buf, big) = runs.last_mut().expect("never empty");
-            record(buf, big, st.journal.seq, file, change);
+            *big = record(buf, st.journal.seq, file, change);
             st.journal.seq += 1;
             if big.is_some() {
                 runs.push((Vec::new(), None));
