@@ -914,38 +914,59 @@ impl Client {
         offset: u64,
         len: u64,
     ) -> Result<Bytes> {
+        // One label covers the whole read (no hole, nothing to gather): its
+        // result is the answer as the warehouse gave it. Zeroing a buffer
+        // and copying into it were a fifth of a 1 MiB S3 GET's CPU.
+        if let ([status], [(_, at, n)]) = (statuses, wanted) {
+            if (*at, *n) == (offset, len) {
+                return self.take_result(status, keys.first(), *at, *n).await;
+            }
+        }
         let mut buf = BytesMut::zeroed(len as usize);
         let mut keys = keys.iter();
         for (status, (_, at, n)) in statuses.iter().zip(wanted) {
-            if status.state != LabelState::Complete {
-                return Err(Error::LabelFailed {
-                    label: status.id.to_string(),
-                    reason: status
-                        .error
-                        .clone()
-                        .unwrap_or_else(|| "unknown error".into()),
-                });
-            }
-            let key = keys.next().expect("a key for each complete label");
-            let t = anatomy::start();
-            let data = self.inner.content.take(key).await?.ok_or_else(|| {
-                Error::Storage(format!(
-                    "result of read label {} is missing from the warehouse",
-                    status.id
-                ))
-            })?;
-            anatomy::record(Phase::ResultFetch, t);
-            if data.len() as u64 != *n {
-                return Err(Error::Storage(format!(
-                    "short read from worker {:?}: expected {n} bytes at offset {at}, got {}",
-                    status.worker,
-                    data.len()
-                )));
-            }
+            let data = self.take_result(status, keys.next(), *at, *n).await?;
             let start = (at - offset) as usize;
             buf[start..start + data.len()].copy_from_slice(&data);
         }
         Ok(buf.freeze())
+    }
+
+    /// The result of one read label, `n` bytes at `at`, taken from the
+    /// warehouse under `key` if the label completed.
+    async fn take_result(
+        &self,
+        status: &LabelStatus,
+        key: Option<&String>,
+        at: u64,
+        n: u64,
+    ) -> Result<Bytes> {
+        if status.state != LabelState::Complete {
+            return Err(Error::LabelFailed {
+                label: status.id.to_string(),
+                reason: status
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "unknown error".into()),
+            });
+        }
+        let key = key.expect("a key for each complete label");
+        let t = anatomy::start();
+        let data = self.inner.content.take(key).await?.ok_or_else(|| {
+            Error::Storage(format!(
+                "result of read label {} is missing from the warehouse",
+                status.id
+            ))
+        })?;
+        anatomy::record(Phase::ResultFetch, t);
+        if data.len() as u64 != n {
+            return Err(Error::Storage(format!(
+                "short read from worker {:?}: expected {n} bytes at offset {at}, got {}",
+                status.worker,
+                data.len()
+            )));
+        }
+        Ok(data)
     }
 
     /// The whole file.
