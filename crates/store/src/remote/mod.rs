@@ -6,6 +6,7 @@
 mod client;
 mod opened;
 mod order;
+mod payload;
 /// Public only for the fuzz targets of `labios-fuzz`, which feed the
 /// server's frame reader and decoder untrusted bytes; not an API.
 #[doc(hidden)]

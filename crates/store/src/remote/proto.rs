@@ -64,6 +64,7 @@ pub enum Request {
     Tasks(QueueOp<Task>),
     Put {
         key: String,
+        #[serde(deserialize_with = "super::payload::bytes")]
         data: Bytes,
     },
     Get {
@@ -220,7 +221,7 @@ pub enum Reply {
     Session(Session),
     Bool(bool),
     Count(u64),
-    Data(Option<Bytes>),
+    Data(#[serde(deserialize_with = "super::payload::maybe_bytes")] Option<Bytes>),
     Names(Vec<String>),
     Labels(Vec<(Label, u64)>),
     Tasks(Vec<(Task, u64)>),
@@ -276,7 +277,7 @@ pub fn frame<T: Serialize>(value: &T, payload_hint: usize) -> Result<Vec<u8>> {
 /// Reads one frame body; `Ok(None)` on a clean end of stream. The buffer
 /// grows with the bytes that actually arrive, so a lying length prefix
 /// cannot make us allocate what was never sent.
-pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>> {
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Bytes>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -300,11 +301,13 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Vec<u8
             "connection closed inside a frame ({got} of {len} bytes)"
         )));
     }
-    Ok(Some(body))
+    Ok(Some(Bytes::from(body)))
 }
 
-pub fn decode_frame<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
-    decode(body).map_err(|e| Error::Protocol(e.to_string()))
+/// The value in a frame body; its large byte fields are slices of `body`
+/// (see `payload`).
+pub fn decode_frame<T: DeserializeOwned>(body: &Bytes) -> Result<T> {
+    super::payload::decoding(body, decode).map_err(|e| Error::Protocol(e.to_string()))
 }
 
 /// Writes queued frames, flushing only when none is waiting: batches under
