@@ -588,6 +588,35 @@ async fn redis_unreachable_url_is_unavailable() {
     println!("unreachable: {err}");
 }
 
+/// A server that starts a moment after its clients (services started
+/// together) is waited for; one that is not there at all is reported
+/// (`redis_unreachable_url_is_unavailable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_starting_beside_its_client_is_waited_for() {
+    let mut s = Server {
+        child: None,
+        port: labios_ports::service_port(),
+        dir: tempfile::tempdir().unwrap(),
+        extra: Vec::new(),
+    };
+    let cfg = config(vec![s.url()], "late");
+    let connecting = tokio::spawn(async move { RedisInventory::connect(&cfg).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| s.spawn());
+    let inv = connecting
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("a server up 0.3 s after its client was not waited for: {e}"));
+    inv.create(
+        "/late/f",
+        FileKind::File,
+        0o600,
+        labios_store::Owner::root(3),
+    )
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_password_protected_server() {
     let s = Server::start(&["--requirepass", "s3cret"]);

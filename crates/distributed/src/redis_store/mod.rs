@@ -264,11 +264,17 @@ fn unsent(e: &RedisError) -> bool {
 /// manager's `dead_after_ms` (1 s in the fault tests) must not miss.
 const RESEND_PAUSE_MAX: Duration = Duration::from_millis(40);
 
-/// Runs `attempt` until it succeeds or fails otherwise than [`unsent`],
-/// for at most `within`: at once after the first failure (the connection
-/// manager has begun reconnecting), then after pauses growing to
-/// [`RESEND_PAUSE_MAX`]. `Err` carries the last unsent failure when time
-/// ran out.
+/// How long a connection is tried again while the server refuses it: a
+/// server starting beside us gets this long to listen, and a wrong
+/// address or a server not running is reported without making the user
+/// wait out twice the operation timeout.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Runs `attempt` until it succeeds, fails otherwise than [`unsent`], or
+/// has failed unsent for `patience`, for at most `within` in all: again at
+/// once after the first failure (the connection manager has begun
+/// reconnecting), then after pauses growing to [`RESEND_PAUSE_MAX`].
+/// `Err` carries the last unsent failure when `within` ran out.
 ///
 /// This, not the connection manager's own retries, waits through a
 /// restart: the manager's backoff (backon's) waits its minimum delay of
@@ -278,6 +284,7 @@ const RESEND_PAUSE_MAX: Duration = Duration::from_millis(40);
 /// over a second and was declared down (CI, `cluster_faults`).
 async fn resending<T, F, Fut>(
     within: Duration,
+    patience: Duration,
     mut attempt: F,
 ) -> std::result::Result<redis::RedisResult<T>, Option<RedisError>>
 where
@@ -285,11 +292,12 @@ where
     Fut: Future<Output = redis::RedisResult<T>>,
 {
     let mut last = None;
+    let started = tokio::time::Instant::now();
     let tries = async {
         let mut pause = Duration::ZERO;
         loop {
             match attempt().await {
-                Err(e) if unsent(&e) => last = Some(e),
+                Err(e) if unsent(&e) && started.elapsed() < patience => last = Some(e),
                 r => return r,
             }
             tokio::time::sleep(pause).await;
@@ -301,14 +309,14 @@ where
 }
 
 impl Link {
-    /// Runs the command `send` makes (once more if it was [`unsent`]),
+    /// Runs the command `send` makes (again while it was [`unsent`]),
     /// bounded by the operation timeout.
     async fn bounded<T, F, Fut>(&self, mut send: F) -> Result<T>
     where
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        match resending(self.timeout, || send(self.conn.clone())).await {
+        match resending(self.timeout, self.timeout, || send(self.conn.clone())).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) | Err(Some(e)) => Err(map_err(&self.addr, e)),
             Err(None) => Err(Error::Unavailable(format!(
@@ -404,7 +412,7 @@ async fn connect_one(cfg: &RedisConfig, url: &str) -> Result<(Link, redis::Clien
         .set_response_timeout(timeout)
         .set_number_of_retries(0);
     let connecting = || ConnectionManager::new_with_config(client.clone(), mcfg.clone());
-    let conn = match resending(timeout * 2, connecting).await {
+    let conn = match resending(timeout * 2, CONNECT_PATIENCE, connecting).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) | Err(Some(e)) => return Err(refine_connect_error(&addr, e)),
         Err(None) => {
