@@ -46,6 +46,18 @@ struct Driver {
     child: Child,
     stdin: ChildStdin,
     answers: BufReader<ChildStdout>,
+    /// Where the last call stood when it ended: a call the checker gave up
+    /// on (its deadline) is dropped midway, and the driver keeps working.
+    step: Step,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Step {
+    Idle,
+    /// Writing a request: a dropped call may have left half a line.
+    Asking,
+    /// The request is out, its answer not read: it comes before the next.
+    Waiting,
 }
 
 impl Driver {
@@ -64,16 +76,33 @@ impl Driver {
             stdin: child.stdin.take().unwrap(),
             answers: BufReader::new(child.stdout.take().unwrap()),
             child,
+            step: Step::Idle,
         }
     }
 
     /// The driver's answer; its errors as the client API names them.
     async fn call(&mut self, request: Value) -> Result<Value, Error> {
+        match self.step {
+            Step::Idle => {}
+            // The answer of a call given up on is not this call's.
+            Step::Waiting => {
+                let mut stale = String::new();
+                let _ = self.answers.read_line(&mut stale).await;
+            }
+            Step::Asking => {
+                return Err(Error::Protocol(
+                    "the driver got half a request from a call given up on".into(),
+                ))
+            }
+        }
         let mut line = request.to_string();
         line.push('\n');
+        self.step = Step::Asking;
         let sent = self.stdin.write_all(line.as_bytes()).await;
+        self.step = Step::Waiting;
         let mut answer = String::new();
         let read = self.answers.read_line(&mut answer).await;
+        self.step = Step::Idle;
         if sent.is_err() || read.is_err() || answer.is_empty() {
             let status = self.child.try_wait();
             return Err(Error::Protocol(format!(
@@ -418,11 +447,14 @@ impl Target for Driven {
 
     /// A crash: the gateway and `labios serve` are killed (SIGKILL), then
     /// started again on the same data; so are the drivers under `labios
-    /// run`, while S3 drivers connect to the new gateway.
+    /// run` (and one left with half a request), while S3 drivers connect
+    /// to the new gateway.
     async fn restart(&self) {
-        if matches!(self.via, Via::Run) {
-            for d in &self.drivers {
-                *d.lock().await = None;
+        for d in &self.drivers {
+            let mut d = d.lock().await;
+            let torn = d.as_ref().is_some_and(|d| d.step == Step::Asking);
+            if matches!(self.via, Via::Run) || torn {
+                *d = None;
             }
         }
         {

@@ -102,8 +102,9 @@ use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisError, RedisFuture, Sc
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// How the distributed deployment reaches Redis (`[redis]` in the config).
@@ -212,6 +213,50 @@ struct Link {
     /// `redis://host:port` without credentials.
     addr: String,
     timeout: Duration,
+    /// When the server last answered on this link.
+    heard: Arc<Heard>,
+}
+
+/// The time of a link's last answer, in milliseconds since `epoch`.
+struct Heard {
+    epoch: Instant,
+    at: AtomicU64,
+}
+
+impl Heard {
+    fn new() -> Arc<Heard> {
+        Arc::new(Heard {
+            epoch: Instant::now(),
+            at: AtomicU64::new(0),
+        })
+    }
+
+    fn now(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.at.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn quiet_for(&self) -> Duration {
+        let at = Duration::from_millis(self.at.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(at)
+    }
+}
+
+/// A link quiet for this long is asked a PING before a command that
+/// must not be sent twice: the server may have restarted since, and the
+/// connection's first command then fails with a broken pipe that does not
+/// say whether it was sent (see [`unsent`]).
+const QUIET: Duration = Duration::from_millis(500);
+
+/// Commands that change nothing: sent twice, they answer the same.
+const READ_ONLY: &[&str] = &[
+    "EXISTS", "GET", "HEXISTS", "HGET", "HGETALL", "HKEYS", "HLEN", "HMGET", "KEYS", "MGET",
+    "PING", "PTTL", "SCAN", "SMEMBERS", "STRLEN", "TTL", "TYPE", "ZCARD", "ZRANGE",
+];
+
+fn read_only(cmd: &Cmd) -> bool {
+    matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(name))
+        if READ_ONLY.iter().any(|r| r.as_bytes().eq_ignore_ascii_case(name)))
 }
 
 fn map_err(addr: &str, e: RedisError) -> Error {
@@ -242,20 +287,27 @@ fn map_err(addr: &str, e: RedisError) -> Error {
     }
 }
 
-/// The command never reached a server, so sending it again cannot apply
-/// it twice:
-/// - the connection was found dead when the command was written to it
-///   (a broken pipe): the server restarted since the connection's last
-///   use. Without a resend, the first command of each connection after a
-///   Redis restart failed, however long after the restart it came (a
-///   worker's warehouse connection failed the first label it ran);
+/// Whether sending the command again cannot apply it twice:
 /// - no connection could be made (refused): the server is down or still
-///   starting.
-fn unsent(e: &RedisError) -> bool {
+///   starting, and the command never left;
+/// - the server refused it while loading its data after a restart
+///   (`LOADING`), before running it;
+/// - a broken pipe, for a command that changes nothing (`read_only`).
+///   redis-rs gives a broken pipe both for a command written to a
+///   connection already found dead (a restart since the connection's last
+///   use: never sent) and for one in flight when the server closed it
+///   (perhaps applied, its answer lost). Sent again, a warehouse put
+///   counted its bytes twice and a take found its own result gone. A
+///   command that changes something is sent only on a link heard from
+///   within [`QUIET`], which keeps the first case rare; its broken pipe
+///   is an error naming the server.
+fn unsent(e: &RedisError, read_only: bool) -> bool {
     e.is_connection_refusal()
-        || std::error::Error::source(e)
-            .and_then(|s| s.downcast_ref::<std::io::Error>())
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        || e.kind() == redis::ErrorKind::BusyLoadingError
+        || read_only
+            && std::error::Error::source(e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// The longest pause between two tries of a command that was not sent.
@@ -285,6 +337,7 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(2);
 async fn resending<T, F, Fut>(
     within: Duration,
     patience: Duration,
+    read_only: bool,
     mut attempt: F,
 ) -> std::result::Result<redis::RedisResult<T>, Option<RedisError>>
 where
@@ -297,7 +350,7 @@ where
         let mut pause = Duration::ZERO;
         loop {
             match attempt().await {
-                Err(e) if unsent(&e) && started.elapsed() < patience => last = Some(e),
+                Err(e) if unsent(&e, read_only) && started.elapsed() < patience => last = Some(e),
                 r => return r,
             }
             tokio::time::sleep(pause).await;
@@ -310,34 +363,86 @@ where
 
 impl Link {
     /// Runs the command `send` makes (again while it was [`unsent`]),
-    /// bounded by the operation timeout.
-    async fn bounded<T, F, Fut>(&self, mut send: F) -> Result<T>
+    /// bounded by the operation timeout; one that changes something
+    /// (`!read_only`) after a PING if the link was [`QUIET`].
+    async fn bounded<T, F, Fut>(&self, read_only: bool, mut send: F) -> Result<T>
     where
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        match resending(self.timeout, self.timeout, || send(self.conn.clone())).await {
-            Ok(Ok(v)) => Ok(v),
+        if !read_only && self.heard.quiet_for() >= QUIET {
+            let ping = redis::cmd("PING");
+            let pinged = resending(self.timeout, self.timeout, true, || {
+                let mut c = self.conn.clone();
+                let ping = &ping;
+                async move { ping.query_async::<String>(&mut c).await }
+            });
+            match pinged.await {
+                Ok(Ok(_)) => self.heard.now(),
+                Ok(Err(e)) | Err(Some(e)) => return Err(map_err(&self.addr, e)),
+                Err(None) => return Err(self.silent()),
+            }
+        }
+        match resending(self.timeout, self.timeout, read_only, || {
+            send(self.conn.clone())
+        })
+        .await
+        {
+            Ok(Ok(v)) => {
+                self.heard.now();
+                Ok(v)
+            }
             Ok(Err(e)) | Err(Some(e)) => Err(map_err(&self.addr, e)),
-            Err(None) => Err(Error::Unavailable(format!(
-                "cannot reach Redis at {}: no answer within {:?}",
-                self.addr, self.timeout
-            ))),
+            Err(None) => Err(self.silent()),
         }
     }
 
+    fn silent(&self) -> Error {
+        Error::Unavailable(format!(
+            "cannot reach Redis at {}: no answer within {:?}",
+            self.addr, self.timeout
+        ))
+    }
+
     async fn cmd<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        self.bounded(|mut c| async move { cmd.query_async(&mut c).await })
-            .await
+        self.bounded(read_only(cmd), |mut c| async move {
+            cmd.query_async(&mut c).await
+        })
+        .await
     }
 
     async fn pipe<T: FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
-        self.bounded(|mut c| async move { pipe.query_async(&mut c).await })
-            .await
+        let read_only = pipe.cmd_iter().all(read_only);
+        self.bounded(
+            read_only,
+            |mut c| async move { pipe.query_async(&mut c).await },
+        )
+        .await
     }
 
+    /// A script that may change something: never sent twice.
     async fn script<T: FromRedisValue>(
         &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T> {
+        self.invoke(false, script, keys, args).await
+    }
+
+    /// A script that changes nothing, sent again like a read.
+    async fn read_script<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T> {
+        self.invoke(true, script, keys, args).await
+    }
+
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        read_only: bool,
         script: &Script,
         keys: &[&str],
         args: &[&[u8]],
@@ -350,8 +455,11 @@ impl Link {
             inv.arg(*a);
         }
         let inv = &inv;
-        self.bounded(|mut c| async move { inv.invoke_async(&mut c).await })
-            .await
+        self.bounded(
+            read_only,
+            |mut c| async move { inv.invoke_async(&mut c).await },
+        )
+        .await
     }
 }
 
@@ -412,7 +520,7 @@ async fn connect_one(cfg: &RedisConfig, url: &str) -> Result<(Link, redis::Clien
         .set_response_timeout(timeout)
         .set_number_of_retries(0);
     let connecting = || ConnectionManager::new_with_config(client.clone(), mcfg.clone());
-    let conn = match resending(timeout * 2, CONNECT_PATIENCE, connecting).await {
+    let conn = match resending(timeout * 2, CONNECT_PATIENCE, false, connecting).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) | Err(Some(e)) => return Err(refine_connect_error(&addr, e)),
         Err(None) => {
@@ -426,6 +534,7 @@ async fn connect_one(cfg: &RedisConfig, url: &str) -> Result<(Link, redis::Clien
         conn: Conn::Single(conn),
         addr,
         timeout,
+        heard: Heard::new(),
     };
     link.cmd::<String>(&redis::cmd("PING")).await?;
     Ok((link, client))
@@ -479,6 +588,7 @@ async fn connect_cluster(cfg: &RedisConfig) -> Result<(Link, redis::Client)> {
         conn: Conn::Cluster(conn),
         addr: addr.clone(),
         timeout,
+        heard: Heard::new(),
     };
     link.cmd::<String>(&redis::cmd("PING")).await?;
     // Pub/sub goes through any one node: classic PUBLISH reaches them all.
@@ -1002,7 +1112,15 @@ impl RedisInventory {
 
     /// Runs an inventory script and checks its status element.
     async fn run(&self, script: &Script, args: &[&[u8]]) -> Result<Vec<Value>> {
-        let mut v: Vec<Value> = self.link.script(script, &[&self.p], args).await?;
+        let s = &self.scripts;
+        let read_only = [&s.lookup, &s.list, &s.extents, &s.xattrs]
+            .iter()
+            .any(|r| r.get_hash() == script.get_hash());
+        let mut v: Vec<Value> = if read_only {
+            self.link.read_script(script, &[&self.p], args).await?
+        } else {
+            self.link.script(script, &[&self.p], args).await?
+        };
         if v.is_empty() {
             return Err(self.malformed("script reply", "empty"));
         }

@@ -556,13 +556,13 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
             // is left for the next tick.
             //
             // Every tick publishes, whatever was published since the last:
-            // a publication a little after the previous tick (that tick's
-            // own, behind its stack look-up, or one after a batch of
-            // labels) made this one not yet due an interval later, and the
-            // heartbeat came every other tick.
+            // a publication a little after the previous tick (one after a
+            // batch of labels, or the tick's own behind a slow call) made
+            // this one not yet due an interval later, and the heartbeat
+            // came every other tick.
             _ = ticker.tick() => {
-                shared.take_stack().await;
                 shared.publish(true).await;
+                shared.take_stack().await;
                 if !suspended {
                     let _ = tokio::time::timeout(score_interval, shared.refresh_depth()).await;
                 }

@@ -23,15 +23,16 @@ thread_local! {
 /// Runs `decode` on `frame` with the frame lent to the byte fields it
 /// decodes.
 pub fn decoding<T>(frame: &Bytes, decode: impl FnOnce(&[u8]) -> T) -> T {
-    /// Takes the frame back even if `decode` panics.
-    struct Lent;
+    /// Gives back the frame lent before this one (a decode inside a
+    /// decode), even if `decode` panics.
+    struct Lent(Option<Bytes>);
     impl Drop for Lent {
         fn drop(&mut self) {
-            FRAME.with(|f| f.borrow_mut().take());
+            let before = self.0.take();
+            FRAME.with(|f| *f.borrow_mut() = before);
         }
     }
-    FRAME.with(|f| *f.borrow_mut() = Some(frame.clone()));
-    let _lent = Lent;
+    let _lent = Lent(FRAME.with(|f| f.borrow_mut().replace(frame.clone())));
     decode(frame)
 }
 

@@ -301,6 +301,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Bytes>
             "connection closed inside a frame ({got} of {len} bytes)"
         )));
     }
+    // Byte fields are slices of the frame (`payload`), which keep all of
+    // its allocation: a frame that grew past its first capacity gives
+    // back what it did not use.
+    body.shrink_to_fit();
     Ok(Some(Bytes::from(body)))
 }
 
