@@ -69,12 +69,12 @@
 //! # Failures
 //! Every operation is bounded by `op_timeout_ms`: an unreachable or
 //! restarting server gives `Error::Unavailable("cannot reach Redis at
-//! ..."`), never a hang. A command that surely never reached a server
-//! (refused connection, broken pipe) is sent again every few tens of
-//! milliseconds until then, so a restart shorter than `op_timeout_ms` is
-//! waited through and answered within moments of the server's return; a
-//! command cut while in flight may have been applied and is not resent. A
-//! refused password gives `Error::PermissionDenied`. A stored value that
+//! ..."`), never a hang. A command the server surely did not run (refused
+//! connection, `LOADING`) is sent again every few tens of milliseconds
+//! until then, so a restart shorter than `op_timeout_ms` is waited through
+//! and answered within moments of the server's return. A command cut while
+//! in flight may have run: it is sent again only if it changes nothing
+//! (see `unsent`). A refused password gives `Error::PermissionDenied`. A stored value that
 //! does not decode is `Error::Malformed` naming its key.
 
 mod locks;
