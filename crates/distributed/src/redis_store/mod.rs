@@ -377,31 +377,32 @@ impl Link {
                 let ping = &ping;
                 async move { ping.query_async::<String>(&mut c).await }
             });
-            match pinged.await {
-                Ok(Ok(_)) => self.heard.now(),
-                Ok(Err(e)) | Err(Some(e)) => return Err(map_err(&self.addr, e)),
-                Err(None) => return Err(self.silent()),
-            }
+            self.answer(pinged.await)?;
         }
-        match resending(self.timeout, self.timeout, read_only, || {
+        let sent = resending(self.timeout, self.timeout, read_only, || {
             send(self.conn.clone())
-        })
-        .await
-        {
+        });
+        self.answer(sent.await)
+    }
+
+    /// What [`resending`] gave, as this link's result: an answer marks the
+    /// link heard from; an error names the server; no answer within the
+    /// operation timeout is `Unavailable`.
+    fn answer<T>(
+        &self,
+        outcome: std::result::Result<redis::RedisResult<T>, Option<redis::RedisError>>,
+    ) -> Result<T> {
+        match outcome {
             Ok(Ok(v)) => {
                 self.heard.now();
                 Ok(v)
             }
             Ok(Err(e)) | Err(Some(e)) => Err(map_err(&self.addr, e)),
-            Err(None) => Err(self.silent()),
+            Err(None) => Err(Error::Unavailable(format!(
+                "cannot reach Redis at {}: no answer within {:?}",
+                self.addr, self.timeout
+            ))),
         }
-    }
-
-    fn silent(&self) -> Error {
-        Error::Unavailable(format!(
-            "cannot reach Redis at {}: no answer within {:?}",
-            self.addr, self.timeout
-        ))
     }
 
     async fn cmd<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
@@ -1110,17 +1111,23 @@ impl RedisInventory {
         Ok(inv)
     }
 
-    /// Runs an inventory script and checks its status element.
+    /// Runs an inventory script that may change something (never sent
+    /// twice) and checks its status element.
     async fn run(&self, script: &Script, args: &[&[u8]]) -> Result<Vec<Value>> {
-        let s = &self.scripts;
-        let read_only = [&s.lookup, &s.list, &s.extents, &s.xattrs]
-            .iter()
-            .any(|r| r.get_hash() == script.get_hash());
-        let mut v: Vec<Value> = if read_only {
-            self.link.read_script(script, &[&self.p], args).await?
-        } else {
-            self.link.script(script, &[&self.p], args).await?
-        };
+        let v = self.link.script(script, &[&self.p], args).await?;
+        self.status(v)
+    }
+
+    /// Runs an inventory script that changes nothing (sent again like a
+    /// read after a broken link) and checks its status element.
+    async fn run_read(&self, script: &Script, args: &[&[u8]]) -> Result<Vec<Value>> {
+        let v = self.link.read_script(script, &[&self.p], args).await?;
+        self.status(v)
+    }
+
+    /// An inventory script's reply without its status element, or the
+    /// error the status names.
+    fn status(&self, mut v: Vec<Value>) -> Result<Vec<Value>> {
         if v.is_empty() {
             return Err(self.malformed("script reply", "empty"));
         }
@@ -1501,12 +1508,16 @@ impl Inventory for RedisInventory {
 
     async fn lookup(&self, path: &str) -> Result<Option<FileMeta>> {
         check_path(path)?;
-        let v = self.run(&self.scripts.lookup, &[path.as_bytes()]).await?;
+        let v = self
+            .run_read(&self.scripts.lookup, &[path.as_bytes()])
+            .await?;
         v.first().map(|r| self.meta(r)).transpose()
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
-        let v = self.run(&self.scripts.list, &[prefix.as_bytes()]).await?;
+        let v = self
+            .run_read(&self.scripts.list, &[prefix.as_bytes()])
+            .await?;
         self.metas(&v, 0)
     }
 
@@ -1652,7 +1663,7 @@ impl Inventory for RedisInventory {
         let id = file.to_string();
         let (s, e) = (hex16(offset), hex16(end));
         let v = self
-            .run(
+            .run_read(
                 &self.scripts.extents,
                 &[id.as_bytes(), s.as_bytes(), e.as_bytes()],
             )
@@ -1710,7 +1721,9 @@ impl Inventory for RedisInventory {
     async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>> {
         let key = format!("xattr:{file}");
         let id = file.to_string();
-        let v = self.run(&self.scripts.xattrs, &[id.as_bytes()]).await?;
+        let v = self
+            .run_read(&self.scripts.xattrs, &[id.as_bytes()])
+            .await?;
         let flat: Vec<Vec<u8>> = match v.first() {
             Some(x) => {
                 redis::from_redis_value(x).map_err(|e| self.malformed(&key, &e.to_string()))?
