@@ -1,8 +1,55 @@
 //! Worker and label status records kept in the inventory (article 3.3.3):
 //! what the worker manager publishes and what schedulers read.
 
-use crate::id::{LabelId, WorkerId};
+use crate::id::{AppId, LabelId, WorkerId};
+use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// The stack module that tunes who may use a worker (LabStor's permission
+/// LabMod; README "Worker I/O stacks"), first in a stack when named.
+/// Every worker checks that a label is signed by its owner and touches only
+/// the owner's files and warehouse entries; `auth:A+B` also keeps the
+/// worker to applications A and B (an island of data only they reach).
+/// `auth` alone names those checks explicitly.
+pub const AUTH: &str = "auth";
+
+/// Applications admitted by the `auth` module `module` (`auth`: every one,
+/// `None`; `auth:3+7`: 3 and 7); an error names a malformed module.
+pub fn admitted(module: &str) -> Result<Option<BTreeSet<AppId>>> {
+    let bad = |why: &str| {
+        Error::InvalidArgument(format!(
+            "stack: {module:?}: {why}; write {AUTH} or {AUTH}:APP+APP (application ids)"
+        ))
+    };
+    match module.split_once(':') {
+        None if module == AUTH => Ok(None),
+        Some((AUTH, apps)) => apps
+            .split('+')
+            .map(|a| {
+                a.parse::<AppId>()
+                    .map_err(|_| bad(&format!("{a:?} is not an application id")))
+            })
+            .collect::<Result<BTreeSet<AppId>>>()
+            .map(Some),
+        _ => Err(bad("not the auth module")),
+    }
+}
+
+/// What a stack's `auth` module admits: `None` (every application) when the
+/// stack does not name one or names it without applications.
+fn admitted_by(stack: &[String]) -> Option<BTreeSet<AppId>> {
+    let first = stack.first()?;
+    (first.split(':').next() == Some(AUTH))
+        .then(|| admitted(first).ok().flatten())
+        .flatten()
+}
+
+/// Whether a worker running `stack` (module names, first to last) lets
+/// application `app`'s labels run.
+pub fn stack_admits(stack: &[String], app: AppId) -> bool {
+    admitted_by(stack).is_none_or(|apps| apps.contains(&app))
+}
 
 /// Static description of a worker, declared at commission time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,6 +136,18 @@ impl WorkerStatus {
 
     pub fn remaining(&self) -> u64 {
         self.spec.capacity.saturating_sub(self.used)
+    }
+
+    /// Whether the worker's stack lets application `app`'s labels run
+    /// there (its `auth` module, [`AUTH`]); schedulers place an
+    /// application's new data only on workers that do.
+    pub fn admits(&self, app: AppId) -> bool {
+        stack_admits(&self.stack, app)
+    }
+
+    /// Whether the worker admits every application.
+    pub fn admits_all(&self) -> bool {
+        admitted_by(&self.stack).is_none()
     }
 }
 

@@ -332,3 +332,93 @@ async fn stack_set_changes_worker_processes_of_the_cluster_under_load() {
     assert!(records > 0, "no worker stored a unit with its codec");
     d.shutdown().await;
 }
+
+/// LabStor's permission module, tuned per stack: a worker declared with
+/// `auth:1` (application 1 alone) gets no byte of application 2, whose
+/// files all go to the open worker; closed live to application 2 as well,
+/// the pool refuses its reads and writes with an error naming the stack
+/// but still removes its files (a delete gives space back); opened again,
+/// it serves both, and every byte written reads back, on both deployments.
+async fn auth_keeps_a_worker_to_the_applications_it_names(kind: Kind) {
+    let d = Deployed::start(kind, |c| {
+        c.workers.truncate(2);
+        c.workers[0].stack = spec(&["auth:1", "file"]);
+        c.client.max_label_size = 64 << 10;
+    })
+    .await;
+    let (a, b) = (d.create_app("island").await, d.create_app("other").await);
+    assert_eq!((a.id, b.id), (1, 2), "the first applications' ids");
+    let (ca, cb) = (d.client_of(&a).await, d.client_of(&b).await);
+    let files = |app: u64| -> Vec<(String, bytes::Bytes)> {
+        (0..6u64)
+            .map(|i| (format!("/auth/a{app}-{i}"), data(app * 10 + i, 300_000)))
+            .collect()
+    };
+    let (of_a, of_b) = (files(1), files(2));
+    for ((pa, ba), (pb, bb)) in of_a.iter().zip(&of_b) {
+        ca.write_at_sync(pa.as_str(), 0, ba.clone()).await.unwrap();
+        cb.write_at_sync(pb.as_str(), 0, bb.clone()).await.unwrap();
+    }
+    let inventory = d.stores().inventory;
+    let holders = |files: Vec<(String, bytes::Bytes)>| {
+        let inventory = inventory.clone();
+        async move {
+            let mut on = std::collections::BTreeSet::new();
+            for (path, bytes) in files {
+                let meta = inventory.lookup(&path).await.unwrap().unwrap();
+                let extents = inventory
+                    .extents(meta.id, 0, bytes.len() as u64)
+                    .await
+                    .unwrap();
+                on.extend(extents.iter().map(|e| e.worker));
+            }
+            on.into_iter().collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        holders(of_a.clone()).await,
+        [0, 1],
+        "application 1 uses both"
+    );
+    assert_eq!(
+        holders(of_b.clone()).await,
+        [1],
+        "application 2 only the open one"
+    );
+    // Closed to application 2 everywhere: refused, naming the stack.
+    d.set_stack(1, "auth:1,file").await;
+    let err = cb.read(&of_b[0].0).await.unwrap_err().to_string();
+    assert!(
+        err.contains("(auth:1,file) does not admit application 2"),
+        "{err}"
+    );
+    let err = cb
+        .write_at_sync("/auth/late", 0, data(99, 1000))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not admit application 2"), "{err}");
+    cb.remove(&of_b[5].0).await.unwrap();
+    assert!(inventory.lookup(&of_b[5].0).await.unwrap().is_none());
+    for (path, bytes) in &of_a {
+        assert_eq!(&ca.read(path).await.unwrap(), bytes, "{path}");
+    }
+    // Open again: both applications read every byte they wrote.
+    d.set_stack(0, "file").await;
+    d.set_stack(1, "file").await;
+    for (path, bytes) in of_a.iter().chain(&of_b[..5]) {
+        let c = if path.contains("/a1-") { &ca } else { &cb };
+        assert_eq!(&c.read(path).await.unwrap(), bytes, "{path}");
+    }
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_keeps_a_worker_to_the_applications_it_names_embedded() {
+    auth_keeps_a_worker_to_the_applications_it_names(Kind::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_keeps_a_worker_to_the_applications_it_names_cluster() {
+    auth_keeps_a_worker_to_the_applications_it_names(Kind::Cluster).await;
+}

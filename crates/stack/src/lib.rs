@@ -19,7 +19,8 @@ pub mod faults;
 pub mod layers;
 pub mod live;
 
-use labios_label::{Error, FileId, Result};
+use labios_label::worker::AUTH;
+use labios_label::{AppId, Error, FileId, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -274,22 +275,40 @@ impl TryFrom<Vec<String>> for Spec {
                 known(BACKENDS)
             )));
         }
-        // `metrics` times the layers under it, so it comes first.
+        // `auth` is above the trait (the worker checks a label before any
+        // call), so it comes first of all.
+        let layers = match layers.split_first() {
+            Some((first, rest)) if first.split(':').next() == Some(AUTH) => {
+                labios_label::worker::admitted(first)?;
+                rest
+            }
+            _ => layers,
+        };
+        // `metrics` times the layers under it, so it comes first of them.
         let layers = match layers.split_first() {
             Some((first, rest)) if first == layers::metrics::NAME => rest,
             _ => layers,
         };
         let mut above: Option<(usize, &String)> = None;
         for layer in layers {
+            if layer.split(':').next() == Some(AUTH) {
+                return Err(Error::InvalidArgument(format!(
+                    "stack: {layer:?} comes first, once: a label is admitted before any layer runs"
+                )));
+            }
             if layer.split(':').next() == Some(layers::metrics::NAME) {
                 return Err(Error::InvalidArgument(if layer == layers::metrics::NAME {
-                    format!("stack: {layer:?} comes first, once: it times every layer below it")
+                    format!(
+                        "stack: {layer:?} comes first, once (only auth before it): it times \
+                         every layer below it"
+                    )
                 } else {
                     format!("stack: {layer:?}: the metrics layer takes no argument")
                 }));
             }
             let Some(at) = layer_of(layer) else {
-                let names: Vec<&str> = std::iter::once(layers::metrics::NAME)
+                let names: Vec<&str> = [AUTH, layers::metrics::NAME]
+                    .into_iter()
                     .chain(LAYERS.iter().flat_map(|(n, _)| n.iter().copied()))
                     .collect();
                 return Err(Error::InvalidArgument(format!(
@@ -362,7 +381,7 @@ impl Spec {
     /// (layers/metrics.rs), none otherwise.
     pub fn over_metered(&self, backend: Arc<dyn Backend>) -> Result<(Arc<dyn Backend>, Meters)> {
         use layers::metrics::{Meter, Metered};
-        let metered = self.0[0] == layers::metrics::NAME;
+        let metered = self.below_auth()[0] == layers::metrics::NAME;
         let mut meters = Vec::new();
         let mut meter = |stack: Arc<dyn Backend>, name: &str| -> Arc<dyn Backend> {
             if !metered {
@@ -373,7 +392,8 @@ impl Spec {
             Arc::new(Metered::counting(stack, m))
         };
         let bottom = meter(backend.clone(), self.backend());
-        let layers = &self.0[..self.0.len() - 1];
+        let below = self.below_auth();
+        let layers = &below[..below.len() - 1];
         let top = LAYERS
             .iter()
             .rev()
@@ -387,6 +407,21 @@ impl Spec {
             })?;
         meters.reverse();
         Ok((Arc::new(Metered::anatomy(top)), Meters(meters)))
+    }
+
+    /// The modules under `auth`: the layers and the backend the stack is
+    /// built of.
+    fn below_auth(&self) -> &[String] {
+        match self.0.split_first() {
+            Some((first, rest)) if first.split(':').next() == Some(AUTH) => rest,
+            _ => &self.0,
+        }
+    }
+
+    /// Whether a worker running this stack lets application `app`'s
+    /// labels run (its `auth` module; [`AUTH`]).
+    pub fn admits(&self, app: AppId) -> bool {
+        labios_label::worker::stack_admits(&self.0, app)
     }
 
     /// Whether the stack keeps what it holds across a restart of its

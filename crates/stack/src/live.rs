@@ -58,6 +58,12 @@ impl Live {
         self.now.read().spec.clone()
     }
 
+    /// Whether the stack now lets application `app`'s labels run (its
+    /// `auth` module); a change of stack changes it between two labels.
+    pub fn admits(&self, app: labios_label::AppId) -> bool {
+        self.now.read().spec.admits(app)
+    }
+
     /// Each layer's counters since the stack was put in place, top first
     /// (empty unless it names `metrics`).
     pub fn layers(&self) -> Vec<labios_label::LayerStats> {

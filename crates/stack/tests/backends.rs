@@ -71,11 +71,48 @@ fn a_malformed_stack_is_refused_naming_the_module() {
             "\"metrics:1\": the metrics layer takes no argument",
         ),
         (&["metrics"][..], "unknown backend \"metrics\""),
+        (
+            &["checksum", "auth", "file"][..],
+            "\"auth\" comes first, once",
+        ),
+        (
+            &["auth:2+x", "file"][..],
+            "\"auth:2+x\": \"x\" is not an application id",
+        ),
+        (
+            &["auth:", "file"][..],
+            "\"auth:\": \"\" is not an application id",
+        ),
+        (&["auth"][..], "unknown backend \"auth\""),
         (&["file", "checksum"][..], "unknown backend \"checksum\""),
     ] {
         let err = spec(names).unwrap_err().to_string();
         assert!(err.contains(named), "{names:?}: {err}");
     }
+}
+
+/// `auth` (first, before `metrics`) names who may use the worker and
+/// builds nothing: the stack under it is the one it would be without it.
+#[test]
+fn the_auth_module_admits_the_applications_it_names() {
+    let spec = |s: &str| Spec::try_from(s.split(',').map(String::from).collect::<Vec<_>>());
+    let island = spec("auth:3+7,metrics,checksum,file").unwrap();
+    assert!(island.admits(3) && island.admits(7));
+    assert!(!island.admits(1) && !island.admits(0));
+    for open in ["auth,file", "checksum,file", "file"] {
+        assert!(spec(open).unwrap().admits(1), "{open}");
+    }
+    assert_eq!(island.to_string(), "auth:3+7,metrics,checksum,file");
+    let dir = tempfile::tempdir().unwrap();
+    let backend = island.open(dir.path(), 1 << 20).unwrap();
+    let (stack, meters) = island.over_metered(backend).unwrap();
+    stack.write(1, &[(0, b"island")], true).unwrap();
+    let mut back = [0u8; 6];
+    stack.read(1, 0, &mut back).unwrap();
+    assert_eq!(&back, b"island");
+    // `metrics` under `auth` meters the layers it names: checksum, file.
+    let names: Vec<String> = meters.stats().into_iter().map(|m| m.name).collect();
+    assert_eq!(names, ["checksum", "file"]);
 }
 
 #[test]

@@ -3,7 +3,8 @@
 
 use super::minmax;
 use super::shuffler::Routed;
-use labios_label::{Error, Result, Task, Weights, WorkerId, WorkerState, WorkerStatus};
+use labios_label::{AppId, Error, Result, Task, Weights, WorkerId, WorkerState, WorkerStatus};
+use std::collections::{BTreeMap, HashMap};
 
 /// Tasks per worker; only workers that received work appear.
 pub type Plan = Vec<(WorkerId, Vec<Task>)>;
@@ -34,6 +35,10 @@ pub struct Scheduler {
     /// Round robin resumes where the previous batch stopped, so lone labels
     /// still spread over all workers.
     cursor: usize,
+    /// The cursor of each application placed apart (on the workers whose
+    /// stacks admit it), so that its labels too visit every one of them in
+    /// turn whatever others' batches do; at most [`ISLAND_CURSORS`].
+    island_cursors: HashMap<AppId, usize>,
     rng: fastrand::Rng,
     /// Constraint policy: bytes recently assigned, in total and per worker.
     recent: Recent,
@@ -72,6 +77,7 @@ impl Scheduler {
         Scheduler {
             policy,
             cursor: 0,
+            island_cursors: HashMap::new(),
             rng: fastrand::Rng::new(),
             recent: Recent::default(),
         }
@@ -113,22 +119,30 @@ impl Scheduler {
             if eligible.is_empty() {
                 return Err(no_workers());
             }
-            // Labels with pipelines go only to workers that run functions;
-            // if none does, to any, whose refusal then names the reason.
-            let (pipelines, plain): (Vec<Task>, Vec<Task>) =
-                free.into_iter().partition(needs_functions);
-            let capable: Vec<usize> = eligible
-                .iter()
-                .copied()
-                .filter(|&i| workers[i].spec.functions)
-                .collect();
-            self.assign(plain, workers, &eligible, &mut out)?;
-            let to = if capable.is_empty() {
-                &eligible
+            if eligible.iter().all(|&i| workers[i].admits_all()) {
+                self.place(free, workers, &eligible, None, &mut out)?;
             } else {
-                &capable
-            };
-            self.assign(pipelines, workers, to, &mut out)?;
+                // A worker whose stack admits only some applications
+                // (`auth:A+B`) gets only theirs; an application no worker
+                // admits goes to any, whose refusal then names the reason.
+                let mut by_owner: BTreeMap<AppId, Vec<Task>> = BTreeMap::new();
+                for task in free {
+                    by_owner.entry(owner_of(&task)).or_default().push(task);
+                }
+                for (owner, tasks) in by_owner {
+                    let admitting: Vec<usize> = eligible
+                        .iter()
+                        .copied()
+                        .filter(|&i| workers[i].admits(owner))
+                        .collect();
+                    let to = if admitting.is_empty() {
+                        &eligible
+                    } else {
+                        &admitting
+                    };
+                    self.place(tasks, workers, to, Some(owner), &mut out)?;
+                }
+            }
         }
         Ok(workers
             .iter()
@@ -138,19 +152,59 @@ impl Scheduler {
             .collect())
     }
 
+    /// Places unpinned tasks on `eligible` workers: labels with pipelines
+    /// only on those that run functions; if none does, on any, whose
+    /// refusal then names the reason. `island`: the application they all
+    /// belong to, when it is placed apart.
+    fn place(
+        &mut self,
+        free: Vec<Task>,
+        workers: &[WorkerStatus],
+        eligible: &[usize],
+        island: Option<AppId>,
+        out: &mut [Vec<Task>],
+    ) -> Result<()> {
+        let (pipelines, plain): (Vec<Task>, Vec<Task>) =
+            free.into_iter().partition(needs_functions);
+        let capable: Vec<usize> = eligible
+            .iter()
+            .copied()
+            .filter(|&i| workers[i].spec.functions)
+            .collect();
+        self.assign(plain, workers, eligible, island, out)?;
+        let to = if capable.is_empty() {
+            eligible
+        } else {
+            &capable
+        };
+        self.assign(pipelines, workers, to, island, out)
+    }
+
     /// Places unpinned tasks on `eligible` workers by the policy.
     fn assign(
         &mut self,
         free: Vec<Task>,
         workers: &[WorkerStatus],
         eligible: &[usize],
+        island: Option<AppId>,
         out: &mut [Vec<Task>],
     ) -> Result<()> {
         if free.is_empty() {
             return Ok(());
         }
         match &self.policy {
-            Policy::RoundRobin => self.round_robin(free, workers, eligible, out),
+            Policy::RoundRobin => {
+                let cursor = match island {
+                    None => &mut self.cursor,
+                    Some(app) => {
+                        if self.island_cursors.len() >= ISLAND_CURSORS {
+                            self.island_cursors.clear();
+                        }
+                        self.island_cursors.entry(app).or_default()
+                    }
+                };
+                round_robin(free, workers, eligible, cursor, out)
+            }
             Policy::Random => {
                 for task in free {
                     out[eligible[self.rng.usize(..eligible.len())]].push(task);
@@ -172,26 +226,35 @@ impl Scheduler {
         }
         Ok(())
     }
+}
 
-    /// Active workers in id order (stable across batches whatever order the
-    /// directory lists them in); if none is active, the suspended ones, which
-    /// the work will wake.
-    fn round_robin(
-        &mut self,
-        tasks: Vec<Task>,
-        workers: &[WorkerStatus],
-        eligible: &[usize],
-        out: &mut [Vec<Task>],
-    ) {
-        let mut ring = eligible.to_vec();
-        ring.sort_unstable_by_key(|&i| workers[i].spec.id);
-        for task in tasks {
-            self.cursor %= ring.len();
-            out[ring[self.cursor]].push(task);
-            self.cursor += 1;
-        }
+/// The application a task's labels belong to (a task gathers labels of one
+/// file, so of one owner; the worker checks each label all the same).
+fn owner_of(task: &Task) -> AppId {
+    task.labels.first().map_or(0, |l| l.owner)
+}
+
+/// Places `tasks` on `eligible` workers in id order (stable across batches
+/// whatever order the directory lists them in), from `cursor` on.
+fn round_robin(
+    tasks: Vec<Task>,
+    workers: &[WorkerStatus],
+    eligible: &[usize],
+    cursor: &mut usize,
+    out: &mut [Vec<Task>],
+) {
+    let mut ring = eligible.to_vec();
+    ring.sort_unstable_by_key(|&i| workers[i].spec.id);
+    for task in tasks {
+        *cursor %= ring.len();
+        out[ring[*cursor]].push(task);
+        *cursor += 1;
     }
 }
+
+/// Applications placed apart whose round-robin cursors are kept; past it
+/// they all start again from the first worker.
+const ISLAND_CURSORS: usize = 4096;
 
 fn needs_functions(task: &Task) -> bool {
     task.labels.iter().any(|l| !l.operations.is_empty())
@@ -253,6 +316,8 @@ fn constraint(
 mod tests {
     use super::*;
     use crate::dispatcher::testing::{routed, worker, write};
+    use labios_label::Label;
+    use std::collections::BTreeSet;
 
     fn counts(plan: &Plan) -> Vec<(WorkerId, usize)> {
         plan.iter().map(|(w, t)| (*w, t.len())).collect()
@@ -364,6 +429,71 @@ mod tests {
         assert_eq!(plan.len(), 5);
         let c: Vec<usize> = counts(&plan).iter().map(|c| c.1).collect();
         assert!(c.iter().all(|&n| n == 10), "{c:?}");
+    }
+
+    #[test]
+    fn a_worker_whose_stack_admits_some_applications_gets_only_theirs() {
+        let island = |id, stack: &str| WorkerStatus {
+            stack: vec![stack.to_string(), "file".to_string()],
+            ..worker(id, 3, 3)
+        };
+        let ws = vec![
+            island(1, "auth:2+3"),
+            worker(2, 3, 3),
+            island(3, "auth"),
+            island(4, "auth:9"),
+        ];
+        let of = |app, n: u64| -> Vec<Label> {
+            (0..n)
+                .map(|i| Label {
+                    owner: app,
+                    ..write(app as u64 * 100 + i, app as u64, i * 10, 10)
+                })
+                .collect()
+        };
+        for policy in [Policy::RoundRobin, Policy::Random] {
+            let mut s = Scheduler::new(policy.clone());
+            let mut labels = of(1, 12);
+            labels.extend(of(2, 12));
+            labels.extend(of(7, 12));
+            let plan = s.schedule(routed(labels), &ws).unwrap();
+            let mut seen: BTreeMap<AppId, Vec<WorkerId>> = BTreeMap::new();
+            for (w, tasks) in &plan {
+                for t in tasks {
+                    seen.entry(owner_of(t)).or_default().push(*w);
+                }
+            }
+            for (app, on) in &seen {
+                let wanted: &[WorkerId] = match app {
+                    2 => &[1, 2, 3],
+                    // Application 9 alone may use worker 4.
+                    _ => &[2, 3],
+                };
+                assert!(
+                    on.iter().all(|w| wanted.contains(w)),
+                    "{policy:?}: application {app} placed on {on:?}"
+                );
+            }
+            assert_eq!(seen.values().map(Vec::len).sum::<usize>(), 36);
+        }
+        // One task at a time, two applications in turn: each still visits
+        // every worker that admits it.
+        let mut s = Scheduler::new(Policy::RoundRobin);
+        let mut seen: BTreeMap<AppId, BTreeSet<WorkerId>> = BTreeMap::new();
+        for i in 0..12 {
+            let app = [1, 9][i % 2];
+            let plan = s.schedule(routed(of(app, 1)), &ws).unwrap();
+            seen.entry(app).or_default().insert(plan[0].0);
+        }
+        assert_eq!(seen[&1], BTreeSet::from([2, 3]));
+        assert_eq!(seen[&9], BTreeSet::from([2, 3, 4]));
+        // An application no worker admits still goes somewhere: the worker
+        // fails its labels with the reason.
+        let closed = vec![island(1, "auth:2"), island(2, "auth:3")];
+        let plan = Scheduler::new(Policy::RoundRobin)
+            .schedule(routed(of(5, 2)), &closed)
+            .unwrap();
+        assert_eq!(plan.iter().map(|(_, t)| t.len()).sum::<usize>(), 2);
     }
 
     #[test]

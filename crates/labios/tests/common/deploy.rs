@@ -132,6 +132,24 @@ impl Deployed {
         }
     }
 
+    /// Changes worker `worker`'s stack while it runs, as an administrator
+    /// would: the worker's handle in the embedded runtime, `labios stack
+    /// set`'s call through the inventory in the cluster. Returns once the
+    /// worker runs it.
+    pub async fn set_stack(&self, worker: u32, stack: &str) {
+        let spec =
+            labios_stack::Spec::try_from(stack.split(',').map(String::from).collect::<Vec<_>>())
+                .unwrap();
+        match &self.inner {
+            Inner::Embedded(rt) => {
+                let rt = (**rt).as_ref().unwrap();
+                rt.manager.handle(worker).unwrap().set_stack(spec).await
+            }
+            Inner::Cluster(_) => labios::cli::set_worker_stack(&self.config, worker, &spec).await,
+        }
+        .unwrap_or_else(|e| panic!("worker {worker} to {stack}: {e}"));
+    }
+
     /// The deployment's queues, warehouse and inventory as a client sees them.
     pub fn stores(&self) -> Stores {
         match &self.inner {
@@ -248,8 +266,9 @@ pub fn wait_listening(
 
 /// Every field of `config` that differs from `Config::default()`, as the
 /// `LABIOS_<SECTION>__<FIELD>` variables that set it. `workers` is left out:
-/// the cluster starts one process per declared worker and each reads its
-/// own declaration from the defaults (tests only ever truncate the list).
+/// the cluster starts one process per declared worker, and a pool declared
+/// otherwise than the defaults' first workers reaches the processes as a
+/// configuration file (`declared_workers`).
 pub fn env_of(config: &Config) -> Vec<(String, String)> {
     fn walk(
         path: &str,
@@ -295,6 +314,31 @@ pub fn env_of(config: &Config) -> Vec<(String, String)> {
         &mut out,
     );
     out
+}
+
+/// The pool as a configuration file, when a test declares its workers
+/// other than the defaults do (a stack, a directory), and the variable that
+/// gives the file to the processes; none when it only truncates the list.
+fn declared_workers(config: &Config, dir: &Path) -> Option<(String, String)> {
+    let defaults = Config::default().workers;
+    if defaults.starts_with(&config.workers) {
+        return None;
+    }
+    let mut toml = String::new();
+    for w in &config.workers {
+        toml.push_str("[[workers]]\n");
+        let serde_json::Value::Object(fields) = serde_json::to_value(w).unwrap() else {
+            unreachable!("a worker declaration is a table");
+        };
+        // Strings, numbers, booleans and arrays of strings are written
+        // alike in JSON and TOML.
+        for (k, v) in fields.iter().filter(|(_, v)| !v.is_null()) {
+            toml.push_str(&format!("{k} = {v}\n"));
+        }
+    }
+    let path = dir.join("workers.toml");
+    std::fs::write(&path, toml).unwrap();
+    Some(("LABIOS_CONFIG".into(), path.display().to_string()))
 }
 
 /// Clusters running at once in one test binary. A cluster is 2 servers and
@@ -390,12 +434,16 @@ impl Cluster {
             .ensure_default_app()
             .await
             .expect("default application registered in Redis");
+        let proc_env = env_of(&proc_config)
+            .into_iter()
+            .chain(declared_workers(config, svc.path()))
+            .collect();
         let mut c = Cluster {
             svc,
             nats,
             redis,
             procs: Vec::new(),
-            proc_env: env_of(&proc_config),
+            proc_env,
             dispatchers,
             workers: config.workers.len(),
             stores,

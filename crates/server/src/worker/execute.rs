@@ -15,12 +15,14 @@ use labios_label::{
     Error, FileId, Label, LabelKind, LabelState, LabelStatus, Pointer, Result, WorkerId,
     WorkerState, LABEL_SIZE_LIMIT,
 };
+use labios_stack::live::Live;
 use labios_stack::Backend;
 use labios_store::warehouse::release;
-use labios_store::{Extent, LabelVerifier, Stores};
+use labios_store::{Extent, Stores};
 
 mod external;
 mod pipeline;
+use super::auth::Guard;
 use super::reclaim::Reclaims;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -54,13 +56,8 @@ pub struct Executor {
     /// Space this worker's labels leave on other workers, sent from there
     /// off the lanes.
     reclaims: Arc<Reclaims>,
-    /// Label signatures are checked again here (README "Tenants"): a worker
-    /// queue may be reachable without going through a dispatcher.
-    verifier: LabelVerifier,
-    /// Owner of each file id seen (an owner never changes and ids are not
-    /// reused), so the ownership check costs an inventory lookup per file,
-    /// not per label.
-    owners: parking_lot::Mutex<std::collections::HashMap<FileId, labios_label::AppId>>,
+    /// Who may run labels here (worker/auth.rs).
+    guard: Guard,
     /// Runs applications' own functions; `None` on a worker that declines
     /// pipelines (`functions = false`).
     sandbox: Option<Arc<Sandbox>>,
@@ -69,9 +66,6 @@ pub struct Executor {
     /// External storage this worker reaches.
     mounts: labios_bridge::Mounts,
 }
-
-/// File owners remembered at most; the cache is emptied when it is full.
-const OWNERS_CACHED: usize = 1 << 16;
 
 /// A label-level failure: the label is Failed with this text, the worker
 /// carries on.
@@ -85,7 +79,7 @@ impl Executor {
         capacity: u64,
         functions: bool,
         config: &super::WorkerConfig,
-        storage: Arc<dyn Backend>,
+        storage: Arc<Live>,
         stores: Stores,
         compute: Arc<super::Compute>,
     ) -> Result<Self> {
@@ -100,9 +94,8 @@ impl Executor {
             space: Space::new(capacity),
             retries: config.retries,
             heartbeat: Duration::from_millis(config.score_interval_ms),
+            guard: Guard::new(id, stores.clone(), storage.clone()),
             storage,
-            verifier: LabelVerifier::new(stores.inventory.clone()),
-            owners: Default::default(),
             reclaims: Arc::new(Reclaims::new(id, stores.clone())),
             stores,
             sandbox,
@@ -120,12 +113,12 @@ impl Executor {
     /// Runs one label to a final status. Never returns an error: every
     /// failure becomes a Failed status naming the cause.
     pub async fn execute(&self, label: &Label) -> Outcome {
-        let result = match self.its_entries(label).await {
+        let result = match self.guard.signed(label).await {
             // A label not signed by the owner of its warehouse entries may
             // name another application's: they are left alone.
             Err(reason) => Err(reason),
             Ok(()) => {
-                let done = match self.its_files(label).await {
+                let done = match self.guard.may_run(label).await {
                     Ok(()) => self.run(label).await,
                     Err(reason) => Err(reason),
                 };
@@ -151,8 +144,8 @@ impl Executor {
             return outcomes;
         }
         let prepared = futures::future::join_all(labels.iter().map(|label| async move {
-            self.its_entries(label).await?;
-            Ok::<_, Failure>(match self.its_files(label).await {
+            self.guard.signed(label).await?;
+            Ok::<_, Failure>(match self.guard.may_run(label).await {
                 Ok(()) => self.prepare(label).await,
                 Err(reason) => Err(reason),
             })
@@ -253,71 +246,6 @@ impl Executor {
                 Outcome { status, bytes: 0 }
             }
         }
-    }
-
-    /// A label runs only if its owner signed it, its warehouse entries are
-    /// under the owner's prefix ([`Self::its_entries`]) and the files it
-    /// touches belong to the owner ([`Self::its_files`]).
-    async fn its_entries(&self, label: &Label) -> Result<(), Failure> {
-        if !self.verifier.enabled() {
-            return Ok(());
-        }
-        self.verifier
-            .verify(label)
-            .await
-            .map_err(|e| e.to_string())?;
-        let prefix = format!("a{}/", label.owner);
-        for p in [&label.source, &label.destination] {
-            if let Pointer::Warehouse { key, .. } = p {
-                if !key.starts_with(&prefix) {
-                    return Err(format!(
-                        "permission denied: warehouse entry {key} belongs to another application"
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// See [`Self::its_entries`]; a signed label's files.
-    async fn its_files(&self, label: &Label) -> Result<(), Failure> {
-        if !self.verifier.enabled() {
-            return Ok(());
-        }
-        for p in [&label.source, &label.destination] {
-            let Pointer::File { path, file, .. } = p else {
-                continue;
-            };
-            let cached = self.owners.lock().get(file).copied();
-            let owner = match cached {
-                Some(owner) => Some(owner),
-                // By id when the label names one (the rename target names
-                // none); a file already gone from the inventory has no
-                // owner left to protect (a delete after removal).
-                None if *file != 0 => {
-                    let meta = self.stores.inventory.file(*file).await;
-                    let owner = meta.map_err(|e| e.to_string())?.map(|m| m.owner);
-                    if let Some(owner) = owner {
-                        let mut owners = self.owners.lock();
-                        if owners.len() >= OWNERS_CACHED {
-                            owners.clear();
-                        }
-                        owners.insert(*file, owner);
-                    }
-                    owner
-                }
-                None => {
-                    let meta = self.stores.inventory.lookup(path).await;
-                    meta.map_err(|e| e.to_string())?.map(|m| m.owner)
-                }
-            };
-            if owner.is_some_and(|o| o != label.owner) {
-                return Err(format!(
-                    "permission denied: {path} belongs to another application"
-                ));
-            }
-        }
-        Ok(())
     }
 
     async fn run(&self, label: &Label) -> Result<Done, Failure> {

@@ -17,6 +17,7 @@
 //! redelivers unacknowledged tasks replays at most work whose effects are
 //! idempotent (positional writes, newest-label-wins extents).
 
+mod auth;
 mod compute;
 mod execute;
 mod reclaim;
@@ -331,7 +332,7 @@ impl Worker {
             shared.spec.capacity,
             shared.spec.functions,
             &config,
-            storage as Arc<dyn Backend>,
+            storage,
             stores,
             shared.compute.clone(),
         )?);
