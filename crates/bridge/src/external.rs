@@ -170,6 +170,17 @@ impl Mounts {
         self.mounts.is_empty()
     }
 
+    /// The mount declared as `name`; an unknown one is an error naming the
+    /// declared ones.
+    pub fn get(&self, name: &str) -> Result<&Mount> {
+        self.mounts.get(name).ok_or_else(|| {
+            Error::NotFound(format!(
+                "mount {name:?} (declared mounts: {})",
+                self.declared()
+            ))
+        })
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.mounts.keys().map(String::as_str)
     }

@@ -24,6 +24,7 @@ pub mod prefetch;
 pub mod read_optimized;
 pub mod slots;
 pub mod virtual_file;
+pub mod worker_blocks;
 pub mod write_optimized;
 
 pub use aggregator::Aggregator;
@@ -34,3 +35,4 @@ pub use mapping::{Entry, FileMapper, Mapping, Stat};
 pub use object_mapping::{object_mapper, ObjectInfo, ObjectMapper, ObjectMapping};
 pub use options::{mapper_for, Balanced, MapperOptions, ReadOptimized, WriteOptimized};
 pub use virtual_file::{MetadataMode, Relaxed};
+pub use worker_blocks::WorkerMounts;

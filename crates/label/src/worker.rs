@@ -36,13 +36,20 @@ pub fn admitted(module: &str) -> Result<Option<BTreeSet<AppId>>> {
     }
 }
 
+/// Whether `module` is the `auth` module, with or without applications.
+pub fn is_auth(module: &str) -> bool {
+    module.split(':').next() == Some(AUTH)
+}
+
 /// What a stack's `auth` module admits: `None` (every application) when the
-/// stack does not name one or names it without applications.
+/// stack does not name one or names it without applications. A module that
+/// does not parse admits every application: a stack is validated before a
+/// worker runs it (and publishes it), so only a status altered in the
+/// inventory could hold one, and the worker, which checks its own stack,
+/// refuses what it does not admit whatever a scheduler read.
 fn admitted_by(stack: &[String]) -> Option<BTreeSet<AppId>> {
-    let first = stack.first()?;
-    (first.split(':').next() == Some(AUTH))
-        .then(|| admitted(first).ok().flatten())
-        .flatten()
+    let first = stack.first().filter(|m| is_auth(m))?;
+    admitted(first).ok().flatten()
 }
 
 /// Whether a worker running `stack` (module names, first to last) lets

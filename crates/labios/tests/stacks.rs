@@ -337,8 +337,9 @@ async fn stack_set_changes_worker_processes_of_the_cluster_under_load() {
 /// `auth:1` (application 1 alone) gets no byte of application 2, whose
 /// files all go to the open worker; closed live to application 2 as well,
 /// the pool refuses its reads and writes with an error naming the stack
-/// but still removes its files (a delete gives space back); opened again,
-/// it serves both, and every byte written reads back, on both deployments.
+/// but still flushes its files (an `fsync` reaches every worker) and
+/// removes them (a delete gives space back); opened again, it serves both,
+/// and every byte written reads back, on both deployments.
 async fn auth_keeps_a_worker_to_the_applications_it_names(kind: Kind) {
     let d = Deployed::start(kind, |c| {
         c.workers.truncate(2);
@@ -398,6 +399,7 @@ async fn auth_keeps_a_worker_to_the_applications_it_names(kind: Kind) {
         .unwrap_err()
         .to_string();
     assert!(err.contains("does not admit application 2"), "{err}");
+    cb.flush(of_b[0].0.as_str()).await.unwrap();
     cb.remove(&of_b[5].0).await.unwrap();
     assert!(inventory.lookup(&of_b[5].0).await.unwrap().is_none());
     for (path, bytes) in &of_a {
@@ -421,4 +423,59 @@ async fn auth_keeps_a_worker_to_the_applications_it_names_embedded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_keeps_a_worker_to_the_applications_it_names_cluster() {
     auth_keeps_a_worker_to_the_applications_it_names(Kind::Cluster).await;
+}
+
+/// A worker whose stack ends in `external:pfs` keeps its bytes as blocks
+/// in the declared mount (a shared directory here), under its own prefix,
+/// and none in its local directory; through `checksum` and `zstd` above
+/// it, files striped over it and a local worker read back byte-exact, and
+/// again after the deployment restarts.
+async fn a_worker_on_an_external_mount_keeps_its_bytes_there(kind: Kind) {
+    let pfs = tempfile::tempdir().unwrap();
+    let mut d = Deployed::start(kind, |c| {
+        c.workers.truncate(2);
+        c.workers[1].stack = spec(&["checksum", "zstd", "external:pfs"]);
+        c.mounts.insert(
+            "pfs".into(),
+            labios_bridge::MountConfig {
+                uri: format!("fs://{}", pfs.path().display()),
+                ..Default::default()
+            },
+        );
+        c.client.max_label_size = 64 << 10;
+    })
+    .await;
+    let c = d.client().await;
+    let files: Vec<_> = (0..6u64)
+        .map(|i| (format!("/ext/f{i}"), data(i, 300_000)))
+        .collect();
+    for (path, bytes) in &files {
+        c.write_at_sync(path.as_str(), 0, bytes.clone())
+            .await
+            .unwrap();
+    }
+    let blocks = common::files_under(&pfs.path().join("labios/workers/1"));
+    assert!(!blocks.is_empty(), "worker 1 keeps blocks in the mount");
+    assert!(
+        common::files_under(&d.config().worker_dir(1)).is_empty(),
+        "and nothing in its own directory"
+    );
+    assert!(!pfs.path().join("labios/workers/0").exists());
+    drop(c);
+    d.restart().await;
+    let c = d.client().await;
+    for (path, bytes) in &files {
+        assert_eq!(&c.read(path).await.unwrap(), bytes, "{path}");
+    }
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_an_external_mount_keeps_its_bytes_there_embedded() {
+    a_worker_on_an_external_mount_keeps_its_bytes_there(Kind::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_an_external_mount_keeps_its_bytes_there_cluster() {
+    a_worker_on_an_external_mount_keeps_its_bytes_there(Kind::Cluster).await;
 }

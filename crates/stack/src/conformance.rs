@@ -6,7 +6,7 @@
 use crate::{Backend, Spec, BACKENDS, LAYERS};
 use std::path::Path;
 
-/// Each backend the registry knows under every combination of layers it
+/// Each backend the registry knows (but `external`) under every combination of layers it
 /// may name: none, or one name of each layer, in the registry's order;
 /// then a `tier` (which passes every call on to the same layers, so that
 /// one stack per backend tries it) over each backend, small enough on
@@ -32,8 +32,11 @@ pub fn every_stack() -> Vec<Spec> {
             })
             .collect();
     }
+    // An external backend needs a worker's mounts: labios-bridge runs the
+    // suite over it (tests/external_backend.rs).
     BACKENDS
         .iter()
+        .filter(|(backend, _)| *backend != crate::EXTERNAL)
         .flat_map(|(backend, _)| {
             tops.iter().map(move |top| {
                 let mut names = top.clone();
@@ -128,10 +131,15 @@ pub fn backend_suite(b: &dyn Backend) {
     assert!(err.contains("missing"), "{err}");
     // Space goes back with what the inventory no longer gives (bytes no
     // codec shrinks, so that the space is the bytes').
+    // Measured settled: a stack's own records (a tier's journal) take a
+    // block of the backend while they last, which on a backend of large
+    // blocks (`external`) is more than this check's slack.
     let data = noise(1 << 20, 3);
     b.write(7, &[(0, &data)], false).unwrap();
+    b.settle().unwrap();
     let before = b.used();
     b.keep_only(7, 0, 768 << 10, &HELD).unwrap();
+    b.settle().unwrap();
     assert!(
         b.used() <= before - (600 << 10),
         "{} of {before} still used",

@@ -19,7 +19,7 @@ pub mod faults;
 pub mod layers;
 pub mod live;
 
-use labios_label::worker::AUTH;
+use labios_label::worker::{is_auth, AUTH};
 use labios_label::{AppId, Error, FileId, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -153,22 +153,54 @@ impl Default for Spec {
     }
 }
 
-/// What a backend is built from: the worker's storage directory and the
-/// bytes it may hold.
-type Open = fn(&Path, u64) -> Result<Arc<dyn Backend>>;
+/// What a backend is built from: the worker's storage directory, the
+/// bytes it may hold, the module's argument (`external:NAME`) and the
+/// worker's external storage.
+struct Opening<'a> {
+    dir: &'a Path,
+    capacity: u64,
+    argument: Option<&'a str>,
+    externals: Option<&'a dyn Externals>,
+}
+
+type Open = fn(&Opening) -> Result<Arc<dyn Backend>>;
+
+/// The backend that keeps a worker's blocks in a declared mount.
+pub const EXTERNAL: &str = "external";
 
 /// Every backend a stack may end in, by name.
 const BACKENDS: &[(&str, Open)] = &[
-    ("file", |dir, _| {
-        Ok(Arc::new(backends::file::FileBackend::open(dir)?))
+    ("file", |o| {
+        Ok(Arc::new(backends::file::FileBackend::open(o.dir)?))
     }),
-    ("kv", |dir, capacity| {
-        Ok(Arc::new(backends::kv::KvBackend::open(dir, capacity)?))
+    ("kv", |o| {
+        Ok(Arc::new(backends::kv::KvBackend::open(o.dir, o.capacity)?))
     }),
-    ("memory", |_, capacity| {
-        Ok(Arc::new(backends::memory::MemoryBackend::new(capacity)))
+    ("memory", |o| {
+        Ok(Arc::new(backends::memory::MemoryBackend::new(o.capacity)))
+    }),
+    (EXTERNAL, |o| {
+        let mount = o
+            .argument
+            .expect("a spec names the mount of an external backend");
+        let externals = o.externals.ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "stack: \"{EXTERNAL}:{mount}\" keeps its bytes in a mount; only a worker, \
+                 which has the configuration's mounts, opens it"
+            ))
+        })?;
+        externals.open(mount, o.capacity)
     }),
 ];
+
+/// Opens the backend of a stack ending in `external:MOUNT`: the mounts are
+/// declared in the configuration and reached through labios-bridge, above
+/// this crate, so the worker hands them in.
+pub trait Externals: Send + Sync {
+    /// The backend that keeps this worker's bytes in mount `mount`, at
+    /// most `capacity` of them; an unknown mount is an error naming it.
+    fn open(&self, mount: &str, capacity: u64) -> Result<Arc<dyn Backend>>;
+}
 
 /// What a layer wraps: the stack below it, the backend under every layer
 /// (where the tier keeps its journal), and the module the stack names for
@@ -257,6 +289,14 @@ fn check_argument(module: &str) -> Result<()> {
     }
 }
 
+/// `modules` without the `auth` module that may lead them.
+fn below_auth(modules: &[String]) -> &[String] {
+    match modules.split_first() {
+        Some((first, rest)) if is_auth(first) => rest,
+        _ => modules,
+    }
+}
+
 impl TryFrom<Vec<String>> for Spec {
     type Error = Error;
 
@@ -269,21 +309,36 @@ impl TryFrom<Vec<String>> for Spec {
                 known(BACKENDS)
             )));
         };
-        if !BACKENDS.iter().any(|(n, _)| n == last) {
+        let (name, argument) = match last.split_once(':') {
+            Some((name, argument)) => (name, Some(argument)),
+            None => (last.as_str(), None),
+        };
+        if !BACKENDS.iter().any(|(n, _)| *n == name) {
             return Err(Error::InvalidArgument(format!(
                 "stack: unknown backend {last:?} (known: {})",
                 known(BACKENDS)
             )));
         }
+        match (name, argument) {
+            (EXTERNAL, Some(mount)) if !mount.is_empty() => {}
+            (EXTERNAL, _) => {
+                return Err(Error::InvalidArgument(format!(
+                    "stack: {last:?}: the external backend names a mount, {EXTERNAL}:NAME"
+                )))
+            }
+            (_, Some(_)) => {
+                return Err(Error::InvalidArgument(format!(
+                    "stack: {last:?}: the {name} backend takes no argument"
+                )))
+            }
+            (_, None) => {}
+        }
         // `auth` is above the trait (the worker checks a label before any
         // call), so it comes first of all.
-        let layers = match layers.split_first() {
-            Some((first, rest)) if first.split(':').next() == Some(AUTH) => {
-                labios_label::worker::admitted(first)?;
-                rest
-            }
-            _ => layers,
-        };
+        if let Some(auth) = layers.first().filter(|m| is_auth(m)) {
+            labios_label::worker::admitted(auth)?;
+        }
+        let layers = below_auth(layers);
         // `metrics` times the layers under it, so it comes first of them.
         let layers = match layers.split_first() {
             Some((first, rest)) if first == layers::metrics::NAME => rest,
@@ -291,7 +346,7 @@ impl TryFrom<Vec<String>> for Spec {
         };
         let mut above: Option<(usize, &String)> = None;
         for layer in layers {
-            if layer.split(':').next() == Some(AUTH) {
+            if is_auth(layer) {
                 return Err(Error::InvalidArgument(format!(
                     "stack: {layer:?} comes first, once: a label is admitted before any layer runs"
                 )));
@@ -354,13 +409,33 @@ impl Spec {
         self.over(self.open(dir, capacity)?)
     }
 
-    /// The stack's backend alone, opened under `dir`.
-    pub fn open(&self, dir: &Path, capacity: u64) -> Result<Arc<dyn Backend>> {
+    /// The stack's backend alone, opened under `dir`, or in one of
+    /// `externals` for an `external:MOUNT` stack.
+    pub fn open_with(
+        &self,
+        dir: &Path,
+        capacity: u64,
+        externals: Option<&dyn Externals>,
+    ) -> Result<Arc<dyn Backend>> {
+        let (name, argument) = match self.backend().split_once(':') {
+            Some((name, argument)) => (name, Some(argument)),
+            None => (self.backend(), None),
+        };
         let (_, open) = BACKENDS
             .iter()
-            .find(|(n, _)| *n == self.backend())
+            .find(|(n, _)| *n == name)
             .expect("a spec names only known backends");
-        open(dir, capacity)
+        open(&Opening {
+            dir,
+            capacity,
+            argument,
+            externals,
+        })
+    }
+
+    /// The stack's backend alone, opened under `dir`.
+    pub fn open(&self, dir: &Path, capacity: u64) -> Result<Arc<dyn Backend>> {
+        self.open_with(dir, capacity, None)
     }
 
     /// The name of the stack's backend.
@@ -412,10 +487,7 @@ impl Spec {
     /// The modules under `auth`: the layers and the backend the stack is
     /// built of.
     fn below_auth(&self) -> &[String] {
-        match self.0.split_first() {
-            Some((first, rest)) if first.split(':').next() == Some(AUTH) => rest,
-            _ => &self.0,
-        }
+        below_auth(&self.0)
     }
 
     /// Whether a worker running this stack lets application `app`'s

@@ -45,8 +45,20 @@ impl Live {
     /// most `capacity` bytes, with the stack over it (and the place's
     /// device faults between them).
     pub fn open(place: &Place, capacity: u64) -> Result<Live> {
+        Live::open_with(place, capacity, None)
+    }
+
+    /// [`Self::open`], with the worker's external storage for a stack
+    /// ending in `external:MOUNT`.
+    pub fn open_with(
+        place: &Place,
+        capacity: u64,
+        externals: Option<&dyn crate::Externals>,
+    ) -> Result<Live> {
         let spec = &place.stack;
-        let backend = place.faults.over(spec.open(&place.dir, capacity)?);
+        let backend = place
+            .faults
+            .over(spec.open_with(&place.dir, capacity, externals)?);
         Ok(Live {
             now: RwLock::new(Now::build(spec.clone(), backend.clone())?),
             backend,

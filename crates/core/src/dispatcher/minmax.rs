@@ -61,8 +61,13 @@ pub(super) fn assign(
             Bin {
                 worker: i,
                 density: weights.score(w) * perf_per_watt,
-                capacity: w.remaining(),
-                slots: u64::from(w.spec.max_queue.saturating_sub(w.queued)),
+                // Less what this batch already gave the worker (pinned
+                // tasks, and other groups placed apart).
+                capacity: w
+                    .remaining()
+                    .saturating_sub(out[i].iter().map(stored).sum::<u64>()),
+                slots: u64::from(w.spec.max_queue.saturating_sub(w.queued))
+                    .saturating_sub(out[i].len() as u64),
                 placed: 0,
             }
         })

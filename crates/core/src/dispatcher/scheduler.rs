@@ -3,7 +3,9 @@
 
 use super::minmax;
 use super::shuffler::Routed;
-use labios_label::{AppId, Error, Result, Task, Weights, WorkerId, WorkerState, WorkerStatus};
+use labios_label::{
+    AppId, Error, LabelId, Result, Task, Weights, WorkerId, WorkerState, WorkerStatus,
+};
 use std::collections::{BTreeMap, HashMap};
 
 /// Tasks per worker; only workers that received work appear.
@@ -125,22 +127,45 @@ impl Scheduler {
                 // A worker whose stack admits only some applications
                 // (`auth:A+B`) gets only theirs; an application no worker
                 // admits goes to any, whose refusal then names the reason.
-                let mut by_owner: BTreeMap<AppId, Vec<Task>> = BTreeMap::new();
+                // (A directory entry whose module does not parse admits
+                // every one: workers publish only stacks they validated, and
+                // each worker still checks its own.)
+                let order: HashMap<LabelId, usize> = free
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, t)| Some((t.labels.first()?.id, i + 1)))
+                    .collect();
+                let mut by_owners: BTreeMap<Vec<AppId>, Vec<Task>> = BTreeMap::new();
                 for task in free {
-                    by_owner.entry(owner_of(&task)).or_default().push(task);
+                    by_owners.entry(owners_of(&task)).or_default().push(task);
                 }
-                for (owner, tasks) in by_owner {
+                for (owners, tasks) in by_owners {
                     let admitting: Vec<usize> = eligible
                         .iter()
                         .copied()
-                        .filter(|&i| workers[i].admits(owner))
+                        .filter(|&i| owners.iter().all(|&o| workers[i].admits(o)))
                         .collect();
                     let to = if admitting.is_empty() {
                         &eligible
                     } else {
                         &admitting
                     };
-                    self.place(tasks, workers, to, Some(owner), &mut out)?;
+                    let island = match owners[..] {
+                        [one] => Some(one),
+                        _ => None,
+                    };
+                    self.place(tasks, workers, to, island, &mut out)?;
+                }
+                // Each queue keeps the shuffler's order (priority, then
+                // age) across applications; pinned tasks stay first.
+                for tasks in &mut out {
+                    tasks.sort_by_key(|t| {
+                        t.labels
+                            .first()
+                            .and_then(|l| order.get(&l.id))
+                            .copied()
+                            .unwrap_or(0)
+                    });
                 }
             }
         }
@@ -228,10 +253,14 @@ impl Scheduler {
     }
 }
 
-/// The application a task's labels belong to (a task gathers labels of one
-/// file, so of one owner; the worker checks each label all the same).
-fn owner_of(task: &Task) -> AppId {
-    task.labels.first().map_or(0, |l| l.owner)
+/// The applications a task's labels belong to: one for the labels of one
+/// file, several for a supertask of renames, which the shuffler orders
+/// together whoever owns them.
+fn owners_of(task: &Task) -> Vec<AppId> {
+    let mut owners: Vec<AppId> = task.labels.iter().map(|l| l.owner).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    owners
 }
 
 /// Places `tasks` on `eligible` workers in id order (stable across batches
@@ -460,7 +489,7 @@ mod tests {
             let mut seen: BTreeMap<AppId, Vec<WorkerId>> = BTreeMap::new();
             for (w, tasks) in &plan {
                 for t in tasks {
-                    seen.entry(owner_of(t)).or_default().push(*w);
+                    seen.entry(owners_of(t)[0]).or_default().push(*w);
                 }
             }
             for (app, on) in &seen {
@@ -487,6 +516,42 @@ mod tests {
         }
         assert_eq!(seen[&1], BTreeSet::from([2, 3]));
         assert_eq!(seen[&9], BTreeSet::from([2, 3, 4]));
+        // A worker shared by applications placed apart keeps the
+        // shuffler's order across them; a task of several owners (renames
+        // ordered together) goes where all of them are admitted.
+        let pool = vec![island(1, "auth:9"), worker(2, 3, 3), island(3, "auth:1")];
+        let mut labels: Vec<Label> = [1, 2, 1, 2].iter().flat_map(|&a| of(a, 1)).collect();
+        let id = |nanos| labios_label::LabelId { nanos, origin: 1 };
+        for (i, l) in labels.iter_mut().enumerate() {
+            l.id = id(i as u64 + 1);
+        }
+        let mut both = Task::single(Label {
+            id: id(10),
+            ..labels[0].clone()
+        });
+        both.labels.push(Label {
+            id: id(11),
+            owner: 2,
+            ..labels[1].clone()
+        });
+        both.supertask = true;
+        let mut tasks = routed(labels);
+        tasks.push(Routed {
+            task: both,
+            pinned: None,
+        });
+        let plan = Scheduler::new(Policy::Random)
+            .schedule(tasks, &pool)
+            .unwrap();
+        for (w, tasks) in &plan {
+            let ids: Vec<labios_label::LabelId> = tasks.iter().map(|t| t.labels[0].id).collect();
+            let mut sorted = ids.clone();
+            sorted.sort();
+            assert_eq!(ids, sorted, "worker {w}'s queue");
+            if tasks.iter().any(|t| owners_of(t) == [1, 2]) {
+                assert_eq!(*w, 2, "only worker 2 admits applications 1 and 2");
+            }
+        }
         // An application no worker admits still goes somewhere: the worker
         // fails its labels with the reason.
         let closed = vec![island(1, "auth:2"), island(2, "auth:3")];

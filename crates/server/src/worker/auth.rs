@@ -51,9 +51,6 @@ impl Guard {
     /// owner's. A label refused here may name another application's
     /// entries: the caller leaves them alone.
     pub(super) async fn signed(&self, label: &Label) -> Result<(), Refusal> {
-        if !self.verifier.enabled() {
-            return Ok(());
-        }
         self.verifier
             .verify(label)
             .await
@@ -72,20 +69,20 @@ impl Guard {
     }
 
     /// A [`Self::signed`] label may run here: the stack admits its owner
-    /// and the files it touches are the owner's. A delete always runs for
-    /// the file's owner, so that a worker closed to an application still
-    /// gives back the space its earlier files hold.
+    /// and the files it touches are the owner's. A delete or a flush runs
+    /// for a file's owner whatever the stack admits: they bring no bytes
+    /// in, a worker closed to an application still gives back the space its
+    /// earlier files hold, and a client's `fsync` reaches every worker.
     pub(super) async fn may_run(&self, label: &Label) -> Result<(), Refusal> {
-        if label.kind != LabelKind::Delete && !self.stack.admits(label.owner) {
+        let admitted = matches!(label.kind, LabelKind::Delete | LabelKind::Flush)
+            || self.stack.admits(label.owner);
+        if !admitted {
             return Err(format!(
                 "permission denied: worker {}'s stack ({}) does not admit application {}",
                 self.worker,
                 self.stack.spec(),
                 label.owner
             ));
-        }
-        if !self.verifier.enabled() {
-            return Ok(());
         }
         for p in [&label.source, &label.destination] {
             let Pointer::File { path, file, .. } = p else {

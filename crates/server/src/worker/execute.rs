@@ -57,7 +57,7 @@ pub struct Executor {
     /// off the lanes.
     reclaims: Arc<Reclaims>,
     /// Who may run labels here (worker/auth.rs).
-    guard: Guard,
+    admission: Guard,
     /// Runs applications' own functions; `None` on a worker that declines
     /// pipelines (`functions = false`).
     sandbox: Option<Arc<Sandbox>>,
@@ -94,7 +94,7 @@ impl Executor {
             space: Space::new(capacity),
             retries: config.retries,
             heartbeat: Duration::from_millis(config.score_interval_ms),
-            guard: Guard::new(id, stores.clone(), storage.clone()),
+            admission: Guard::new(id, stores.clone(), storage.clone()),
             storage,
             reclaims: Arc::new(Reclaims::new(id, stores.clone())),
             stores,
@@ -113,12 +113,12 @@ impl Executor {
     /// Runs one label to a final status. Never returns an error: every
     /// failure becomes a Failed status naming the cause.
     pub async fn execute(&self, label: &Label) -> Outcome {
-        let result = match self.guard.signed(label).await {
+        let result = match self.admission.signed(label).await {
             // A label not signed by the owner of its warehouse entries may
             // name another application's: they are left alone.
             Err(reason) => Err(reason),
             Ok(()) => {
-                let done = match self.guard.may_run(label).await {
+                let done = match self.admission.may_run(label).await {
                     Ok(()) => self.run(label).await,
                     Err(reason) => Err(reason),
                 };
@@ -144,8 +144,8 @@ impl Executor {
             return outcomes;
         }
         let prepared = futures::future::join_all(labels.iter().map(|label| async move {
-            self.guard.signed(label).await?;
-            Ok::<_, Failure>(match self.guard.may_run(label).await {
+            self.admission.signed(label).await?;
+            Ok::<_, Failure>(match self.admission.may_run(label).await {
                 Ok(()) => self.prepare(label).await,
                 Err(reason) => Err(reason),
             })

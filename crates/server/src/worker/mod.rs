@@ -295,10 +295,15 @@ impl Worker {
         }
         let place = place.into();
         let capacity = spec.capacity;
-        let storage =
-            tokio::task::spawn_blocking(move || Live::open(&place, capacity).map(Arc::new))
-                .await
-                .map_err(|e| Error::Storage(format!("opening worker storage: {e}")))??;
+        let externals = labios_bridge::WorkerMounts {
+            mounts: labios_bridge::Mounts::shared(&config.mounts)?,
+            worker: spec.id,
+        };
+        let storage = tokio::task::spawn_blocking(move || {
+            Live::open_with(&place, capacity, Some(&externals)).map(Arc::new)
+        })
+        .await
+        .map_err(|e| Error::Storage(format!("opening worker storage: {e}")))??;
         let shared = Arc::new(Shared {
             queue: worker_queue(spec.id),
             weights,

@@ -1,5 +1,6 @@
-//! What the block-addressed backends (`memory`, `kv`) share: a LABIOS
-//! file as blocks of [`BLOCK`] bytes keyed by their index, allocated as
+//! What the block-addressed backends (`memory`, `kv`, `external`) share: a
+//! LABIOS file as blocks (of [`BLOCK`] bytes unless the map says) keyed by
+//! their index, allocated as
 //! they are first written (holes take nothing and read as zeros), plus the
 //! file's local length. Where the blocks live is a [`Blocks`] map; the
 //! logic of ranges, holes, overwrites, reclamation and accounting is
@@ -51,12 +52,19 @@ pub trait Blocks: Send + Sync + std::fmt::Debug {
     fn flush(&self) -> Result<()>;
     /// Blocks held over every file (counted once, at open).
     fn count(&self) -> Result<u64>;
+    /// The map's block size: a page for maps in memory or on a local
+    /// device; larger where each block costs a request (objects).
+    fn block_size(&self) -> u64 {
+        BLOCK
+    }
 }
 
 /// A [`Backend`] over a [`Blocks`] map, holding at most `capacity` bytes.
 #[derive(Debug)]
 pub struct Blocked<B> {
     blocks: B,
+    /// The map's block size ([`Blocks::block_size`]).
+    bs: u64,
     capacity: u64,
     /// Bytes of the blocks held.
     used: AtomicU64,
@@ -68,8 +76,11 @@ pub struct Blocked<B> {
 
 impl<B: Blocks> Blocked<B> {
     pub fn over(blocks: B, capacity: u64) -> Result<Blocked<B>> {
-        let used = blocks.count()? * BLOCK;
+        let bs = blocks.block_size();
+        assert!(bs.is_power_of_two() && bs >= 512, "block size {bs}");
+        let used = blocks.count()? * bs;
         Ok(Blocked {
+            bs,
             blocks,
             capacity,
             used: AtomicU64::new(used),
@@ -83,7 +94,7 @@ impl<B: Blocks> Blocked<B> {
 
     /// Block `index` of `file` as it is now (zeros for a hole).
     fn block(&self, file: FileId, index: u64) -> Result<Box<[u8]>> {
-        let mut block = vec![0; BLOCK as usize].into_boxed_slice();
+        let mut block = vec![0; self.bs as usize].into_boxed_slice();
         self.blocks.read(file, index, 0, &mut block)?;
         Ok(block)
     }
@@ -107,7 +118,7 @@ impl<B: Blocks> Blocked<B> {
     /// Applies `change`, keeping `used` in line with the blocks it adds
     /// (`added`) and frees; the capacity was reserved for `added`.
     fn apply(&self, file: FileId, change: Change, added: u64, sync: bool) -> Result<()> {
-        let freed = change.drop.len() as u64 * BLOCK;
+        let freed = change.drop.len() as u64 * self.bs;
         match self.blocks.apply(file, change, sync) {
             Ok(()) => {
                 self.used.fetch_sub(freed, Ordering::AcqRel);
@@ -132,8 +143,8 @@ impl<B: Blocks> Blocked<B> {
         if from >= to {
             return Ok(());
         }
-        for &i in held.range(from / BLOCK..=(to - 1) / BLOCK) {
-            let (start, end) = (i * BLOCK, (i + 1) * BLOCK);
+        for &i in held.range(from / self.bs..=(to - 1) / self.bs) {
+            let (start, end) = (i * self.bs, (i + 1) * self.bs);
             if from <= start && to >= end {
                 change.drop.push(i);
                 change.put.remove(&i);
@@ -175,7 +186,7 @@ impl<B: Blocks> Backend for Blocked<B> {
         let _turn = self.stripe(file).lock();
         let held: BTreeSet<u64> = self
             .blocks
-            .held(file, span.start / BLOCK..(span.end - 1) / BLOCK + 1)?
+            .held(file, span.start / self.bs..(span.end - 1) / self.bs + 1)?
             .into_iter()
             .collect();
         let mut change = Change {
@@ -186,13 +197,13 @@ impl<B: Blocks> Backend for Blocked<B> {
             let mut at = *offset;
             let mut rest: &[u8] = data;
             while !rest.is_empty() {
-                let (i, within) = (at / BLOCK, (at % BLOCK) as usize);
-                let n = rest.len().min(BLOCK as usize - within);
+                let (i, within) = (at / self.bs, (at % self.bs) as usize);
+                let n = rest.len().min(self.bs as usize - within);
                 let block = match change.put.entry(i) {
                     std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
                     // A whole block needs nothing of what was there.
-                    std::collections::btree_map::Entry::Vacant(v) if n == BLOCK as usize => {
-                        v.insert(vec![0; BLOCK as usize].into_boxed_slice())
+                    std::collections::btree_map::Entry::Vacant(v) if n == self.bs as usize => {
+                        v.insert(vec![0; self.bs as usize].into_boxed_slice())
                     }
                     std::collections::btree_map::Entry::Vacant(v) => v.insert(self.block(file, i)?),
                 };
@@ -201,7 +212,7 @@ impl<B: Blocks> Backend for Blocked<B> {
                 rest = &rest[n..];
             }
         }
-        let added = change.put.keys().filter(|i| !held.contains(i)).count() as u64 * BLOCK;
+        let added = change.put.keys().filter(|i| !held.contains(i)).count() as u64 * self.bs;
         self.reserve(added)?;
         self.apply(file, change, added, sync)
     }
@@ -224,8 +235,8 @@ impl<B: Blocks> Backend for Blocked<B> {
         let mut at = offset;
         let mut done = 0;
         while done < buf.len() {
-            let (i, within) = (at / BLOCK, (at % BLOCK) as usize);
-            let n = (buf.len() - done).min(BLOCK as usize - within);
+            let (i, within) = (at / self.bs, (at % self.bs) as usize);
+            let n = (buf.len() - done).min(self.bs as usize - within);
             let chunk = &mut buf[done..done + n];
             if !self.blocks.read(file, i, within, chunk)? {
                 chunk.fill(0);
@@ -265,7 +276,7 @@ impl<B: Blocks> Backend for Blocked<B> {
         };
         let blocks: BTreeSet<u64> = self
             .blocks
-            .held(file, from.min(len) / BLOCK..len.div_ceil(BLOCK))?
+            .held(file, from.min(len) / self.bs..len.div_ceil(self.bs))?
             .into_iter()
             .collect();
         let mut change = Change {
