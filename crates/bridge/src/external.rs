@@ -204,7 +204,7 @@ impl Mounts {
         })?;
         Ok(External {
             mount: mount.clone(),
-            path: relative(path, rest)?,
+            path: unreserved(path, relative(path, rest)?)?,
         })
     }
 
@@ -222,7 +222,7 @@ impl Mounts {
         match best {
             Some((_, m, tail)) => Ok(External {
                 mount: m.clone(),
-                path: relative(path, tail)?,
+                path: unreserved(path, relative(path, tail)?)?,
             }),
             None => Err(Error::NotFound(format!(
                 "no mount declares the bucket of {path:?}: add [mounts.NAME] with uri = \"s3://{}\" (declared mounts: {})",
@@ -266,6 +266,23 @@ fn layered(config: &MountConfig, op: Operator) -> Result<Arc<dyn FileMapper>> {
     Ok(mapper)
 }
 
+/// Where in a mount the workers whose stacks end in `external:MOUNT` keep
+/// their blocks (worker_blocks.rs); no label may name it, so that an
+/// application reaches those bytes only through the inventory's checks.
+pub const RESERVED: &str = "labios/workers";
+
+/// `relative` (`full` resolved in its mount), refused when it is inside
+/// [`RESERVED`].
+fn unreserved(full: &str, relative: String) -> Result<String> {
+    let inside = relative == RESERVED || relative.starts_with(&format!("{RESERVED}/"));
+    if inside {
+        return Err(Error::PermissionDenied(format!(
+            "{full}: {RESERVED}/ of a mount holds workers' own blocks; labels cannot name it"
+        )));
+    }
+    Ok(relative)
+}
+
 /// A path inside a mount, with `.` and `..` refused so that nothing
 /// outside the mount's root can be named.
 fn relative(full: &str, rest: &str) -> Result<String> {
@@ -286,6 +303,21 @@ fn relative(full: &str, rest: &str) -> Result<String> {
 }
 
 fn operator(config: &MountConfig) -> std::result::Result<Operator, String> {
+    operator_writing(config, None)
+}
+
+/// The operator of a mount whose every write of an `fs` mount goes to a
+/// file in `atomic` (under the mount's root) and is renamed into place, so
+/// that a crash never leaves a torn object: what a worker's own blocks
+/// need (worker_blocks.rs). S3 PUTs are whole already.
+pub(crate) fn atomic_operator(config: &MountConfig, atomic: &str) -> Result<Operator> {
+    operator_writing(config, Some(atomic)).map_err(Error::InvalidArgument)
+}
+
+fn operator_writing(
+    config: &MountConfig,
+    atomic: Option<&str>,
+) -> std::result::Result<Operator, String> {
     let uri = config.uri.as_str();
     let op = if let Some(dir) = uri.strip_prefix("fs://") {
         if !dir.starts_with('/') {
@@ -293,9 +325,11 @@ fn operator(config: &MountConfig) -> std::result::Result<Operator, String> {
                 "{uri}: an fs mount needs an absolute directory, fs:///dir"
             ));
         }
-        Operator::new(opendal::services::Fs::default().root(dir))
-            .map_err(|e| e.to_string())?
-            .finish()
+        let mut fs = opendal::services::Fs::default().root(dir);
+        if let Some(atomic) = atomic {
+            fs = fs.atomic_write_dir(&format!("{}/{atomic}", dir.trim_end_matches('/')));
+        }
+        Operator::new(fs).map_err(|e| e.to_string())?.finish()
     } else if let Some(rest) = uri.strip_prefix("s3://") {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {

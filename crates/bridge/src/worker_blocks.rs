@@ -14,13 +14,24 @@
 //!
 //! Which blocks exist, and each file's length, are kept in memory (listed
 //! once at open), so that the calls a worker makes outside a blocking
-//! thread (`holds`, `len`, `used`) send no request. A change writes its
-//! blocks, then the length, then deletes what it frees: a crash leaves
-//! the old bytes or the new ones where the change wrote, and at worst
-//! blocks nobody reads, which the next open deletes when their file has no
-//! length object. A write is as durable as the service makes a completed
-//! PUT (S3: durable; a `fs` mount: in the host's page cache until it
-//! writes it back).
+//! thread (`holds`, `len`, `used`) send no request. Every object is
+//! written whole (S3 PUTs are; an `fs` mount writes to a file under
+//! `labios/.writing` and renames it into place), so a crash never tears
+//! one. A change is one request per block, not one atomic batch: it writes
+//! its blocks, then deletes what it frees, then writes the file's length
+//! (or, for a removal, deletes the length first). A crash or a failed
+//! request part way leaves each block old or new, never a freed block
+//! still counted; blocks past a file's length, or of a file with no length
+//! object, are what a cut-short change leaves, and the next open deletes
+//! them. After a failed request the file's blocks and length are listed
+//! again, so what the worker counts is what the store holds. A write is as
+//! durable as the service makes a finished PUT (S3: durable; a directory:
+//! the host's page cache until it writes it back).
+//!
+//! The blocks are under `labios/workers/ID/` of the mount, which no label
+//! may name ([`crate::external::RESERVED`]): applications reach them only
+//! through the inventory's checks. One mount must not serve the worker
+//! stacks of two deployments, whose worker ids would meet.
 //!
 //! Calls block on the runtime the backend was opened in: a worker calls
 //! its stack from blocking threads, never from an async task.
@@ -53,6 +64,22 @@ struct Held {
     blocks: BTreeSet<u64>,
 }
 
+/// One file as a listing finds it: its length object may be missing.
+#[derive(Debug, Default)]
+struct Listed {
+    len: Option<u64>,
+    blocks: BTreeSet<u64>,
+}
+
+impl From<Listed> for Held {
+    fn from(l: Listed) -> Held {
+        Held {
+            len: l.len.unwrap_or(0),
+            blocks: l.blocks,
+        }
+    }
+}
+
 /// A worker's blocks in one mount.
 #[derive(Debug)]
 pub struct ObjectBlocks {
@@ -66,9 +93,9 @@ pub struct ObjectBlocks {
 
 impl ObjectBlocks {
     /// The blocks under `prefix` of the mount `name` reaches through `op`,
-    /// listed; blocks of a file with no length object (a crash between a
-    /// change's requests) are deleted. Must be called in a tokio runtime,
-    /// outside an async task.
+    /// listed; blocks a cut-short change left (of a file with no length
+    /// object, or past its length) are deleted. Must be called in a tokio
+    /// runtime, outside an async task.
     pub fn open(name: &str, op: Operator, prefix: String) -> Result<ObjectBlocks> {
         let rt = Handle::try_current().map_err(|_| {
             Error::Storage(format!(
@@ -76,28 +103,6 @@ impl ObjectBlocks {
             ))
         })?;
         let name = format!("external mount {name}");
-        let listed = rt
-            .block_on(async { op.list_with(&prefix).recursive(true).await })
-            .map_err(|e| storage_error(&prefix, e))?;
-        let mut files: HashMap<FileId, Held> = HashMap::new();
-        let mut lengths = Vec::new();
-        for entry in listed.iter().filter(|e| e.metadata().is_file()) {
-            let Some((file, leaf)) = entry
-                .path()
-                .strip_prefix(&prefix)
-                .and_then(|rest| rest.split_once('/'))
-            else {
-                continue;
-            };
-            let Ok(file) = FileId::from_str_radix(file, 16) else {
-                continue;
-            };
-            if leaf == "len" {
-                lengths.push(file);
-            } else if let Ok(index) = u64::from_str_radix(leaf, 16) {
-                files.entry(file).or_default().blocks.insert(index);
-            }
-        }
         let this = ObjectBlocks {
             name,
             op,
@@ -105,37 +110,124 @@ impl ObjectBlocks {
             rt,
             files: Mutex::new(HashMap::new()),
         };
-        for &file in &lengths {
-            let bytes = this
-                .rt
-                .block_on(this.op.read(&this.len_key(file)))
-                .map_err(|e| storage_error(&this.len_key(file), e))?
-                .to_vec();
-            let len = <[u8; 8]>::try_from(bytes.as_slice()).map_err(|_| {
-                Error::Storage(format!(
-                    "{}: {} holds {} bytes, not a length",
-                    this.name,
-                    this.len_key(file),
-                    bytes.len()
-                ))
-            })?;
-            files.entry(file).or_default().len = u64::from_le_bytes(len);
-        }
-        let orphans: Vec<FileId> = files
-            .keys()
-            .filter(|file| !lengths.contains(file))
-            .copied()
+        let mut files = this.rt.block_on(this.list(&this.prefix))?;
+        let mut stray = Vec::new();
+        files.retain(|&file, listed| {
+            stray.extend(this.strays(file, listed));
+            listed.len.is_some()
+        });
+        this.rt.block_on(this.delete_all(stray))?;
+        *this.files.lock() = files
+            .into_iter()
+            .map(|(file, held)| (file, held.into()))
             .collect();
-        let keys = orphans
-            .iter()
-            .flat_map(|file| files[file].blocks.iter().map(|&i| this.block_key(*file, i)))
-            .collect();
-        this.rt.block_on(this.delete_all(keys))?;
-        for file in orphans {
-            files.remove(&file);
-        }
-        *this.files.lock() = files;
         Ok(this)
+    }
+
+    /// The files under `dir` (the worker's prefix, or one file's
+    /// directory) as the store holds them: each one's blocks, and its
+    /// length when it has a length object.
+    async fn list(&self, dir: &str) -> Result<HashMap<FileId, Listed>> {
+        let listed = self
+            .op
+            .list_with(dir)
+            .recursive(true)
+            .await
+            .map_err(|e| storage_error(dir, e))?;
+        let mut files: HashMap<FileId, Listed> = HashMap::new();
+        let mut lengths = Vec::new();
+        for entry in listed.iter().filter(|e| e.metadata().is_file()) {
+            let Some((file, leaf)) = entry
+                .path()
+                .strip_prefix(&self.prefix)
+                .and_then(|rest| rest.split_once('/'))
+            else {
+                continue;
+            };
+            let Ok(file) = FileId::from_str_radix(file, 16) else {
+                continue;
+            };
+            let held = files.entry(file).or_default();
+            if leaf == "len" {
+                lengths.push(file);
+            } else if let Ok(index) = u64::from_str_radix(leaf, 16) {
+                held.blocks.insert(index);
+            }
+        }
+        let read: Vec<(FileId, u64)> = futures::stream::iter(lengths)
+            .map(|file| async move { Ok::<_, Error>((file, self.read_len(file).await?)) })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect()
+            .await?;
+        for (file, len) in read {
+            files.entry(file).or_default().len = Some(len);
+        }
+        Ok(files)
+    }
+
+    async fn read_len(&self, file: FileId) -> Result<u64> {
+        let key = self.len_key(file);
+        let bytes = self
+            .op
+            .read(&key)
+            .await
+            .map_err(|e| storage_error(&key, e))?
+            .to_vec();
+        let len = <[u8; 8]>::try_from(bytes.as_slice()).map_err(|_| {
+            Error::Storage(format!(
+                "{}: {key} holds {} bytes, not a length",
+                self.name,
+                bytes.len()
+            ))
+        })?;
+        Ok(u64::from_le_bytes(len))
+    }
+
+    /// Takes out of `listed` (file `file`) what cut-short changes left:
+    /// every block of a file with no length, or blocks past its length;
+    /// their keys, to delete.
+    fn strays(&self, file: FileId, listed: &mut Listed) -> Vec<String> {
+        let end = listed.len;
+        let past: Vec<u64> = listed
+            .blocks
+            .iter()
+            .copied()
+            .filter(|&i| end.is_none_or(|end| i * BLOCK >= end))
+            .collect();
+        past.into_iter()
+            .map(|i| {
+                listed.blocks.remove(&i);
+                self.block_key(file, i)
+            })
+            .collect()
+    }
+
+    /// Lists `file` again after a change that failed part way, so that the
+    /// index says what the store holds; what the change left past the
+    /// file's length (or of a file it created) goes now, or at the next
+    /// open if it cannot.
+    fn reload(&self, file: FileId) {
+        let dir = format!("{}{file:016x}/", self.prefix);
+        match self.rt.block_on(self.list(&dir)) {
+            Ok(mut listed) => {
+                let mut listed = listed.remove(&file).unwrap_or_default();
+                let stray = self.strays(file, &mut listed);
+                {
+                    let mut files = self.files.lock();
+                    match listed.len {
+                        Some(_) => files.insert(file, listed.into()),
+                        None => files.remove(&file),
+                    };
+                }
+                if let Err(e) = self.rt.block_on(self.delete_all(stray)) {
+                    tracing::warn!("{}: stray blocks of file {file:016x}: {e}", self.name);
+                }
+            }
+            Err(e) => tracing::warn!(
+                "{}: file {file:016x} could not be listed again after a failed change: {e}",
+                self.name
+            ),
+        }
     }
 
     fn block_key(&self, file: FileId, index: u64) -> String {
@@ -233,25 +325,36 @@ impl Blocks for ObjectBlocks {
             .into_iter()
             .map(|(i, block)| (self.block_key(file, i), Bytes::from(block)))
             .collect();
-        self.rt.block_on(async {
+        let dropped: Vec<String> = drop.iter().map(|&i| self.block_key(file, i)).collect();
+        let was = self.files.lock().get(&file).map(|h| h.len);
+        let sent = self.rt.block_on(async {
             self.put_all(puts).await?;
-            let was = self.files.lock().get(&file).map(|h| h.len);
             match len {
-                Some(len) if was != Some(len) => {
-                    let key = self.len_key(file);
-                    self.op
-                        .write(&key, len.to_le_bytes().to_vec())
-                        .await
-                        .map_err(|e| storage_error(&key, e))?;
+                // Freed blocks go before the length that no longer covers
+                // them: a crash between leaves zeros, never a stray block.
+                Some(len) => {
+                    self.delete_all(dropped).await?;
+                    if was != Some(len) {
+                        let key = self.len_key(file);
+                        self.op
+                            .write(&key, len.to_le_bytes().to_vec())
+                            .await
+                            .map_err(|e| storage_error(&key, e))?;
+                    }
+                    Ok(())
                 }
-                Some(_) => {}
                 // The length goes first: blocks left by a crash after it
                 // belong to no file, and the next open deletes them.
-                None => self.delete_all(vec![self.len_key(file)]).await?,
+                None => {
+                    self.delete_all(vec![self.len_key(file)]).await?;
+                    self.delete_all(dropped).await
+                }
             }
-            let dropped = drop.iter().map(|&i| self.block_key(file, i)).collect();
-            self.delete_all(dropped).await
-        })?;
+        });
+        if let Err(e) = sent {
+            self.reload(file);
+            return Err(e);
+        }
         let mut files = self.files.lock();
         match len {
             Some(len) => {
@@ -290,6 +393,11 @@ impl Blocks for ObjectBlocks {
     fn block_size(&self) -> u64 {
         BLOCK
     }
+
+    /// One request per block: a failed change may have changed some.
+    fn atomic(&self) -> bool {
+        false
+    }
 }
 
 /// A worker's mounts, as the stack's registry opens an `external:MOUNT`
@@ -302,9 +410,10 @@ pub struct WorkerMounts {
 
 impl Externals for WorkerMounts {
     fn open(&self, mount: &str, capacity: u64) -> Result<Arc<dyn Backend>> {
-        let m = self.mounts.get(mount)?;
-        let prefix = format!("labios/workers/{}/", self.worker);
-        let blocks = ObjectBlocks::open(mount, m.op.clone(), prefix)?;
+        let config = &self.mounts.get(mount)?.config;
+        let op = crate::external::atomic_operator(config, "labios/.writing")?;
+        let prefix = format!("{}/{}/", crate::external::RESERVED, self.worker);
+        let blocks = ObjectBlocks::open(mount, op, prefix)?;
         Ok(Arc::new(Blocked::over(blocks, capacity)?))
     }
 }

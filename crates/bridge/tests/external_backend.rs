@@ -45,10 +45,13 @@ fn open(spec: &Spec, mounts: &Mounts, worker: u32, dir: &Path) -> Arc<dyn Backen
     spec.over(backend).unwrap()
 }
 
+/// The suite's space checks allow less than one 64 KiB block for a
+/// layer's own records, so the `tier`, whose journal takes one while it
+/// lasts, is tried over `external` in the restart test below instead.
 const STACKS: [&str; 4] = [
     "external:m",
     "checksum,zstd,external:m",
-    "tier:64KiB,cache:1MiB,external:m",
+    "cache:1MiB,external:m",
     "metrics,checksum,lz4,scheduler,external:m",
 ];
 
@@ -83,7 +86,11 @@ fn an_external_worker_keeps_its_bytes_across_a_restart() {
     let local = dir.path().join("worker");
     on_worker_thread(move || {
         let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-        for stack in ["external:m", "checksum,zstd,external:m"] {
+        for stack in [
+            "external:m",
+            "checksum,zstd,external:m",
+            "tier:64KiB,checksum,external:m",
+        ] {
             let (stack, m) = (spec(stack), mounts(&uri));
             let b = open(&stack, &m, 1, &local);
             b.write(9, &[(100, &data)], true).unwrap();
@@ -99,13 +106,22 @@ fn an_external_worker_keeps_its_bytes_across_a_restart() {
             assert_eq!((other.used(), other.files().unwrap()), (0, vec![]));
             b.remove(9).unwrap();
         }
-        // A block without its file's length: a change cut short.
-        let orphan = root.join("labios/workers/1/0000000000000063/0000000000000000");
-        std::fs::create_dir_all(orphan.parent().unwrap()).unwrap();
-        std::fs::write(&orphan, vec![7u8; 64 << 10]).unwrap();
+        // What changes cut short leave: a block without its file's
+        // length, and one past its file's length.
+        let stray = root.join("labios/workers/1/0000000000000063/0000000000000000");
+        std::fs::create_dir_all(stray.parent().unwrap()).unwrap();
+        std::fs::write(&stray, vec![7u8; 64 << 10]).unwrap();
         let b = open(&spec("external:m"), &mounts(&uri), 1, &local);
-        assert_eq!((b.used(), b.files().unwrap()), (0, vec![]));
-        assert!(!orphan.exists(), "the orphan block is deleted");
+        b.write(4, &[(0, b"four")], true).unwrap();
+        drop(b);
+        let past = root.join("labios/workers/1/0000000000000004/0000000000000002");
+        std::fs::write(&past, vec![7u8; 64 << 10]).unwrap();
+        let b = open(&spec("external:m"), &mounts(&uri), 1, &local);
+        assert_eq!((b.used(), b.files().unwrap()), (64 << 10, vec![4]));
+        assert!(
+            !stray.exists() && !past.exists(),
+            "the stray blocks are deleted"
+        );
     });
 }
 
@@ -135,4 +151,67 @@ fn an_unknown_mount_is_refused_naming_it() {
             .to_string()
     });
     assert!(err.contains("mount \"archive\""), "{err}");
+}
+
+/// A change of a file that fails part way (one of its blocks cannot be
+/// stored: a directory stands where the object goes) fails its write, and
+/// the worker counts exactly the blocks the mount then holds; once the obstacle is
+/// gone the file is written and read whole, and a restart counts the same.
+#[test]
+fn a_change_that_fails_part_way_leaves_the_count_true() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("mount");
+    let uri = format!("fs://{}", root.display());
+    let local = dir.path().join("worker");
+    on_worker_thread(move || {
+        let (stack, m) = (spec("external:m"), mounts(&uri));
+        let b = open(&stack, &m, 1, &local);
+        let file_dir = root.join("labios/workers/1/0000000000000005");
+        let obstacle = file_dir.join("0000000000000003");
+        std::fs::create_dir_all(obstacle.join("x")).unwrap();
+        let stored = |root: &Path| {
+            std::fs::read_dir(root.join("labios/workers/1/0000000000000005"))
+                .map(|rd| {
+                    rd.flatten()
+                        .filter(|e| e.file_type().unwrap().is_file())
+                        .filter(|e| e.file_name() != "len")
+                        .count() as u64
+                })
+                .unwrap_or(0)
+        };
+        b.write(5, &[(0, b"first")], true).unwrap();
+        let data: Vec<u8> = (0..(8u32 << 16)).map(|i| (i % 249) as u8).collect();
+        let err = b.write(5, &[(0, &data)], true).unwrap_err().to_string();
+        assert!(err.contains("0000000000000003"), "{err}");
+        // Block 0 (the file's length is still 5) stays, rewritten: a
+        // failed write may change part of its range, as a failed pwrite
+        // may; the blocks it put past the length go.
+        assert_eq!(stored(&root), 1, "only the block within the length");
+        assert_eq!(b.used(), 64 << 10, "counted as stored");
+        std::fs::remove_dir_all(&obstacle).unwrap();
+        b.write(5, &[(0, &data)], true).unwrap();
+        assert_eq!(b.used(), 8 << 16);
+        let mut back = vec![0; data.len()];
+        b.read(5, 0, &mut back).unwrap();
+        assert!(back == data);
+        drop(b);
+        assert_eq!(open(&stack, &m, 1, &local).used(), 8 << 16);
+    });
+}
+
+/// Labels cannot name the workers' blocks in a mount.
+#[test]
+fn no_label_may_name_the_workers_blocks() {
+    let m = mounts("memory://");
+    for path in [
+        "m:/labios/workers",
+        "m:/labios/workers/1/0000000000000005/len",
+    ] {
+        let err = m.resolve(path).unwrap_err().to_string();
+        assert!(err.contains("workers' own blocks"), "{path}: {err}");
+    }
+    assert_eq!(
+        m.resolve("m:/labios/workersx").unwrap().path,
+        "labios/workersx"
+    );
 }

@@ -234,3 +234,49 @@ async fn a_write_beside_the_removal_of_its_last_sibling_succeeds() {
         "refused without retries"
     );
 }
+
+/// A worker's stack ending in `external:lake` keeps its blocks as objects
+/// of a real S3 server: the stack conformance suite under layers, and a
+/// restart that finds every byte again by listing the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stack_over_s3_passes_the_suite_and_restarts() {
+    use labios_stack::{conformance::backend_suite, Spec};
+    let gw = start();
+    let local = tempfile::tempdir().unwrap();
+    for (i, stack) in ["external:lake", "checksum,zstd,external:lake"]
+        .into_iter()
+        .enumerate()
+    {
+        let declared = std::collections::BTreeMap::from([(
+            "lake".to_string(),
+            gw.config(&format!("stack{i}"), Mapping::Direct),
+        )]);
+        let dir = local.path().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let spec =
+                Spec::try_from(stack.split(',').map(String::from).collect::<Vec<_>>()).unwrap();
+            let open = || {
+                let externals = labios_bridge::WorkerMounts {
+                    mounts: Mounts::new(&declared).unwrap(),
+                    worker: 4,
+                };
+                spec.over(spec.open_with(&dir, 1 << 30, Some(&externals)).unwrap())
+                    .unwrap()
+            };
+            backend_suite(open().as_ref());
+            let data: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+            let b = open();
+            b.write(3, &[(5, &data)], true).unwrap();
+            b.settle().unwrap();
+            let used = b.used();
+            drop(b);
+            let b = open();
+            assert_eq!(b.used(), used, "{stack}");
+            let mut back = vec![0; data.len()];
+            b.read(3, 5, &mut back).unwrap();
+            assert!(back == data, "{stack}: the bytes read back after a restart");
+        })
+        .await
+        .unwrap();
+    }
+}

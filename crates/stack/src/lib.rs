@@ -289,6 +289,14 @@ fn check_argument(module: &str) -> Result<()> {
     }
 }
 
+/// A module's name and the argument after its `:`, if any.
+fn name_and_argument(module: &str) -> (&str, Option<&str>) {
+    match module.split_once(':') {
+        Some((name, argument)) => (name, Some(argument)),
+        None => (module, None),
+    }
+}
+
 /// `modules` without the `auth` module that may lead them.
 fn below_auth(modules: &[String]) -> &[String] {
     match modules.split_first() {
@@ -309,10 +317,7 @@ impl TryFrom<Vec<String>> for Spec {
                 known(BACKENDS)
             )));
         };
-        let (name, argument) = match last.split_once(':') {
-            Some((name, argument)) => (name, Some(argument)),
-            None => (last.as_str(), None),
-        };
+        let (name, argument) = name_and_argument(last);
         if !BACKENDS.iter().any(|(n, _)| *n == name) {
             return Err(Error::InvalidArgument(format!(
                 "stack: unknown backend {last:?} (known: {})",
@@ -417,10 +422,7 @@ impl Spec {
         capacity: u64,
         externals: Option<&dyn Externals>,
     ) -> Result<Arc<dyn Backend>> {
-        let (name, argument) = match self.backend().split_once(':') {
-            Some((name, argument)) => (name, Some(argument)),
-            None => (self.backend(), None),
-        };
+        let (name, argument) = name_and_argument(self.backend());
         let (_, open) = BACKENDS
             .iter()
             .find(|(n, _)| *n == name)

@@ -140,21 +140,13 @@ impl Scheduler {
                     by_owners.entry(owners_of(&task)).or_default().push(task);
                 }
                 for (owners, tasks) in by_owners {
-                    let admitting: Vec<usize> = eligible
-                        .iter()
-                        .copied()
-                        .filter(|&i| owners.iter().all(|&o| workers[i].admits(o)))
-                        .collect();
-                    let to = if admitting.is_empty() {
-                        &eligible
-                    } else {
-                        &admitting
-                    };
+                    let to =
+                        preferring(&eligible, |i| owners.iter().all(|&o| workers[i].admits(o)));
                     let island = match owners[..] {
                         [one] => Some(one),
                         _ => None,
                     };
-                    self.place(tasks, workers, to, island, &mut out)?;
+                    self.place(tasks, workers, &to, island, &mut out)?;
                 }
                 // Each queue keeps the shuffler's order (priority, then
                 // age) across applications; pinned tasks stay first.
@@ -191,18 +183,9 @@ impl Scheduler {
     ) -> Result<()> {
         let (pipelines, plain): (Vec<Task>, Vec<Task>) =
             free.into_iter().partition(needs_functions);
-        let capable: Vec<usize> = eligible
-            .iter()
-            .copied()
-            .filter(|&i| workers[i].spec.functions)
-            .collect();
         self.assign(plain, workers, eligible, island, out)?;
-        let to = if capable.is_empty() {
-            eligible
-        } else {
-            &capable
-        };
-        self.assign(pipelines, workers, to, island, out)
+        let capable = preferring(eligible, |i| workers[i].spec.functions);
+        self.assign(pipelines, workers, &capable, island, out)
     }
 
     /// Places unpinned tasks on `eligible` workers by the policy.
@@ -261,6 +244,18 @@ fn owners_of(task: &Task) -> Vec<AppId> {
     owners.sort_unstable();
     owners.dedup();
     owners
+}
+
+/// The `eligible` workers that `keep` accepts, or all of them when it
+/// accepts none: a task nobody suits still goes to a worker, whose refusal
+/// names the reason.
+fn preferring(eligible: &[usize], keep: impl Fn(usize) -> bool) -> Vec<usize> {
+    let kept: Vec<usize> = eligible.iter().copied().filter(|&i| keep(i)).collect();
+    if kept.is_empty() {
+        eligible.to_vec()
+    } else {
+        kept
+    }
 }
 
 /// Places `tasks` on `eligible` workers in id order (stable across batches

@@ -8,7 +8,8 @@
 //!
 //! Every change of a file is one [`Change`], applied by the map at once:
 //! the `kv` backend makes it one write batch, so a label is one call to
-//! the store and a crash keeps all of it or none.
+//! the store and a crash keeps all of it or none. (`external` cannot: one
+//! request per block; see [`Blocks::atomic`].)
 
 use crate::Backend;
 use labios_label::{Error, FileId, Result};
@@ -56,6 +57,13 @@ pub trait Blocks: Send + Sync + std::fmt::Debug {
     /// device; larger where each block costs a request (objects).
     fn block_size(&self) -> u64 {
         BLOCK
+    }
+    /// Whether a failed [`Blocks::apply`] changed nothing (one batch:
+    /// `memory`, `kv`). A map that cannot promise it (`external`: one
+    /// request per block) lists the file again after a failure, and
+    /// [`Blocked`] counts what it holds then.
+    fn atomic(&self) -> bool {
+        true
     }
 }
 
@@ -119,13 +127,24 @@ impl<B: Blocks> Blocked<B> {
     /// (`added`) and frees; the capacity was reserved for `added`.
     fn apply(&self, file: FileId, change: Change, added: u64, sync: bool) -> Result<()> {
         let freed = change.drop.len() as u64 * self.bs;
+        let held = || -> Result<u64> { Ok(self.blocks.held(file, 0..u64::MAX)?.len() as u64) };
+        let before = if self.blocks.atomic() { 0 } else { held()? };
         match self.blocks.apply(file, change, sync) {
             Ok(()) => {
                 self.used.fetch_sub(freed, Ordering::AcqRel);
                 Ok(())
             }
-            Err(e) => {
+            Err(e) if self.blocks.atomic() => {
                 self.used.fetch_sub(added, Ordering::AcqRel);
+                Err(e)
+            }
+            Err(e) => {
+                // Part of the change may be stored: count the file's blocks
+                // as the map now holds them instead of the reservation.
+                let after = held().unwrap_or(before);
+                self.used.fetch_add(after * self.bs, Ordering::AcqRel);
+                self.used
+                    .fetch_sub(added + before * self.bs, Ordering::AcqRel);
                 Err(e)
             }
         }
