@@ -139,9 +139,19 @@ async fn embedded() {
 }
 
 /// Every worker of `c` on a stack of named layers: checksums, a cache,
-/// both codecs, meters, schedulers and a small tier, over files and over
-/// a key-value store.
+/// both codecs, meters, schedulers and small tiers, over files, over a
+/// key-value store and over blocks in a mount (`external`, a directory
+/// under the data directory).
 fn on_layered_stacks(c: &mut labios::Config) {
+    let pfs = c.data_dir.join("pfs");
+    std::fs::create_dir_all(&pfs).unwrap();
+    c.mounts.insert(
+        "pfs".into(),
+        MountConfig {
+            uri: format!("fs://{}", pfs.display()),
+            ..Default::default()
+        },
+    );
     let stacks = [
         &[
             "metrics",
@@ -151,7 +161,7 @@ fn on_layered_stacks(c: &mut labios::Config) {
             "scheduler:small:2",
             "file",
         ][..],
-        &["lz4", "scheduler", "file"][..],
+        &["tier:1MiB", "lz4", "scheduler", "external:pfs"][..],
         &["checksum", "kv"][..],
         &["tier:1MiB", "zstd", "file"][..],
     ];

@@ -457,6 +457,19 @@ impl Spec {
     /// each module the stack names when it names `metrics`
     /// (layers/metrics.rs), none otherwise.
     pub fn over_metered(&self, backend: Arc<dyn Backend>) -> Result<(Arc<dyn Backend>, Meters)> {
+        let journal = backend.clone();
+        self.over_journaled(backend, &journal)
+    }
+
+    /// [`Self::over_metered`], with a `tier`'s journal kept on `journal`
+    /// rather than on the backend: a local device under a stack whose
+    /// backend is remote (`external`), so that acknowledging a write costs
+    /// a local append, not a request to the mount.
+    pub fn over_journaled(
+        &self,
+        backend: Arc<dyn Backend>,
+        journal: &Arc<dyn Backend>,
+    ) -> Result<(Arc<dyn Backend>, Meters)> {
         use layers::metrics::{Meter, Metered};
         let metered = self.below_auth()[0] == layers::metrics::NAME;
         let mut meters = Vec::new();
@@ -476,7 +489,7 @@ impl Spec {
             .rev()
             .try_fold(bottom, |stack, (names, wrap)| {
                 let named = layers.iter().find(|l| layer_of(l) == layer_of(names[0]));
-                let wrapped = wrap(stack, &backend, named.map(String::as_str))?;
+                let wrapped = wrap(stack, journal, named.map(String::as_str))?;
                 Ok::<_, Error>(match named {
                     Some(name) => meter(wrapped, name),
                     None => wrapped,
@@ -498,8 +511,20 @@ impl Spec {
         labios_label::worker::stack_admits(&self.0, app)
     }
 
+    /// Where a `tier` of this stack keeps its journal, given the backend
+    /// opened under `dir`: the backend itself, or for an `external`
+    /// backend a `file` backend in the worker's own directory.
+    pub fn journal(&self, dir: &Path, backend: &Arc<dyn Backend>) -> Result<Arc<dyn Backend>> {
+        match name_and_argument(self.backend()) {
+            (EXTERNAL, _) => Ok(Arc::new(backends::file::FileBackend::open(
+                &dir.join("journal"),
+            )?)),
+            _ => Ok(backend.clone()),
+        }
+    }
+
     /// Whether the stack keeps what it holds across a restart of its
-    /// worker.
+    /// worker (an `external` one: as its mount's service does).
     pub fn durable(&self) -> bool {
         self.backend() != "memory"
     }

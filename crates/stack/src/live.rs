@@ -16,6 +16,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct Live {
     backend: Arc<dyn Backend>,
+    /// Where a tier keeps its journal (`Spec::journal`).
+    journal: Arc<dyn Backend>,
     /// The declaration, the stack built from it and its meters. Calls
     /// hold it shared; a change holds it alone (the lock is fair: a
     /// waiting change is not starved by the calls that keep coming).
@@ -30,8 +32,8 @@ struct Now {
 }
 
 impl Now {
-    fn build(spec: Spec, backend: Arc<dyn Backend>) -> Result<Now> {
-        let (stack, meters) = spec.over_metered(backend)?;
+    fn build(spec: Spec, backend: Arc<dyn Backend>, journal: &Arc<dyn Backend>) -> Result<Now> {
+        let (stack, meters) = spec.over_journaled(backend, journal)?;
         Ok(Now {
             spec,
             stack,
@@ -59,9 +61,11 @@ impl Live {
         let backend = place
             .faults
             .over(spec.open_with(&place.dir, capacity, externals)?);
+        let journal = spec.journal(&place.dir, &backend)?;
         Ok(Live {
-            now: RwLock::new(Now::build(spec.clone(), backend.clone())?),
+            now: RwLock::new(Now::build(spec.clone(), backend.clone(), &journal)?),
             backend,
+            journal,
         })
     }
 
@@ -100,7 +104,7 @@ impl Live {
         // before the new one is built (a new stack replays any journal it
         // finds) or takes a call; if it cannot, the old one stays.
         now.stack.settle()?;
-        *now = Now::build(spec, self.backend.clone())?;
+        *now = Now::build(spec, self.backend.clone(), &self.journal)?;
         Ok(())
     }
 
