@@ -34,6 +34,8 @@ struct Bin {
     density: f64,
     capacity: u64,
     slots: u64,
+    /// Tasks of this batch on the worker, what earlier groups put there
+    /// included: the fallback's measure of load.
     placed: u64,
 }
 
@@ -68,7 +70,7 @@ pub(super) fn assign(
                     .saturating_sub(out[i].iter().map(stored).sum::<u64>()),
                 slots: u64::from(w.spec.max_queue.saturating_sub(w.queued))
                     .saturating_sub(out[i].len() as u64),
-                placed: 0,
+                placed: out[i].len() as u64,
             }
         })
         .collect();
