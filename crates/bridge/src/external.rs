@@ -202,10 +202,13 @@ impl Mounts {
                 self.declared()
             ))
         })?;
-        Ok(External {
-            mount: mount.clone(),
-            path: unreserved(path, relative(path, rest)?)?,
-        })
+        self.unreserved(
+            path,
+            External {
+                mount: mount.clone(),
+                path: relative(path, rest)?,
+            },
+        )
     }
 
     fn resolve_s3(&self, path: &str, rest: &str) -> Result<External> {
@@ -220,10 +223,13 @@ impl Mounts {
             })
             .max_by_key(|(len, _, _)| *len);
         match best {
-            Some((_, m, tail)) => Ok(External {
-                mount: m.clone(),
-                path: unreserved(path, relative(path, tail)?)?,
-            }),
+            Some((_, m, tail)) => self.unreserved(
+                path,
+                External {
+                    mount: m.clone(),
+                    path: relative(path, tail)?,
+                },
+            ),
             None => Err(Error::NotFound(format!(
                 "no mount declares the bucket of {path:?}: add [mounts.NAME] with uri = \"s3://{}\" (declared mounts: {})",
                 rest.split('/').next().unwrap_or(""),
@@ -266,21 +272,41 @@ fn layered(config: &MountConfig, op: Operator) -> Result<Arc<dyn FileMapper>> {
     Ok(mapper)
 }
 
-/// Where in a mount the workers whose stacks end in `external:MOUNT` keep
-/// their blocks (worker_blocks.rs); no label may name it, so that an
-/// application reaches those bytes only through the inventory's checks.
-pub const RESERVED: &str = "labios/workers";
+/// The directory of every mount where LABIOS keeps its own objects (the
+/// blocks of workers whose stacks end in `external:MOUNT`,
+/// worker_blocks.rs); no label may name it, so that an application
+/// reaches those bytes only through the inventory's checks.
+pub const RESERVED: &str = "labios";
 
-/// `relative` (`full` resolved in its mount), refused when it is inside
-/// [`RESERVED`].
-fn unreserved(full: &str, relative: String) -> Result<String> {
-    let inside = relative == RESERVED || relative.starts_with(&format!("{RESERVED}/"));
-    if inside {
-        return Err(Error::PermissionDenied(format!(
-            "{full}: {RESERVED}/ of a mount holds workers' own blocks; labels cannot name it"
-        )));
+/// Where a mount's root is, so that paths of mounts declared one inside
+/// another compare: `fs:///dir`, `s3://bucket/prefix`; a `memory://`
+/// mount shares its root with no other.
+fn root_of(m: &Mount) -> String {
+    let uri = m.config.uri.trim_end_matches('/');
+    match uri {
+        "memory:" => format!("memory://{}", m.name),
+        _ => uri.to_string(),
     }
-    Ok(relative)
+}
+
+impl Mounts {
+    /// `ext` (`full` resolved), refused when it is inside the [`RESERVED`]
+    /// directory of any mount: its own, or one declared inside the mount
+    /// it names. Compared ignoring ASCII case, for case-insensitive stores.
+    fn unreserved(&self, full: &str, ext: External) -> Result<External> {
+        let at = format!("{}/{}", root_of(&ext.mount), ext.path).to_ascii_lowercase();
+        let inside = self.mounts.values().any(|m| {
+            let reserved = format!("{}/{RESERVED}", root_of(m)).to_ascii_lowercase();
+            at == reserved || at.starts_with(&format!("{reserved}/"))
+        });
+        if inside {
+            return Err(Error::PermissionDenied(format!(
+                "{full}: {RESERVED}/ of a mount holds LABIOS's own objects (workers' blocks); \
+                 labels cannot name it"
+            )));
+        }
+        Ok(ext)
+    }
 }
 
 /// A path inside a mount, with `.` and `..` refused so that nothing

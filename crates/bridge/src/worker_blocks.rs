@@ -16,8 +16,8 @@
 //! once at open), so that the calls a worker makes outside a blocking
 //! thread (`holds`, `len`, `used`) send no request. Every object is
 //! written whole (S3 PUTs are; an `fs` mount writes to a file under
-//! `labios/.writing` and renames it into place), so a crash never tears
-//! one. A change is one request per block, not one atomic batch: it writes
+//! `labios/workers/ID/.writing` and renames it into place), so a crash
+//! never tears one. A change is one request per block, not one atomic batch: it writes
 //! its blocks, then deletes what it frees, then writes the file's length
 //! (or, for a removal, deletes the length first). A crash or a failed
 //! request part way leaves each block old or new, never a freed block
@@ -26,7 +26,8 @@
 //! them. After a failed request the file's blocks and length are listed
 //! again, so what the worker counts is what the store holds. A write is as
 //! durable as the service makes a finished PUT (S3: durable; a directory:
-//! the host's page cache until it writes it back).
+//! OpenDAL syncs each object before renaming it into place, the rename
+//! itself is not synced).
 //!
 //! The blocks are under `labios/workers/ID/` of the mount, which no label
 //! may name ([`crate::external::RESERVED`]): applications reach them only
@@ -45,7 +46,7 @@ use labios_stack::backends::blocks::{Blocked, Blocks, Change};
 use labios_stack::{Backend, Externals};
 use opendal::Operator;
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 use tokio::runtime::Handle;
@@ -53,6 +54,11 @@ use tokio::runtime::Handle;
 /// One object per block: large enough that a 1 MiB label is 16 requests,
 /// small enough that a freed range gives its space back.
 pub const BLOCK: u64 = 64 << 10;
+
+/// Where, under a worker's prefix, a directory mount writes an object
+/// before renaming it into place; what a crash leaves there goes at the
+/// next open (its name is no file's, so listings pass it by).
+const WRITING: &str = ".writing";
 
 /// Requests of one change sent at once.
 const IN_FLIGHT: usize = 16;
@@ -89,6 +95,9 @@ pub struct ObjectBlocks {
     prefix: String,
     rt: Handle,
     files: Mutex<HashMap<FileId, Held>>,
+    /// Files a failed change left in a state the index may not match,
+    /// whose listing failed as well (see [`Self::known`]).
+    unsure: Mutex<HashSet<FileId>>,
 }
 
 impl ObjectBlocks {
@@ -109,7 +118,19 @@ impl ObjectBlocks {
             prefix,
             rt,
             files: Mutex::new(HashMap::new()),
+            unsure: Mutex::new(HashSet::new()),
         };
+        let writing = format!("{}{WRITING}/", this.prefix);
+        let partial: Vec<String> = match this.rt.block_on(async { this.op.list(&writing).await }) {
+            Ok(entries) => entries
+                .iter()
+                .filter(|e| e.metadata().is_file())
+                .map(|e| e.path().to_string())
+                .collect(),
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(storage_error(&writing, e)),
+        };
+        this.rt.block_on(this.delete_all(partial))?;
         let mut files = this.rt.block_on(this.list(&this.prefix))?;
         let mut stray = Vec::new();
         files.retain(|&file, listed| {
@@ -206,28 +227,40 @@ impl ObjectBlocks {
     /// index says what the store holds; what the change left past the
     /// file's length (or of a file it created) goes now, or at the next
     /// open if it cannot.
-    fn reload(&self, file: FileId) {
+    /// If this listing fails too, the file is marked unsure, and
+    /// [`Self::known`] lists it before its next read or change.
+    fn reload(&self, file: FileId) -> Result<()> {
         let dir = format!("{}{file:016x}/", self.prefix);
-        match self.rt.block_on(self.list(&dir)) {
-            Ok(mut listed) => {
-                let mut listed = listed.remove(&file).unwrap_or_default();
-                let stray = self.strays(file, &mut listed);
-                {
-                    let mut files = self.files.lock();
-                    match listed.len {
-                        Some(_) => files.insert(file, listed.into()),
-                        None => files.remove(&file),
-                    };
-                }
-                if let Err(e) = self.rt.block_on(self.delete_all(stray)) {
-                    tracing::warn!("{}: stray blocks of file {file:016x}: {e}", self.name);
-                }
+        let mut listed = match self.rt.block_on(self.list(&dir)) {
+            Ok(mut listed) => listed.remove(&file).unwrap_or_default(),
+            Err(e) => {
+                self.unsure.lock().insert(file);
+                return Err(e);
             }
-            Err(e) => tracing::warn!(
-                "{}: file {file:016x} could not be listed again after a failed change: {e}",
-                self.name
-            ),
+        };
+        let stray = self.strays(file, &mut listed);
+        {
+            let mut files = self.files.lock();
+            match listed.len {
+                Some(_) => files.insert(file, listed.into()),
+                None => files.remove(&file),
+            };
         }
+        self.unsure.lock().remove(&file);
+        if let Err(e) = self.rt.block_on(self.delete_all(stray)) {
+            tracing::warn!("{}: stray blocks of file {file:016x}: {e}", self.name);
+        }
+        Ok(())
+    }
+
+    /// Lists `file` first if a failed change left it unsure: what the
+    /// index says of it is then what the store holds, or the call fails.
+    /// Called only where a worker's blocking call is (read, a change).
+    fn known(&self, file: FileId) -> Result<()> {
+        if self.unsure.lock().contains(&file) {
+            self.reload(file)?;
+        }
+        Ok(())
     }
 
     fn block_key(&self, file: FileId, index: u64) -> String {
@@ -273,6 +306,7 @@ impl Blocks for ObjectBlocks {
     }
 
     fn read(&self, file: FileId, index: u64, within: usize, dst: &mut [u8]) -> Result<bool> {
+        self.known(file)?;
         let held = self
             .files
             .lock()
@@ -306,6 +340,7 @@ impl Blocks for ObjectBlocks {
     }
 
     fn held(&self, file: FileId, range: Range<u64>) -> Result<Vec<u64>> {
+        self.known(file)?;
         Ok(self
             .files
             .lock()
@@ -319,6 +354,7 @@ impl Blocks for ObjectBlocks {
     }
 
     fn apply(&self, file: FileId, change: Change, _sync: bool) -> Result<()> {
+        self.known(file)?;
         let Change { put, drop, len } = change;
         let added: Vec<u64> = put.keys().copied().collect();
         let puts = put
@@ -352,7 +388,12 @@ impl Blocks for ObjectBlocks {
             }
         });
         if let Err(e) = sent {
-            self.reload(file);
+            if let Err(listing) = self.reload(file) {
+                tracing::warn!(
+                    "{}: file {file:016x} could not be listed again after a failed change: {listing}",
+                    self.name
+                );
+            }
             return Err(e);
         }
         let mut files = self.files.lock();
@@ -398,6 +439,14 @@ impl Blocks for ObjectBlocks {
     fn atomic(&self) -> bool {
         false
     }
+
+    fn count_of(&self, file: FileId) -> Result<u64> {
+        Ok(self
+            .files
+            .lock()
+            .get(&file)
+            .map_or(0, |h| h.blocks.len() as u64))
+    }
 }
 
 /// A worker's mounts, as the stack's registry opens an `external:MOUNT`
@@ -411,8 +460,8 @@ pub struct WorkerMounts {
 impl Externals for WorkerMounts {
     fn open(&self, mount: &str, capacity: u64) -> Result<Arc<dyn Backend>> {
         let config = &self.mounts.get(mount)?.config;
-        let op = crate::external::atomic_operator(config, "labios/.writing")?;
-        let prefix = format!("{}/{}/", crate::external::RESERVED, self.worker);
+        let prefix = format!("{}/workers/{}/", crate::external::RESERVED, self.worker);
+        let op = crate::external::atomic_operator(config, &format!("{prefix}{WRITING}"))?;
         let blocks = ObjectBlocks::open(mount, op, prefix)?;
         Ok(Arc::new(Blocked::over(blocks, capacity)?))
     }

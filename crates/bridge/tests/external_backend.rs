@@ -216,19 +216,36 @@ fn a_change_that_fails_part_way_leaves_the_count_true() {
     });
 }
 
-/// Labels cannot name the workers' blocks in a mount.
+/// Labels cannot name the workers' blocks in a mount: not by another
+/// spelling, another case, or through a mount declared around it.
 #[test]
 fn no_label_may_name_the_workers_blocks() {
     let m = mounts("memory://");
     for path in [
-        "m:/labios/workers",
+        "m:/labios",
         "m:/labios/workers/1/0000000000000005/len",
+        "m:/./labios//workers/1",
+        "m:/Labios/Workers/1",
+        "m:/labios/workers/1/.writing/x",
     ] {
         let err = m.resolve(path).unwrap_err().to_string();
-        assert!(err.contains("workers' own blocks"), "{path}: {err}");
+        assert!(err.contains("LABIOS's own objects"), "{path}: {err}");
     }
-    assert_eq!(
-        m.resolve("m:/labios/workersx").unwrap().path,
-        "labios/workersx"
-    );
+    assert_eq!(m.resolve("m:/labiosx").unwrap().path, "labiosx");
+    let dir = tempfile::tempdir().unwrap();
+    let fs = |sub: &str| MountConfig {
+        uri: format!("fs://{}{sub}", dir.path().display()),
+        ..Default::default()
+    };
+    let nested = Mounts::new(&BTreeMap::from([
+        ("outer".to_string(), fs("")),
+        ("inner".to_string(), fs("/lake")),
+    ]))
+    .unwrap();
+    let err = nested
+        .resolve("outer:/lake/labios/workers/2/0000000000000001/len")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("LABIOS's own objects"), "{err}");
+    assert!(nested.resolve("outer:/lake/data").is_ok());
 }

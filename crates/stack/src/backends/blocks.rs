@@ -65,6 +65,10 @@ pub trait Blocks: Send + Sync + std::fmt::Debug {
     fn atomic(&self) -> bool {
         true
     }
+    /// How many blocks of `file` are held.
+    fn count_of(&self, file: FileId) -> Result<u64> {
+        Ok(self.held(file, 0..u64::MAX)?.len() as u64)
+    }
 }
 
 /// A [`Backend`] over a [`Blocks`] map, holding at most `capacity` bytes.
@@ -127,8 +131,12 @@ impl<B: Blocks> Blocked<B> {
     /// (`added`) and frees; the capacity was reserved for `added`.
     fn apply(&self, file: FileId, change: Change, added: u64, sync: bool) -> Result<()> {
         let freed = change.drop.len() as u64 * self.bs;
-        let held = || -> Result<u64> { Ok(self.blocks.held(file, 0..u64::MAX)?.len() as u64) };
-        let before = if self.blocks.atomic() { 0 } else { held()? };
+        let before = match self.blocks.atomic() {
+            true => 0,
+            false => self.blocks.count_of(file).inspect_err(|_| {
+                self.used.fetch_sub(added, Ordering::AcqRel);
+            })?,
+        };
         match self.blocks.apply(file, change, sync) {
             Ok(()) => {
                 self.used.fetch_sub(freed, Ordering::AcqRel);
@@ -141,10 +149,15 @@ impl<B: Blocks> Blocked<B> {
             Err(e) => {
                 // Part of the change may be stored: count the file's blocks
                 // as the map now holds them instead of the reservation.
-                let after = held().unwrap_or(before);
-                self.used.fetch_add(after * self.bs, Ordering::AcqRel);
-                self.used
-                    .fetch_sub(added + before * self.bs, Ordering::AcqRel);
+                let after = self.blocks.count_of(file).unwrap_or(before);
+                let (gone, now) = (added + before * self.bs, after * self.bs);
+                // One update, so that no other file's reservation sees the
+                // count overstated in between.
+                let _ = self
+                    .used
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                        Some((u + now).saturating_sub(gone))
+                    });
                 Err(e)
             }
         }
