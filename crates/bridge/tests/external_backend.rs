@@ -133,12 +133,17 @@ fn an_external_worker_keeps_its_bytes_across_a_restart() {
         drop(b);
         let past = root.join("labios/workers/1/0000000000000004/0000000000000002");
         std::fs::write(&past, vec![7u8; 64 << 10]).unwrap();
+        // And an object a crash left half written before its rename.
+        let half = root.join("labios/workers/1/.writing/half");
+        std::fs::create_dir_all(half.parent().unwrap()).unwrap();
+        std::fs::write(&half, [7u8; 100]).unwrap();
         let b = open(&spec("external:m"), &mounts(&uri), 1, &local);
         assert_eq!((b.used(), b.files().unwrap()), (64 << 10, vec![4]));
         assert!(
             !stray.exists() && !past.exists(),
             "the stray blocks are deleted"
         );
+        assert!(!half.exists(), "the half-written object is deleted");
     });
 }
 
