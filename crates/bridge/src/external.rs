@@ -173,12 +173,17 @@ impl Mounts {
     /// The mount declared as `name`; an unknown one is an error naming the
     /// declared ones.
     pub fn get(&self, name: &str) -> Result<&Mount> {
-        self.mounts.get(name).ok_or_else(|| {
-            Error::NotFound(format!(
-                "mount {name:?} (declared mounts: {})",
-                self.declared()
-            ))
-        })
+        self.mounts
+            .get(name)
+            .ok_or_else(|| self.undeclared(&format!("{name:?}")))
+    }
+
+    /// The error for a mount `what` names that is not declared.
+    fn undeclared(&self, what: &str) -> Error {
+        Error::NotFound(format!(
+            "mount {what} (declared mounts: {})",
+            self.declared()
+        ))
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -196,12 +201,10 @@ impl Mounts {
                 "{path:?} names no external storage (expected NAME:/path or s3://bucket/key)"
             )));
         };
-        let mount = self.mounts.get(name).ok_or_else(|| {
-            Error::NotFound(format!(
-                "mount {name:?} of {path:?} (declared mounts: {})",
-                self.declared()
-            ))
-        })?;
+        let mount = self
+            .mounts
+            .get(name)
+            .ok_or_else(|| self.undeclared(&format!("{name:?} of {path:?}")))?;
         self.unreserved(
             path,
             External {

@@ -41,21 +41,17 @@ pub fn is_auth(module: &str) -> bool {
     module.split(':').next() == Some(AUTH)
 }
 
-/// What a stack's `auth` module admits: `None` (every application) when the
-/// stack does not name one or names it without applications. A module that
-/// does not parse admits every application: a stack is validated before a
-/// worker runs it (and publishes it), so only a status altered in the
-/// inventory could hold one, and the worker, which checks its own stack,
-/// refuses what it does not admit whatever a scheduler read.
-fn admitted_by(stack: &[String]) -> Option<BTreeSet<AppId>> {
+/// What a worker running `stack` (module names, first to last) admits, by
+/// its `auth` module: `None` (every application) when the stack does not
+/// name one or names it without applications. A module that does not
+/// parse admits every application: a stack is validated before a worker
+/// runs it (and publishes it), so only a status altered in the inventory
+/// could hold one, and the worker, which checks its own stack, refuses
+/// what it does not admit whatever a scheduler read. Parsed once per
+/// stack (a worker's, a scheduling round's), not per label.
+pub fn admitted_by(stack: &[String]) -> Option<BTreeSet<AppId>> {
     let first = stack.first().filter(|m| is_auth(m))?;
     admitted(first).ok().flatten()
-}
-
-/// Whether a worker running `stack` (module names, first to last) lets
-/// application `app`'s labels run.
-pub fn stack_admits(stack: &[String], app: AppId) -> bool {
-    admitted_by(stack).is_none_or(|apps| apps.contains(&app))
 }
 
 /// Static description of a worker, declared at commission time.
@@ -145,16 +141,11 @@ impl WorkerStatus {
         self.spec.capacity.saturating_sub(self.used)
     }
 
-    /// Whether the worker's stack lets application `app`'s labels run
-    /// there (its `auth` module, [`AUTH`]); schedulers place an
-    /// application's new data only on workers that do.
-    pub fn admits(&self, app: AppId) -> bool {
-        stack_admits(&self.stack, app)
-    }
-
-    /// Whether the worker admits every application.
-    pub fn admits_all(&self) -> bool {
-        admitted_by(&self.stack).is_none()
+    /// The applications the worker's stack lets run there (its `auth`
+    /// module, [`AUTH`]; `None`: every one); schedulers place an
+    /// application's new data only on workers that admit it.
+    pub fn admitted(&self) -> Option<BTreeSet<AppId>> {
+        admitted_by(&self.stack)
     }
 }
 

@@ -22,6 +22,7 @@ pub mod live;
 use labios_label::worker::{is_auth, AUTH};
 use labios_label::{AppId, Error, FileId, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -505,10 +506,10 @@ impl Spec {
         below_auth(&self.0)
     }
 
-    /// Whether a worker running this stack lets application `app`'s
-    /// labels run (its `auth` module; [`AUTH`]).
-    pub fn admits(&self, app: AppId) -> bool {
-        labios_label::worker::stack_admits(&self.0, app)
+    /// The applications a worker running this stack lets run there (its
+    /// `auth` module, [`AUTH`]; `None`: every one).
+    pub fn admitted(&self) -> Option<BTreeSet<AppId>> {
+        labios_label::worker::admitted_by(&self.0)
     }
 
     /// Where a `tier` of this stack keeps its journal, given the backend

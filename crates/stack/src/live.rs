@@ -8,8 +8,9 @@
 //! stack reads whatever the old one wrote.
 
 use crate::{Backend, Meters, Place, Spec};
-use labios_label::{Error, FileId, Result};
+use labios_label::{AppId, Error, FileId, Result};
 use parking_lot::RwLock;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// The stack a worker runs now, over the backend it opened at start.
@@ -29,12 +30,16 @@ struct Now {
     spec: Spec,
     stack: Arc<dyn Backend>,
     meters: Meters,
+    /// The applications the spec's `auth` module admits (`None`: every
+    /// one), parsed once: every label asks.
+    admitted: Option<BTreeSet<AppId>>,
 }
 
 impl Now {
     fn build(spec: Spec, backend: Arc<dyn Backend>, journal: &Arc<dyn Backend>) -> Result<Now> {
         let (stack, meters) = spec.over_journaled(backend, journal)?;
         Ok(Now {
+            admitted: spec.admitted(),
             spec,
             stack,
             meters,
@@ -76,8 +81,12 @@ impl Live {
 
     /// Whether the stack now lets application `app`'s labels run (its
     /// `auth` module); a change of stack changes it between two labels.
-    pub fn admits(&self, app: labios_label::AppId) -> bool {
-        self.now.read().spec.admits(app)
+    pub fn admits(&self, app: AppId) -> bool {
+        self.now
+            .read()
+            .admitted
+            .as_ref()
+            .is_none_or(|apps| apps.contains(&app))
     }
 
     /// Each layer's counters since the stack was put in place, top first

@@ -6,7 +6,7 @@ use super::shuffler::Routed;
 use labios_label::{
     AppId, Error, LabelId, Result, Task, Weights, WorkerId, WorkerState, WorkerStatus,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Tasks per worker; only workers that received work appear.
 pub type Plan = Vec<(WorkerId, Vec<Task>)>;
@@ -121,7 +121,9 @@ impl Scheduler {
             if eligible.is_empty() {
                 return Err(no_workers());
             }
-            if eligible.iter().all(|&i| workers[i].admits_all()) {
+            let admitted: Vec<Option<BTreeSet<AppId>>> =
+                workers.iter().map(WorkerStatus::admitted).collect();
+            if eligible.iter().all(|&i| admitted[i].is_none()) {
                 self.place(free, workers, &eligible, None, &mut out)?;
             } else {
                 // A worker whose stack admits only some applications
@@ -140,8 +142,11 @@ impl Scheduler {
                     by_owners.entry(owners_of(&task)).or_default().push(task);
                 }
                 for (owners, tasks) in by_owners {
-                    let to =
-                        preferring(&eligible, |i| owners.iter().all(|&o| workers[i].admits(o)));
+                    let to = preferring(&eligible, |i| {
+                        admitted[i]
+                            .as_ref()
+                            .is_none_or(|apps| owners.iter().all(|o| apps.contains(o)))
+                    });
                     let island = match owners[..] {
                         [one] => Some(one),
                         _ => None,

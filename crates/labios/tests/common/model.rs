@@ -1108,7 +1108,7 @@ async fn resolve(
     Ok(())
 }
 
-/// Runs one case; Err names the first disagreement./// Runs one case; Err names the first disagreement. Whatever happens, the
+/// Runs one case; Err names the first disagreement. Whatever happens, the
 /// case's files are removed afterwards, so that cases stay independent.
 pub async fn run_case(target: &dyn Target, case: u64, steps: &[Vec<Op>]) -> Result<(), String> {
     let outcome = run_steps(target, case, steps).await;
