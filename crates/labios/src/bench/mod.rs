@@ -506,6 +506,15 @@ async fn latency(client: &Client, raw_dir: &Path) -> anyhow::Result<serde_json::
             .await?;
         lat.push(t.elapsed());
     }
+    // Reads of what was written, in another order (every 7th block).
+    let mut read_lat = Vec::with_capacity(N);
+    for i in 0..N {
+        let at = (i as u64 * 7 % 256) * 4096;
+        let t = Instant::now();
+        let got = client.read_at(path, at, 4096).await?;
+        read_lat.push(t.elapsed());
+        anyhow::ensure!(got == data, "read of 4 KiB at {at} returned other bytes");
+    }
     let raw_path: PathBuf = raw_dir.join("raw-latency.bin");
     let f = std::fs::File::create(&raw_path)?;
     let mut raw = Vec::with_capacity(N);
@@ -514,14 +523,25 @@ async fn latency(client: &Client, raw_dir: &Path) -> anyhow::Result<serde_json::
         f.write_all_at(&data, (i as u64 % 256) * 4096)?;
         raw.push(t.elapsed());
     }
+    let mut raw_read = Vec::with_capacity(N);
+    let mut buf = vec![0; 4096];
+    for i in 0..N {
+        let t = Instant::now();
+        f.read_exact_at(&mut buf, (i as u64 * 7 % 256) * 4096)?;
+        raw_read.push(t.elapsed());
+    }
     drop(f);
     let _ = std::fs::remove_file(raw_path);
     client.remove(path).await?;
     let (p50, p99) = percentiles(&mut lat);
     let (r50, r99) = percentiles(&mut raw);
+    let (rd50, rd99) = percentiles(&mut read_lat);
+    let (rr50, rr99) = percentiles(&mut raw_read);
     Ok(
         json!({ "scenario": "latency", "writes": N, "bytes": 4096, "p50_us": p50, "p99_us": p99,
-        "raw_pwrite_p50_us": r50, "raw_pwrite_p99_us": r99, "machine": machine() }),
+        "raw_pwrite_p50_us": r50, "raw_pwrite_p99_us": r99,
+        "reads": N, "read_p50_us": rd50, "read_p99_us": rd99,
+        "raw_pread_p50_us": rr50, "raw_pread_p99_us": rr99, "machine": machine() }),
     )
 }
 
