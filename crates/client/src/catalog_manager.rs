@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use labios_label::{normalize_path, AppId, Error, FileId, Result};
 use labios_store::inventory::{DEVICE_NUMBER, LINK_TARGET};
-use labios_store::{Extent, FileKind, FileMeta, Inventory, Owner};
+use labios_store::{Extent, FileKind, FileMeta, Inventory, Named, Owner, ReadPlan};
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -180,6 +180,20 @@ impl CatalogManager {
             .file(id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("file id {id}")))
+    }
+
+    /// The entry `named` names and its extents over the part of
+    /// `[offset, offset + len)` a read gets ([`Inventory::read_plan`]).
+    pub async fn read_plan(&self, named: Named, offset: u64, len: u64) -> Result<ReadPlan> {
+        self.inventory
+            .read_plan(&named, offset, len)
+            .await?
+            .ok_or_else(|| {
+                Error::NotFound(match named {
+                    Named::Path(path) => path,
+                    Named::Id(id) => format!("file id {id}"),
+                })
+            })
     }
 
     pub async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {

@@ -17,7 +17,7 @@ use labios_label::{
 };
 use labios_store::inventory::reserved_xattr;
 use labios_store::warehouse::release;
-use labios_store::{FileKind, FileMeta, RenameHow, SetAttr, Stores};
+use labios_store::{Extent, FileKind, FileMeta, RenameHow, SetAttr, Stores};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -774,7 +774,13 @@ impl Client {
     /// it have landed (read-your-writes).
     async fn file_to_read(&self, file: FileRef<'_>) -> Result<FileMeta> {
         let landed = self.inner.landed.load(Ordering::SeqCst);
-        let meta = self.inner.catalog.owned(self.entry(file).await?)?;
+        let meta = self.readable(self.entry(file).await?)?;
+        self.with_own_writes(meta, landed).await
+    }
+
+    /// `meta` if it is a file of this application's to read.
+    fn readable(&self, meta: FileMeta) -> Result<FileMeta> {
+        let meta = self.inner.catalog.owned(meta)?;
         match meta.kind {
             FileKind::File => {}
             FileKind::Dir => {
@@ -799,7 +805,7 @@ impl Client {
                 )))
             }
         }
-        self.with_own_writes(meta, landed).await
+        Ok(meta)
     }
 
     /// `meta`, looked up when this client had seen `landed` of its labels
@@ -808,12 +814,22 @@ impl Client {
     /// and one another task's wait saw land while `meta` was being looked
     /// up (its size may predate it) is read again.
     async fn with_own_writes(&self, meta: FileMeta, landed: u64) -> Result<FileMeta> {
-        if self.has_pending(meta.id).await {
-            self.settle(meta.id).await?;
-        } else if self.inner.landed.load(Ordering::SeqCst) == landed {
+        if self.still_current(meta.id, landed).await? {
             return Ok(meta);
         }
         self.inner.catalog.file(meta.id).await
+    }
+
+    /// Whether what the inventory said of `file` when this client had seen
+    /// `landed` of its labels land includes every write of this client
+    /// that returned before; if not, once the writes not yet landed have
+    /// (it is then to be asked again).
+    async fn still_current(&self, file: FileId, landed: u64) -> Result<bool> {
+        if self.has_pending(file).await {
+            self.settle(file).await?;
+            return Ok(false);
+        }
+        Ok(self.inner.landed.load(Ordering::SeqCst) == landed)
     }
 
     /// Reads up to `len` bytes at `offset`; fewer only at end of file.
@@ -827,7 +843,20 @@ impl Client {
         if let Some(path) = file.external() {
             return self.read_external(path, offset, len).await;
         }
-        let meta = self.file_to_read(file).await?;
+        // The entry and its extents in one call; both again only if this
+        // client's own writes to the file landed meanwhile.
+        let landed = self.inner.landed.load(Ordering::SeqCst);
+        let (meta, extents) = self
+            .inner
+            .catalog
+            .read_plan(file.named()?, offset, len)
+            .await?;
+        let meta = self.readable(meta)?;
+        let (meta, mut extents) = if self.still_current(meta.id, landed).await? {
+            (meta, Some(extents))
+        } else {
+            (self.inner.catalog.file(meta.id).await?, None)
+        };
         if offset >= meta.size || len == 0 {
             return Ok(Bytes::new());
         }
@@ -835,7 +864,7 @@ impl Client {
         let retries = self.config().read_retries.max(1);
         let mut last = None;
         for attempt in 0..retries {
-            match self.read_once(&meta, offset, len).await {
+            match self.read_once(&meta, offset, len, extents.take()).await {
                 Err(Error::LabelFailed { reason, label }) if reason.starts_with("moved:") => {
                     last = Some(Error::LabelFailed { reason, label });
                     // The holder may be restarting, or the dispatcher's view
@@ -851,8 +880,19 @@ impl Client {
         Err(last.unwrap_or_else(|| Error::Unavailable("read retries exhausted".into())))
     }
 
-    async fn read_once(&self, meta: &FileMeta, offset: u64, len: u64) -> Result<Bytes> {
-        let extents = self.inner.catalog.extents(meta.id, offset, len).await?;
+    /// One attempt at a read of `[offset, offset + len)` (within the
+    /// file's size), over `extents` when they were looked up with `meta`.
+    async fn read_once(
+        &self,
+        meta: &FileMeta,
+        offset: u64,
+        len: u64,
+        extents: Option<Vec<Extent>>,
+    ) -> Result<Bytes> {
+        let extents = match extents {
+            Some(extents) => extents,
+            None => self.inner.catalog.extents(meta.id, offset, len).await?,
+        };
         // Runs of extents held by one worker; holes between them read as zeros.
         let mut runs: Vec<(WorkerId, u64, u64)> = Vec::new();
         for e in &extents {

@@ -9,7 +9,7 @@ use crate::inventory::{
 };
 use crate::warehouse::staged_bound;
 use crate::{
-    AppRecord, Extent, FileKind, Inventory, LabelQueue, Owner, RenameHow, SetAttr, SetTime,
+    AppRecord, Extent, FileKind, Inventory, LabelQueue, Named, Owner, RenameHow, SetAttr, SetTime,
     Warehouse,
 };
 use bytes::Bytes;
@@ -545,6 +545,7 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     let b = i.next_id(&counter).await.unwrap();
     assert!(b > a);
     append_cases(i.as_ref(), &root).await;
+    read_plan_cases(i.as_ref(), &root).await;
     symlink_cases(i.as_ref(), &root).await;
     hard_link_cases(i.as_ref(), &root).await;
     open_file_cases(i.as_ref(), &root).await;
@@ -553,6 +554,47 @@ pub async fn inventory_suite(i: Arc<dyn Inventory>) {
     directory_link_cases(i.as_ref(), &root).await;
     rename_how_cases(i.as_ref(), &root).await;
     i.sync().await.unwrap();
+}
+
+/// A read's entry and extents in one call: by path or id, the extents
+/// cut at the file's size, none past it or for what is not a file, and
+/// nothing for a name or id that names nothing.
+async fn read_plan_cases(i: &dyn Inventory, root: &str) {
+    let path = format!("{root}/plan/f");
+    let f = i
+        .create(&path, FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap();
+    let g = LabelIdGen::new(i.next_id("origin").await.unwrap());
+    let (a, b) = (g.next(), g.next());
+    i.commit_extent(f.id, ext(0, 200, 1, a)).await.unwrap();
+    i.commit_extent(f.id, ext(200, 100, 2, b)).await.unwrap();
+    for named in [Named::Path(path.clone()), Named::Id(f.id)] {
+        let plan = |offset, len| i.read_plan(&named, offset, len);
+        let (meta, extents) = plan(150, 100).await.unwrap().unwrap();
+        assert_eq!(
+            (meta.id, meta.path.as_str(), meta.size),
+            (f.id, &path[..], 300)
+        );
+        assert_eq!(extents, vec![ext(150, 50, 1, a), ext(200, 50, 2, b)]);
+        let (_, extents) = plan(250, u64::MAX).await.unwrap().unwrap();
+        assert_eq!(extents, vec![ext(250, 50, 2, b)], "cut at the size");
+        for (offset, len) in [(300, 10), (10, 0), (u64::MAX, 1)] {
+            let (meta, extents) = plan(offset, len).await.unwrap().unwrap();
+            assert_eq!((meta.id, extents), (f.id, vec![]), "{offset}+{len}");
+        }
+    }
+    let dir = format!("{root}/plan");
+    let (meta, extents) = i
+        .read_plan(&Named::Path(dir), 0, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((meta.kind, extents), (FileKind::Dir, vec![]));
+    let gone = Named::Path(format!("{root}/plan/none"));
+    assert_eq!(i.read_plan(&gone, 0, 10).await.unwrap(), None);
+    i.remove(&path).await.unwrap();
+    assert_eq!(i.read_plan(&Named::Path(path), 0, 10).await.unwrap(), None);
 }
 
 /// A directory's link count is 2 (its name and its `.`) plus one for

@@ -238,6 +238,36 @@ pub struct Extent {
     pub label: LabelId,
 }
 
+/// An entry as a call names it: by path, looked up at the call, or by id
+/// (an open file, which keeps its file whatever happens to the path).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Named {
+    Path(String),
+    Id(FileId),
+}
+
+/// What a read asks of the inventory before it publishes labels: the
+/// entry, and for a regular file its extents over the range read.
+pub type ReadPlan = (FileMeta, Vec<Extent>);
+
+/// The part of `[offset, offset + len)` of `meta` a read gets bytes from:
+/// its length, when `meta` is a regular file and the range starts before
+/// its end.
+pub fn read_len(meta: &FileMeta, offset: u64, len: u64) -> Option<u64> {
+    (meta.kind == FileKind::File && offset < meta.size && len > 0)
+        .then(|| len.min(meta.size - offset))
+}
+
+/// Cuts `extents`, each overlapping `[offset, end)`, to that range: what
+/// [`Inventory::extents`] answers, however an inventory finds them.
+pub fn clip_to(extents: &mut [Extent], offset: u64, end: u64) {
+    for e in extents {
+        let e_end = e.offset + e.len;
+        e.offset = e.offset.max(offset);
+        e.len = e_end.min(end) - e.offset;
+    }
+}
+
 /// A registered application (article 3.3.2a).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppRecord {
@@ -400,6 +430,24 @@ pub trait Inventory: Send + Sync {
     async fn reserve_append(&self, file: FileId, len: u64) -> Result<u64>;
     /// Extents overlapping the range, clipped to it, sorted by offset.
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>>;
+    /// The entry `named` names (`None`: nothing) and, for a regular file,
+    /// its extents over `[offset, offset + len)` cut at its size
+    /// ([`read_len`]): everything a read needs before it publishes labels,
+    /// in one call. An inventory that can answers from one look at its
+    /// state (the embedded one), and over `labios serve` it is one round
+    /// trip instead of two, on every read. Here, two calls.
+    async fn read_plan(&self, named: &Named, offset: u64, len: u64) -> Result<Option<ReadPlan>> {
+        let meta = match named {
+            Named::Path(path) => self.lookup(path).await?,
+            Named::Id(id) => self.file(*id).await?,
+        };
+        let Some(meta) = meta else { return Ok(None) };
+        let extents = match read_len(&meta, offset, len) {
+            Some(len) => self.extents(meta.id, offset, len).await?,
+            None => Vec::new(),
+        };
+        Ok(Some((meta, extents)))
+    }
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>>;
     /// The file `file`, opened for `access` (`crate::access::READ` and
     /// `WRITE` bits). Where callers are checked (`labios serve`), the

@@ -18,7 +18,8 @@ pub mod warehouse;
 
 pub use auth::LabelVerifier;
 pub use inventory::{
-    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, RenameHow, SetAttr, SetTime,
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Named, Owner, ReadPlan, RenameHow, SetAttr,
+    SetTime,
 };
 pub use label_queue::{Delivery, LabelQueue};
 pub use warehouse::Warehouse;

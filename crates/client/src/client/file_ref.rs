@@ -9,7 +9,7 @@
 
 use super::Client;
 use labios_label::{normalize_path, Error, FileId, Result};
-use labios_store::{FileKind, FileMeta};
+use labios_store::{FileKind, FileMeta, Named};
 
 /// A file by path (looked up at each call) or by id (an open file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +31,14 @@ impl<'a> From<&'a String> for FileRef<'a> {
 }
 
 impl<'a> FileRef<'a> {
+    /// As the inventory names it: the path normalized, or the id.
+    pub fn named(self) -> Result<Named> {
+        match self {
+            FileRef::Path(p) => Ok(Named::Path(normalize_path(p)?)),
+            FileRef::Id(id) => Ok(Named::Id(id)),
+        }
+    }
+
     /// The path, when it names external storage (IRIS mounts), which has
     /// no file ids.
     pub fn external(self) -> Option<&'a str> {

@@ -278,6 +278,25 @@ if not r then return {'ok'} end
 return {'ok', r}
 "#;
 
+/// ARGV: 'path' or 'id', the path or id, start (hex16), end (hex16). The
+/// record and the extents overlapping the range (none lie past a file's
+/// size: truncation cuts them), or nothing.
+pub const READ_PLAN: &str = r#"
+local id, r
+if ARGV[1] == 'path' then
+  id = id_of(ARGV[2])
+  if not id then return {'ok'} end
+  r = rec_at(id, ARGV[2])
+else
+  id = ARGV[2]
+  r = rec(id)
+end
+if not r then return {'ok'} end
+local s, e = ARGV[3], ARGV[4]
+if s < e then return {'ok', r, overlapping(P .. 'x:' .. id, s, e)} end
+return {'ok', r, {}}
+"#;
+
 /// ARGV: from, to, now, most names of a file, ancestors of to.
 pub const LINK: &str = r#"
 local from, to, now, max = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])

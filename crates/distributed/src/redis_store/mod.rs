@@ -90,10 +90,13 @@ use labios_label::{
     decode, encode, normalize_path, AppId, Error, FileId, LabelId, LabelState, LabelStatus, Result,
     WorkerId, WorkerStatus,
 };
-use labios_store::inventory::{check_link_target, check_xattr, LINK_MAX, XATTR_TOTAL_MAX};
+use labios_store::inventory::{
+    check_link_target, check_xattr, clip_to, read_len, LINK_MAX, XATTR_TOTAL_MAX,
+};
 use labios_store::warehouse::staged_bound;
 use labios_store::{
-    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, RenameHow, SetAttr, SetTime, Warehouse,
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Named, Owner, ReadPlan, RenameHow, SetAttr,
+    SetTime, Warehouse,
 };
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -980,6 +983,7 @@ struct Scripts {
     commit: Script,
     reserve_append: Script,
     extents: Script,
+    read_plan: Script,
     set_xattr: Script,
     xattrs: Script,
     set_status: Script,
@@ -1009,6 +1013,7 @@ impl Scripts {
             commit: s(lua::COMMIT),
             reserve_append: s(lua::RESERVE_APPEND),
             extents: s(lua::EXTENTS),
+            read_plan: s(lua::READ_PLAN),
             set_xattr: s(lua::SET_XATTR),
             xattrs: s(lua::XATTRS),
             set_status: s(lua::SET_STATUS),
@@ -1672,12 +1677,40 @@ impl Inventory for RedisInventory {
             return Ok(Vec::new());
         };
         let mut out = self.extent_list(&id, members)?;
-        for x in &mut out {
-            let x_end = x.offset + x.len;
-            x.offset = x.offset.max(offset);
-            x.len = x_end.min(end) - x.offset;
-        }
+        clip_to(&mut out, offset, end);
         Ok(out)
+    }
+
+    /// Entry and extents in one script: one round trip, one consistent
+    /// look.
+    async fn read_plan(&self, named: &Named, offset: u64, len: u64) -> Result<Option<ReadPlan>> {
+        let (how, at) = match named {
+            Named::Path(path) => {
+                check_path(path)?;
+                ("path", path.clone())
+            }
+            Named::Id(id) => ("id", id.to_string()),
+        };
+        let (s, e) = (hex16(offset), hex16(offset.saturating_add(len)));
+        let v = self
+            .run_read(
+                &self.scripts.read_plan,
+                &[how.as_bytes(), at.as_bytes(), s.as_bytes(), e.as_bytes()],
+            )
+            .await?;
+        let [record, members] = v.as_slice() else {
+            return match v.as_slice() {
+                [] => Ok(None),
+                _ => Err(self.malformed("read plan reply", "not [record, extents]")),
+            };
+        };
+        let meta = self.meta(record)?;
+        let Some(len) = read_len(&meta, offset, len) else {
+            return Ok(Some((meta, Vec::new())));
+        };
+        let mut extents = self.extent_list(&meta.id.to_string(), members)?;
+        clip_to(&mut extents, offset, offset + len);
+        Ok(Some((meta, extents)))
     }
 
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {

@@ -8,8 +8,8 @@ mod write_behind;
 mod tests;
 
 use crate::inventory::{
-    check_link_target, check_xattr, AppRecord, Extent, FileKind, FileMeta, Inventory, Owner,
-    RenameHow, SetAttr, LINK_MAX, LINK_TARGET,
+    check_link_target, check_xattr, clip_to, read_len, AppRecord, Extent, FileKind, FileMeta,
+    Inventory, Named, Owner, ReadPlan, RenameHow, SetAttr, LINK_MAX, LINK_TARGET,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -474,6 +474,18 @@ impl FileState {
             )));
         }
         Ok(())
+    }
+
+    /// Extents overlapping `[offset, offset + len)`, clipped to it, by
+    /// offset.
+    fn clipped(&self, offset: u64, len: u64) -> Vec<Extent> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let end = offset.saturating_add(len);
+        let mut out = self.overlapping(offset, end);
+        clip_to(&mut out, offset, end);
+        out
     }
 
     /// Extents overlapping `[off, end)`, unclipped, by offset.
@@ -1325,22 +1337,39 @@ impl Inventory for RedbInventory {
     }
 
     async fn extents(&self, file: FileId, offset: u64, len: u64) -> Result<Vec<Extent>> {
-        let end = offset.saturating_add(len);
         let ns = self.ns.read();
         let node = ns
             .nodes
             .get(&file)
             .ok_or_else(|| Error::NotFound(format!("file id {file}")))?;
-        if len == 0 {
-            return Ok(Vec::new());
-        }
-        let mut out = node.lock().overlapping(offset, end);
-        for e in &mut out {
-            let e_end = e.offset + e.len;
-            e.offset = e.offset.max(offset);
-            e.len = e_end.min(end) - e.offset;
-        }
-        Ok(out)
+        let extents = node.lock().clipped(offset, len);
+        Ok(extents)
+    }
+
+    /// Entry and extents under one hold of the namespace: a consistent
+    /// pair, as no commit or truncation falls between them.
+    async fn read_plan(&self, named: &Named, offset: u64, len: u64) -> Result<Option<ReadPlan>> {
+        let ns = self.ns.read();
+        let node = match named {
+            Named::Path(path) => {
+                check_path(path)?;
+                ns.node(path).map(|n| (n, Some(path.as_str())))
+            }
+            Named::Id(id) => ns.nodes.get(id).map(|n| (n, None)),
+        };
+        let Some((node, path)) = node else {
+            return Ok(None);
+        };
+        let st = node.lock();
+        let meta = match path {
+            Some(path) => st.meta_at(path),
+            None => st.meta.clone(),
+        };
+        let extents = match read_len(&meta, offset, len) {
+            Some(len) => st.clipped(offset, len),
+            None => Vec::new(),
+        };
+        Ok(Some((meta, extents)))
     }
 
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {

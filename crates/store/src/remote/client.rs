@@ -7,7 +7,7 @@ use super::proto::{
 use super::Endpoint;
 use crate::access::Cred;
 use crate::inventory::{
-    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, RenameHow, SetAttr,
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Named, Owner, ReadPlan, RenameHow, SetAttr,
 };
 use crate::label_queue::{Delivery, LabelQueue};
 use crate::locks::{HeldLock, LockRequest, Locks};
@@ -421,6 +421,17 @@ impl Inventory for RemoteInventory {
     }
     async fn file(&self, file: FileId) -> Result<Option<FileMeta>> {
         expect!(self.0.call(Request::File { file }).await?, Reply::MaybeMeta(m) => m)
+    }
+    async fn read_plan(&self, named: &Named, offset: u64, len: u64) -> Result<Option<ReadPlan>> {
+        let r = self
+            .0
+            .call(Request::ReadPlan {
+                named: named.clone(),
+                offset,
+                len,
+            })
+            .await?;
+        expect!(r, Reply::ReadPlan(p) => p)
     }
     async fn open(&self, file: FileId, access: u32) -> Result<FileMeta> {
         expect!(self.0.call(Request::Open { file, access }).await?, Reply::Meta(m) => m)

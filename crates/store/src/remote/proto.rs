@@ -2,7 +2,9 @@
 //! being a `labios_label::codec` encoding of a [`Request`] or [`Response`].
 
 use crate::access::Cred;
-use crate::inventory::{AppRecord, Extent, FileKind, FileMeta, Owner, RenameHow, SetAttr};
+use crate::inventory::{
+    AppRecord, Extent, FileKind, FileMeta, Named, Owner, ReadPlan, RenameHow, SetAttr,
+};
 use crate::locks::{HeldLock, LockRequest};
 use bytes::Bytes;
 use labios_label::codec::{MAGIC, VERSION};
@@ -212,6 +214,12 @@ pub enum Request {
     XattrsOf {
         files: Vec<FileId>,
     },
+    /// [`crate::Inventory::read_plan`].
+    ReadPlan {
+        named: Named,
+        offset: u64,
+        len: u64,
+    },
 }
 
 /// One variant per result shape of the trait methods.
@@ -240,6 +248,7 @@ pub enum Reply {
     Xattrs(Vec<(String, Bytes)>),
     Lock(Option<HeldLock>),
     XattrsOf(Vec<Option<Vec<(String, Bytes)>>>),
+    ReadPlan(Option<ReadPlan>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -10,7 +10,7 @@ use super::Endpoint;
 use crate::access::{Cred, EXEC, READ, WRITE};
 use crate::label_queue::LabelQueue;
 use crate::Stores;
-use crate::{FileKind, RenameHow};
+use crate::{FileKind, Named, RenameHow};
 use labios_label::{AppId, Error, Label, LabelKind, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -457,6 +457,9 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
             Reply::Extents(i.extents(file, offset, len).await?)
         }
         Request::File { file } => Reply::MaybeMeta(i.file(file).await?),
+        Request::ReadPlan { named, offset, len } => {
+            Reply::ReadPlan(i.read_plan(&named, offset, len).await?)
+        }
         Request::Open { file, access } => Reply::Meta(i.open(file, access).await?),
         Request::Hold { file, session } => Reply::Bool(i.hold(file, session).await?),
         Request::LetGo { file, session } => Reply::MaybeMeta(i.let_go(file, session).await?),
@@ -613,6 +616,10 @@ async fn may_write(
 fn searched(request: &Request) -> Vec<&str> {
     match request {
         Request::Lookup { path }
+        | Request::ReadPlan {
+            named: Named::Path(path),
+            ..
+        }
         | Request::Create { path, .. }
         | Request::Symlink { path, .. }
         | Request::Remove { path } => vec![path],
