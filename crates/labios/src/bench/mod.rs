@@ -516,7 +516,12 @@ async fn latency(client: &Client, raw_dir: &Path) -> anyhow::Result<serde_json::
         anyhow::ensure!(got == data, "read of 4 KiB at {at} returned other bytes");
     }
     let raw_path: PathBuf = raw_dir.join("raw-latency.bin");
-    let f = std::fs::File::create(&raw_path)?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&raw_path)?;
     let mut raw = Vec::with_capacity(N);
     for i in 0..N {
         let t = Instant::now();
