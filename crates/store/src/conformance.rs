@@ -593,8 +593,20 @@ async fn read_plan_cases(i: &dyn Inventory, root: &str) {
     assert_eq!((meta.kind, extents), (FileKind::Dir, vec![]));
     let gone = Named::Path(format!("{root}/plan/none"));
     assert_eq!(i.read_plan(&gone, 0, 10).await.unwrap(), None);
+    // A second name shows as itself, with the same extents.
+    let other = format!("{root}/plan/g");
+    i.link(&path, &other).await.unwrap();
     i.remove(&path).await.unwrap();
     assert_eq!(i.read_plan(&Named::Path(path), 0, 10).await.unwrap(), None);
+    let (meta, extents) = i
+        .read_plan(&Named::Path(other.clone()), 0, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (meta.id, meta.path, extents),
+        (f.id, other, vec![ext(0, 10, 1, a)])
+    );
 }
 
 /// A directory's link count is 2 (its name and its `.`) plus one for

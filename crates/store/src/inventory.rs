@@ -258,9 +258,11 @@ pub fn read_len(meta: &FileMeta, offset: u64, len: u64) -> Option<u64> {
         .then(|| len.min(meta.size - offset))
 }
 
-/// Cuts `extents`, each overlapping `[offset, end)`, to that range: what
-/// [`Inventory::extents`] answers, however an inventory finds them.
-pub fn clip_to(extents: &mut [Extent], offset: u64, end: u64) {
+/// Cuts `extents` to `[offset, end)`, leaving out any that do not overlap
+/// it: what [`Inventory::extents`] answers, however an inventory found
+/// them.
+pub fn clip_to(extents: &mut Vec<Extent>, offset: u64, end: u64) {
+    extents.retain(|e| e.offset < end && e.offset + e.len > offset);
     for e in extents {
         let e_end = e.offset + e.len;
         e.offset = e.offset.max(offset);
@@ -443,7 +445,12 @@ pub trait Inventory: Send + Sync {
         };
         let Some(meta) = meta else { return Ok(None) };
         let extents = match read_len(&meta, offset, len) {
-            Some(len) => self.extents(meta.id, offset, len).await?,
+            Some(len) => match self.extents(meta.id, offset, len).await {
+                Ok(extents) => extents,
+                // Removed between the two calls: it names nothing now.
+                Err(Error::NotFound(_)) => return Ok(None),
+                Err(e) => return Err(e),
+            },
             None => Vec::new(),
         };
         Ok(Some((meta, extents)))

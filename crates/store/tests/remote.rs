@@ -269,7 +269,7 @@ async fn measure_remote() {
 async fn requests_on_behalf_of_a_user_are_checked_as_theirs() {
     use labios_store::access::{Cred, NOT_PERMITTED};
     use labios_store::remote::acting_as;
-    use labios_store::{Owner, SetAttr};
+    use labios_store::{Named, Owner, SetAttr};
     let dir = tempfile::tempdir().unwrap();
     let (endpoint, _stop) = start(Endpoint::Unix(dir.path().join("s.sock"))).await;
     let (s, _) = connect(&endpoint, Some("k".into()), Some("s".into()))
@@ -319,6 +319,24 @@ async fn requests_on_behalf_of_a_user_are_checked_as_theirs() {
     .await
     .unwrap();
     assert_eq!((mine.uid, mine.gid, mine.mode), (65534, 65534, 0o600));
+    // A look-up through a directory the user may not search is refused,
+    // alone or with the extents a read asks for with it.
+    i.create("/hidden", FileKind::Dir, 0o700, Owner::root(7))
+        .await
+        .unwrap();
+    i.create("/hidden/f", FileKind::File, 0o644, Owner::root(7))
+        .await
+        .unwrap();
+    let err = acting_as(nobody.clone(), i.lookup("/hidden/f"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+    let plan = Named::Path("/hidden/f".into());
+    let err = acting_as(nobody.clone(), i.read_plan(&plan, 0, 10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+    assert!(i.read_plan(&plan, 0, 10).await.unwrap().is_some());
     // Root as a caller is the connection itself.
     let root = acting_as(Cred::root(), i.set_attr(roots.id, chmod))
         .await

@@ -10,7 +10,7 @@ use labios_label::{LabelId, LabelState, LabelStatus, Task};
 use labios_store::remote::proto::{
     decode_frame, frame, read_frame, QueueOp, Reply, Request, RequestFrame, ResponseFrame,
 };
-use labios_store::{AppRecord, Extent, FileKind};
+use labios_store::{AppRecord, Extent, FileKind, Named};
 use std::time::Duration;
 
 pub static TARGET: Target = Target {
@@ -100,6 +100,11 @@ fn seeds() -> Vec<Vec<u8>> {
         Request::Extents {
             file: 9,
             offset: 0,
+            len: u64::MAX,
+        },
+        Request::ReadPlan {
+            named: Named::Path("/a/b".into()),
+            offset: 4096,
             len: u64::MAX,
         },
         Request::SetStatus(LabelStatus {

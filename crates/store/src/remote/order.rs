@@ -20,6 +20,7 @@
 //! distributed deployment) passes through one.
 
 use super::proto::Request;
+use crate::inventory::Named;
 use std::sync::Arc;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
@@ -79,6 +80,10 @@ fn acts_on_what_changes_change(request: &Request) -> bool {
     matches!(
         request,
         Request::Lookup { .. }
+            | Request::ReadPlan {
+                named: Named::Path(_),
+                ..
+            }
             | Request::List { .. }
             | Request::Open { .. }
             | Request::SetSize { .. }
