@@ -465,3 +465,87 @@ async fn a_long_wait_of_a_user_holds_up_no_namespace_change() {
         .expect("the create waited for another user's wait")
         .unwrap();
 }
+
+/// A session's small read results come back with their statuses: the wait
+/// takes them out of the server's warehouse, and the warehouse calls that
+/// follow (get, take, delete) are answered from what came back. A large
+/// result, a failed label's and an entry that is not a read result stay
+/// on the server, for calls of their own.
+#[tokio::test]
+async fn small_read_results_come_back_with_their_statuses() {
+    use labios_label::{LabelIdGen, LabelState, LabelStatus};
+    use labios_store::remote::proto::INLINE_MAX;
+    let dir = tempfile::tempdir().unwrap();
+    let listener = Listener::bind(&Endpoint::Unix(dir.path().join("s.sock")))
+        .await
+        .unwrap();
+    let endpoint = listener.endpoint().unwrap();
+    let server = stores();
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    // The application's session is confined to application 7, as a
+    // tenant's is.
+    let auth: AuthFn = Arc::new(|_, _| Box::pin(async { Ok(Grant::tenant(7, "s")) }));
+    tokio::spawn(serve(listener, server.clone(), auth, rx));
+    let (app, session) = connect(&endpoint, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+    let ids = LabelIdGen::new(session.origin);
+    let labelled = |len: u64, state: LabelState, key: String| {
+        let id = ids.next();
+        let data = Bytes::from(vec![id.to_string().len() as u8; len as usize]);
+        let status = LabelStatus {
+            result_key: Some(key),
+            result_len: len,
+            ..LabelStatus::new(id, state)
+        };
+        (status, data)
+    };
+    let small = labelled(4096, LabelState::Complete, "a7/r/small".into());
+    let large = labelled(INLINE_MAX + 1, LabelState::Complete, "a7/r/large".into());
+    let failed = labelled(10, LabelState::Failed, "a7/r/failed".into());
+    let staged = labelled(10, LabelState::Complete, "a7/w/staged".into());
+    let all = [&small, &large, &failed, &staged];
+    for (status, data) in all {
+        let key = status.result_key.as_deref().unwrap();
+        server.warehouse.put(key, data.clone()).await.unwrap();
+        server.inventory.set_status(status.clone()).await.unwrap();
+    }
+    let wanted: Vec<_> = all.iter().map(|(s, _)| s.id).collect();
+    let got = app
+        .inventory
+        .wait(&wanted, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(got, all.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>());
+    let on_server = |key: &'static str| {
+        let w = server.warehouse.clone();
+        async move { w.get(key).await.unwrap().is_some() }
+    };
+    assert!(!on_server("a7/r/small").await, "the small result came back");
+    for key in ["a7/r/large", "a7/r/failed", "a7/w/staged"] {
+        assert!(on_server(key).await, "{key} stays on the server");
+    }
+    let w = &app.warehouse;
+    assert_eq!(w.get("a7/r/small").await.unwrap(), Some(small.1.clone()));
+    assert_eq!(w.take("a7/r/small").await.unwrap(), Some(small.1.clone()));
+    assert_eq!(w.take("a7/r/small").await.unwrap(), None, "taken once");
+    assert_eq!(w.take("a7/r/large").await.unwrap(), Some(large.1.clone()));
+    assert!(!on_server("a7/r/large").await);
+
+    // A result that came back and is then let go is gone everywhere.
+    let again = labelled(100, LabelState::Complete, "a7/r/again".into());
+    server
+        .warehouse
+        .put("a7/r/again", again.1.clone())
+        .await
+        .unwrap();
+    server.inventory.set_status(again.0.clone()).await.unwrap();
+    app.inventory
+        .wait(&[again.0.id], Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(!on_server("a7/r/again").await);
+    assert!(w.delete("a7/r/again").await.unwrap());
+    assert_eq!(w.get("a7/r/again").await.unwrap(), None);
+    assert!(!w.delete("a7/r/again").await.unwrap());
+}

@@ -116,6 +116,13 @@ fn seeds() -> Vec<Vec<u8>> {
             ids: vec![label_id, label_id],
             timeout: Duration::from_secs(600),
         },
+        Request::WaitInline {
+            ids: vec![label_id],
+            timeout: Duration::from_secs(600),
+            inline: 4096,
+            budget: u64::MAX,
+            prefix: "a3/r/".into(),
+        },
         Request::PutApp(AppRecord {
             id: 3,
             name: "fuzz".into(),
@@ -149,6 +156,13 @@ fn seeds() -> Vec<Vec<u8>> {
         ResponseFrame {
             id: 2,
             result: Ok(Reply::Data(Some(Bytes::from_static(b"data")))),
+        },
+        ResponseFrame {
+            id: 3,
+            result: Ok(Reply::Waited(
+                vec![LabelStatus::new(label_id, LabelState::Complete)],
+                vec![("a3/r/1".into(), Bytes::from_static(b"result"))],
+            )),
         },
         ResponseFrame {
             id: 0,

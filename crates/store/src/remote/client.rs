@@ -2,7 +2,7 @@
 
 use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
-    ResponseFrame, Session,
+    ResponseFrame, Session, INLINE_MAX,
 };
 use super::Endpoint;
 use crate::access::Cred;
@@ -32,12 +32,37 @@ const OUTBOX: usize = 1024;
 
 type Pending = HashMap<u64, oneshot::Sender<Result<Reply>>>;
 
+/// Most bytes of read results a connection keeps that came back with
+/// their statuses ([`Request::WaitInline`]) and were not yet taken: a wait
+/// asks for no more than the room left.
+const INLINED_MAX: u64 = 8 << 20;
+
 struct Conn {
     endpoint: String,
     outbox: mpsc::Sender<Vec<u8>>,
     /// `None` once the connection is gone: later calls fail at once.
     pending: Mutex<Option<Pending>>,
     next_id: AtomicU64,
+    /// Where this session's read results are kept in the warehouse
+    /// (`a<app>/r/`), known once the server has accepted it.
+    results: std::sync::OnceLock<String>,
+    /// Read results that came back with their statuses, until taken.
+    inlined: Mutex<Inlined>,
+}
+
+/// Read results held for the warehouse calls that take them.
+#[derive(Default)]
+struct Inlined {
+    by_key: HashMap<String, Bytes>,
+    bytes: u64,
+}
+
+impl Inlined {
+    fn take(&mut self, key: &str) -> Option<Bytes> {
+        let data = self.by_key.remove(key)?;
+        self.bytes -= data.len() as u64;
+        Some(data)
+    }
 }
 
 impl Conn {
@@ -131,6 +156,7 @@ pub async fn connect(
     };
     let session =
         expect!(conn.call(Request::Hello { key, secret }).await?, Reply::Session(s) => s)?;
+    let _ = conn.results.set(format!("a{}/r/", session.app));
     let stores = Stores {
         labels: Arc::new(RemoteQueue::<Label>::new(conn.clone())),
         tasks: Arc::new(RemoteQueue::<Task>::new(conn.clone())),
@@ -152,6 +178,8 @@ where
         outbox,
         pending: Mutex::new(Some(HashMap::new())),
         next_id: AtomicU64::new(1),
+        results: std::sync::OnceLock::new(),
+        inlined: Mutex::new(Inlined::default()),
     });
     tokio::spawn(write_frames(w, rx));
     let reader_conn = conn.clone();
@@ -289,13 +317,24 @@ impl Warehouse for RemoteWarehouse {
     async fn put_result(&self, key: &str, data: Bytes) -> Result<()> {
         self.put(key, data).await
     }
+    /// A read result that came back with its status is here, no longer
+    /// in the server's warehouse; so in `take` and `delete`.
     async fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        if let Some(data) = self.0.inlined.lock().by_key.get(key) {
+            return Ok(Some(data.clone()));
+        }
         expect!(self.0.call(Request::Get { key: key.into() }).await?, Reply::Data(d) => d)
     }
     async fn take(&self, key: &str) -> Result<Option<Bytes>> {
+        if let Some(data) = self.0.inlined.lock().take(key) {
+            return Ok(Some(data));
+        }
         expect!(self.0.call(Request::Take { key: key.into() }).await?, Reply::Data(d) => d)
     }
     async fn delete(&self, key: &str) -> Result<bool> {
+        if self.0.inlined.lock().take(key).is_some() {
+            return Ok(true);
+        }
         expect!(self.0.call(Request::Delete { key: key.into() }).await?, Reply::Bool(b) => b)
     }
     async fn keys(&self, prefix: &str) -> Result<Vec<String>> {
@@ -465,15 +504,39 @@ impl Inventory for RemoteInventory {
     async fn status(&self, id: LabelId) -> Result<Option<LabelStatus>> {
         expect!(self.0.call(Request::Status(id)).await?, Reply::Status(s) => s)
     }
+    /// Small read results of this session come back with their statuses
+    /// (one round trip fewer per read), kept until taken, within
+    /// [`INLINED_MAX`].
     async fn wait(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>> {
-        let r = self
-            .0
-            .call(Request::Wait {
+        let conn = &self.0;
+        let budget = INLINED_MAX.saturating_sub(conn.inlined.lock().bytes);
+        let (Some(prefix), true) = (conn.results.get(), budget > 0) else {
+            let r = conn
+                .call(Request::Wait {
+                    ids: ids.to_vec(),
+                    timeout,
+                })
+                .await?;
+            return expect!(r, Reply::Statuses(v) => v);
+        };
+        let r = conn
+            .call(Request::WaitInline {
                 ids: ids.to_vec(),
                 timeout,
+                inline: INLINE_MAX,
+                budget,
+                prefix: prefix.clone(),
             })
             .await?;
-        expect!(r, Reply::Statuses(v) => v)
+        let (statuses, taken) = expect!(r, Reply::Waited(s, t) => (s, t))?;
+        let mut inlined = conn.inlined.lock();
+        for (key, data) in taken {
+            inlined.bytes += data.len() as u64;
+            if let Some(old) = inlined.by_key.insert(key, data) {
+                inlined.bytes -= old.len() as u64;
+            }
+        }
+        Ok(statuses)
     }
     async fn label_count(&self) -> Result<usize> {
         expect!(self.0.call(Request::LabelCount).await?, Reply::Count(n) => n as usize)

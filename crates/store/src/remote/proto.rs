@@ -220,7 +220,24 @@ pub enum Request {
         offset: u64,
         len: u64,
     },
+    /// [`crate::Inventory::wait`], answered with the results of complete
+    /// labels under `prefix` (the client's own read results) taken from
+    /// the warehouse and sent with the statuses: each of at most `inline`
+    /// bytes (and [`INLINE_MAX`]), `budget` bytes in all. A small read
+    /// then needs no round trip of its own for its bytes.
+    WaitInline {
+        ids: Vec<LabelId>,
+        timeout: Duration,
+        inline: u64,
+        budget: u64,
+        prefix: String,
+    },
 }
+
+/// The largest read result [`Request::WaitInline`] brings back with its
+/// status; larger ones are taken with a call of their own, whose frame
+/// carries them without a copy.
+pub const INLINE_MAX: u64 = 64 << 10;
 
 /// One variant per result shape of the trait methods.
 #[derive(Debug, Serialize, Deserialize)]
@@ -249,6 +266,8 @@ pub enum Reply {
     Lock(Option<HeldLock>),
     XattrsOf(Vec<Option<Vec<(String, Bytes)>>>),
     ReadPlan(Option<ReadPlan>),
+    /// Statuses, and the results taken for [`Request::WaitInline`] by key.
+    Waited(Vec<LabelStatus>, Vec<(String, Bytes)>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]

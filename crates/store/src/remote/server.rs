@@ -209,6 +209,39 @@ impl Acting {
     }
 }
 
+/// The results of the complete labels among `statuses` that a
+/// [`Request::WaitInline`] brings back, taken out of the warehouse. A
+/// result the warehouse fails to give stays there, and so does every one
+/// after it: the client takes them with calls of their own.
+async fn take_inline(
+    w: &dyn crate::Warehouse,
+    statuses: &[labios_label::LabelStatus],
+    inline: u64,
+    budget: u64,
+    prefix: &str,
+) -> Vec<(String, bytes::Bytes)> {
+    let mut left = budget;
+    let mut taken = Vec::new();
+    for s in statuses {
+        let Some(key) = s.result_key.as_ref() else {
+            continue;
+        };
+        let small = s.result_len <= inline.min(super::proto::INLINE_MAX) && s.result_len <= left;
+        if s.state != labios_label::LabelState::Complete || !small || !key.starts_with(prefix) {
+            continue;
+        }
+        match w.take(key).await {
+            Ok(Some(data)) => {
+                left = left.saturating_sub(data.len() as u64);
+                taken.push((key.clone(), data));
+            }
+            Ok(None) => {}
+            Err(_) => break,
+        }
+    }
+    taken
+}
+
 fn respond(id: u64, result: Result<Reply>) -> Vec<u8> {
     let hint = match &result {
         Ok(Reply::Data(Some(d))) => d.len(),
@@ -467,6 +500,17 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
         Request::SetStatus(st) => i.set_status(st).await.map(|_| Reply::Unit)?,
         Request::Status(id) => Reply::Status(i.status(id).await?),
         Request::Wait { ids, timeout } => Reply::Statuses(i.wait(&ids, timeout).await?),
+        Request::WaitInline {
+            ids,
+            timeout,
+            inline,
+            budget,
+            prefix,
+        } => {
+            let statuses = i.wait(&ids, timeout).await?;
+            let taken = take_inline(w.as_ref(), &statuses, inline, budget, &prefix).await;
+            Reply::Waited(statuses, taken)
+        }
         Request::LabelCount => Reply::Count(i.label_count().await? as u64),
         Request::PutWorker(st) => i.put_worker(st).await.map(|_| Reply::Unit)?,
         Request::Workers => Reply::Workers(i.workers().await?),
@@ -918,6 +962,14 @@ async fn confined(s: &Stores, g: &Grant, origins: &Origins, request: Request) ->
         }
         Request::Status(id) => own_labels(origins, app, std::slice::from_ref(id))?,
         Request::Wait { ids, .. } => own_labels(origins, app, ids)?,
+        Request::WaitInline { ids, prefix, .. } => {
+            own_labels(origins, app, ids)?;
+            if !own_key(app, prefix, false) {
+                return Err(denied(format!(
+                    "warehouse keys under {prefix:?} belong to another application"
+                )));
+            }
+        }
         Request::PutApp(record) => other_app(i.as_ref(), app, record.id).await?,
         _ => {}
     }
