@@ -913,7 +913,7 @@ impl Client {
                 labels.push(label);
             }
         }
-        let (statuses, keys) = self.run_reads(labels).await?;
+        let (statuses, keys) = self.run_reads(labels, true).await?;
         let gathered = self
             .take_results(&statuses, &wanted, &keys, offset, len)
             .await;
@@ -926,16 +926,25 @@ impl Client {
 
     /// Publishes read labels and waits for them: their statuses, in order,
     /// and the warehouse keys of the complete ones' results, which the
-    /// caller takes or releases.
+    /// caller takes (`taking`: this client, which may then have them
+    /// already, [`LabelManager::wait_taking`]; else labels that name
+    /// them) or releases.
+    ///
+    /// [`LabelManager::wait_taking`]: crate::label_manager::LabelManager::wait_taking
     pub(super) async fn run_reads(
         &self,
         labels: Vec<labios_label::Label>,
+        taking: bool,
     ) -> Result<(Vec<LabelStatus>, Vec<String>)> {
         let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
         let t = anatomy::start();
         self.inner.labels.publish(labels).await?;
         anatomy::record(Phase::QueuePublish, t);
-        let statuses = self.inner.labels.wait(&ids).await?;
+        let statuses = if taking {
+            self.inner.labels.wait_taking(&ids).await?
+        } else {
+            self.inner.labels.wait(&ids).await?
+        };
         let keys = statuses
             .iter()
             .filter(|s| s.state == LabelState::Complete)

@@ -284,6 +284,16 @@ impl LabelManager {
     /// Waits for labels and returns their final statuses; a timeout is an
     /// error naming how many were still unfinished.
     pub async fn wait(&self, ids: &[LabelId]) -> Result<Vec<LabelStatus>> {
+        self.waited(ids, false).await
+    }
+
+    /// [`Self::wait`] for read labels whose results the caller takes out
+    /// of the warehouse next ([`Inventory::wait_taking`]).
+    pub async fn wait_taking(&self, ids: &[LabelId]) -> Result<Vec<LabelStatus>> {
+        self.waited(ids, true).await
+    }
+
+    async fn waited(&self, ids: &[LabelId], taking: bool) -> Result<Vec<LabelStatus>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -297,7 +307,12 @@ impl LabelManager {
         let mut attempt = 0u32;
         let statuses = loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.inventory.wait(ids, left).await {
+            let waited = if taking {
+                self.inventory.wait_taking(ids, left).await
+            } else {
+                self.inventory.wait(ids, left).await
+            };
+            match waited {
                 Err(Error::Unavailable(why)) if !left.is_zero() => {
                     attempt += 1;
                     tracing::debug!("waiting for labels, attempt {attempt}: {why}");

@@ -552,6 +552,17 @@ pub trait Inventory: Send + Sync {
     /// label's status is kept until its owner has seen it, or for the
     /// reclaim period if nobody asks.
     async fn wait(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>>;
+    /// [`Inventory::wait`] by a caller that takes the complete labels'
+    /// results out of the warehouse next (a read's bytes, to hand them to
+    /// the application). An inventory reached over a connection to
+    /// `labios serve` brings small ones back with the statuses, and the
+    /// warehouse of the same connection hands them over without a round
+    /// trip. Never for results left in the warehouse for others to take
+    /// (a copy's reads, whose results its writes take; a query's gathered
+    /// parts, which its pipeline takes). Here, a plain wait.
+    async fn wait_taking(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>> {
+        self.wait(ids, timeout).await
+    }
     /// Label statuses held (for metrics and leak checks).
     async fn label_count(&self) -> Result<usize>;
 

@@ -466,11 +466,13 @@ async fn a_long_wait_of_a_user_holds_up_no_namespace_change() {
         .unwrap();
 }
 
-/// A session's small read results come back with their statuses: the wait
-/// takes them out of the server's warehouse, and the warehouse calls that
-/// follow (get, take, delete) are answered from what came back. A large
-/// result, a failed label's and an entry that is not a read result stay
-/// on the server, for calls of their own.
+/// A session's small read results come back with the statuses of a wait
+/// whose caller takes them next (`wait_taking`): the wait takes them out of
+/// the server's warehouse, and the warehouse calls that follow (get, take,
+/// delete) are answered from what came back. A large result, a failed
+/// label's and an entry that is not a read result stay on the server, for
+/// calls of their own; so does every result after a plain wait (a copy's
+/// reads, whose results its writes take on the server).
 #[tokio::test]
 async fn small_read_results_come_back_with_their_statuses() {
     use labios_label::{LabelIdGen, LabelState, LabelStatus};
@@ -511,16 +513,22 @@ async fn small_read_results_come_back_with_their_statuses() {
         server.inventory.set_status(status.clone()).await.unwrap();
     }
     let wanted: Vec<_> = all.iter().map(|(s, _)| s.id).collect();
-    let got = app
-        .inventory
-        .wait(&wanted, Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert_eq!(got, all.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>());
     let on_server = |key: &'static str| {
         let w = server.warehouse.clone();
         async move { w.get(key).await.unwrap().is_some() }
     };
+    let statuses = all.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>();
+    let copied = labelled(4096, LabelState::Complete, "a7/r/copied".into());
+    server.warehouse.put("a7/r/copied", copied.1).await.unwrap();
+    server.inventory.set_status(copied.0.clone()).await.unwrap();
+    let plain = app
+        .inventory
+        .wait(&[copied.0.id], Duration::from_secs(10))
+        .await;
+    assert_eq!(plain.unwrap(), vec![copied.0]);
+    assert!(on_server("a7/r/copied").await, "a plain wait leaves it");
+    let taking = app.inventory.wait_taking(&wanted, Duration::from_secs(10));
+    assert_eq!(taking.await.unwrap(), statuses);
     assert!(!on_server("a7/r/small").await, "the small result came back");
     for key in ["a7/r/large", "a7/r/failed", "a7/w/staged"] {
         assert!(on_server(key).await, "{key} stays on the server");
@@ -541,7 +549,7 @@ async fn small_read_results_come_back_with_their_statuses() {
         .unwrap();
     server.inventory.set_status(again.0.clone()).await.unwrap();
     app.inventory
-        .wait(&[again.0.id], Duration::from_secs(10))
+        .wait_taking(&[again.0.id], Duration::from_secs(10))
         .await
         .unwrap();
     assert!(!on_server("a7/r/again").await);

@@ -68,7 +68,8 @@ impl Client {
                 reads.push(label);
             }
         }
-        let (statuses, keys) = self.run_reads(reads).await?;
+        // The results stay in the warehouse: the copy's writes take them.
+        let (statuses, keys) = self.run_reads(reads, false).await?;
         let copied = self
             .write_copied(
                 &to.path, to.id, &statuses, &pieces, src_offset, dst_offset, len,

@@ -40,7 +40,7 @@ impl Client {
         }
         let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
         self.inner.labels.publish(labels).await?;
-        let statuses = self.inner.labels.wait(&ids).await?;
+        let statuses = self.inner.labels.wait_taking(&ids).await?;
         let mut buf = BytesMut::with_capacity(len as usize);
         for (status, n) in statuses.iter().zip(wanted) {
             failed(status)?;

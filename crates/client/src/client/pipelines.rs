@@ -111,7 +111,7 @@ impl Client {
         }
         let id = label.id;
         self.inner.labels.publish(vec![label]).await?;
-        let statuses = self.inner.labels.wait(&[id]).await?;
+        let statuses = self.inner.labels.wait_taking(&[id]).await?;
         first_failure(&statuses)?;
         let key = statuses[0].result_key.clone().unwrap_or(result);
         self.inner

@@ -504,20 +504,24 @@ impl Inventory for RemoteInventory {
     async fn status(&self, id: LabelId) -> Result<Option<LabelStatus>> {
         expect!(self.0.call(Request::Status(id)).await?, Reply::Status(s) => s)
     }
+    async fn wait(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>> {
+        let r = self
+            .0
+            .call(Request::Wait {
+                ids: ids.to_vec(),
+                timeout,
+            })
+            .await?;
+        expect!(r, Reply::Statuses(v) => v)
+    }
     /// Small read results of this session come back with their statuses
     /// (one round trip fewer per read), kept until taken, within
     /// [`INLINED_MAX`].
-    async fn wait(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>> {
+    async fn wait_taking(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>> {
         let conn = &self.0;
         let budget = INLINED_MAX.saturating_sub(conn.inlined.lock().bytes);
         let (Some(prefix), true) = (conn.results.get(), budget > 0) else {
-            let r = conn
-                .call(Request::Wait {
-                    ids: ids.to_vec(),
-                    timeout,
-                })
-                .await?;
-            return expect!(r, Reply::Statuses(v) => v);
+            return self.wait(ids, timeout).await;
         };
         let r = conn
             .call(Request::WaitInline {
