@@ -540,6 +540,24 @@ async fn small_read_results_come_back_with_their_statuses() {
     assert_eq!(w.take("a7/r/large").await.unwrap(), Some(large.1.clone()));
     assert!(!on_server("a7/r/large").await);
 
+    // A wait that ends with a label unfinished (its caller's error)
+    // brings nothing back.
+    let done = labelled(100, LabelState::Complete, "a7/r/done".into());
+    server
+        .warehouse
+        .put("a7/r/done", done.1.clone())
+        .await
+        .unwrap();
+    server.inventory.set_status(done.0.clone()).await.unwrap();
+    let unfinished = ids.next();
+    let short = app
+        .inventory
+        .wait_taking(&[done.0.id, unfinished], Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert!(!short[1].state.is_final());
+    assert!(on_server("a7/r/done").await, "nothing inlined");
+
     // A result that came back and is then let go is gone everywhere.
     let again = labelled(100, LabelState::Complete, "a7/r/again".into());
     server

@@ -2,7 +2,7 @@
 
 use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
-    ResponseFrame, Session, INLINE_MAX,
+    ResponseFrame, Session, INLINE_BUDGET_MAX, INLINE_MAX,
 };
 use super::Endpoint;
 use crate::access::Cred;
@@ -32,11 +32,6 @@ const OUTBOX: usize = 1024;
 
 type Pending = HashMap<u64, oneshot::Sender<Result<Reply>>>;
 
-/// Most bytes of read results a connection keeps that came back with
-/// their statuses ([`Request::WaitInline`]) and were not yet taken: a wait
-/// asks for no more than the room left.
-const INLINED_MAX: u64 = 8 << 20;
-
 struct Conn {
     endpoint: String,
     outbox: mpsc::Sender<Vec<u8>>,
@@ -55,6 +50,9 @@ struct Conn {
 struct Inlined {
     by_key: HashMap<String, Bytes>,
     bytes: u64,
+    /// Room the waits in flight asked for, so that together they keep
+    /// within the bound.
+    reserved: u64,
 }
 
 impl Inlined {
@@ -516,11 +514,17 @@ impl Inventory for RemoteInventory {
     }
     /// Small read results of this session come back with their statuses
     /// (one round trip fewer per read), kept until taken, within
-    /// [`INLINED_MAX`].
+    /// [`INLINE_BUDGET_MAX`]: a wait asks for no more than the room left.
     async fn wait_taking(&self, ids: &[LabelId], timeout: Duration) -> Result<Vec<LabelStatus>> {
         let conn = &self.0;
-        let budget = INLINED_MAX.saturating_sub(conn.inlined.lock().bytes);
-        let (Some(prefix), true) = (conn.results.get(), budget > 0) else {
+        let budget = {
+            let mut inlined = conn.inlined.lock();
+            let budget = INLINE_BUDGET_MAX.saturating_sub(inlined.bytes + inlined.reserved);
+            inlined.reserved += budget;
+            budget
+        };
+        let Some(prefix) = conn.results.get().filter(|_| budget > 0) else {
+            conn.inlined.lock().reserved -= budget;
             return self.wait(ids, timeout).await;
         };
         let r = conn
@@ -531,9 +535,10 @@ impl Inventory for RemoteInventory {
                 budget,
                 prefix: prefix.clone(),
             })
-            .await?;
-        let (statuses, taken) = expect!(r, Reply::Waited(s, t) => (s, t))?;
+            .await;
         let mut inlined = conn.inlined.lock();
+        inlined.reserved -= budget;
+        let (statuses, taken) = expect!(r?, Reply::Waited(s, t) => (s, t))?;
         for (key, data) in taken {
             inlined.bytes += data.len() as u64;
             if let Some(old) = inlined.by_key.insert(key, data) {

@@ -239,6 +239,12 @@ pub enum Request {
 /// carries them without a copy.
 pub const INLINE_MAX: u64 = 64 << 10;
 
+/// The most bytes of results one [`Reply::Waited`] brings back, whatever
+/// budget the client asks (the server takes them out of the warehouse
+/// before it answers, so the answer must always fit a frame), and the
+/// most a connection holds until taken.
+pub const INLINE_BUDGET_MAX: u64 = 8 << 20;
+
 /// One variant per result shape of the trait methods.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {

@@ -210,9 +210,11 @@ impl Acting {
 }
 
 /// The results of the complete labels among `statuses` that a
-/// [`Request::WaitInline`] brings back, taken out of the warehouse. A
-/// result the warehouse fails to give stays there, and so does every one
-/// after it: the client takes them with calls of their own.
+/// [`Request::WaitInline`] brings back, taken out of the warehouse; none
+/// unless every label is final (a wait that times out is an error to its
+/// caller, which then takes nothing). A result the warehouse fails to
+/// give, or that is larger than its status said, stays there, and so does
+/// every one after it: the client takes them with calls of their own.
 async fn take_inline(
     w: &dyn crate::Warehouse,
     statuses: &[labios_label::LabelStatus],
@@ -220,20 +222,31 @@ async fn take_inline(
     budget: u64,
     prefix: &str,
 ) -> Vec<(String, bytes::Bytes)> {
-    let mut left = budget;
+    let mut left = budget.min(super::proto::INLINE_BUDGET_MAX);
     let mut taken = Vec::new();
+    if !statuses.iter().all(|s| s.state.is_final()) {
+        return taken;
+    }
+    let inline = inline.min(super::proto::INLINE_MAX);
     for s in statuses {
         let Some(key) = s.result_key.as_ref() else {
             continue;
         };
-        let small = s.result_len <= inline.min(super::proto::INLINE_MAX) && s.result_len <= left;
+        let small = s.result_len <= inline && s.result_len <= left;
         if s.state != labios_label::LabelState::Complete || !small || !key.starts_with(prefix) {
             continue;
         }
         match w.take(key).await {
-            Ok(Some(data)) => {
-                left = left.saturating_sub(data.len() as u64);
+            Ok(Some(data)) if data.len() as u64 <= inline.min(left) => {
+                left -= data.len() as u64;
                 taken.push((key.clone(), data));
+            }
+            Ok(Some(data)) => {
+                // Not what its status said: back where the client finds it.
+                if w.put(key, data).await.is_err() {
+                    tracing::warn!("a read result taken to inline could not be put back: {key}");
+                }
+                break;
             }
             Ok(None) => {}
             Err(_) => break,
@@ -245,6 +258,7 @@ async fn take_inline(
 fn respond(id: u64, result: Result<Reply>) -> Vec<u8> {
     let hint = match &result {
         Ok(Reply::Data(Some(d))) => d.len(),
+        Ok(Reply::Waited(_, taken)) => taken.iter().map(|(_, d)| d.len()).sum(),
         _ => 0,
     };
     frame(&ResponseFrame { id, result }, hint)
