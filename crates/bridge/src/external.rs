@@ -388,7 +388,9 @@ fn operator_writing(
 }
 
 /// Copies bytes into `target` as one stream (a multipart upload on S3), for
-/// staging whole files; other mappings than direct go through their mapper.
+/// staging whole files, which replace what was there. Only for the direct
+/// mapping: a mapped file is written by the workers, whose mount holds its
+/// merged writes and relaxed metadata.
 pub async fn stream_into(
     target: &External,
     chunks: impl futures::Stream<Item = Result<bytes::Bytes>>,
@@ -396,15 +398,10 @@ pub async fn stream_into(
     use futures::StreamExt;
     futures::pin_mut!(chunks);
     if target.mount.config.mapping != Mapping::Direct {
-        let mut at = 0;
-        while let Some(chunk) = chunks.next().await {
-            let chunk = chunk?;
-            let n = chunk.len() as u64;
-            target.mapper().write(&target.path, at, chunk).await?;
-            at += n;
-        }
-        target.mapper().flush(&target.path).await?;
-        return Ok(at);
+        return Err(Error::InvalidArgument(format!(
+            "{}: a file of the {:?} mapping is written through workers, not streamed",
+            target.path, target.mount.config.mapping
+        )));
     }
     let mut w = target
         .mount

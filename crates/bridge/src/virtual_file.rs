@@ -552,11 +552,12 @@ impl<L: Layout> FileMapper for VirtualFiles<L> {
             Err(e) => return Err(storage_error(&dir, e)),
         };
         // Files and directories are both prefixes (`NAME/`); plain objects
-        // are not ours.
+        // are not ours. The listed directory itself is no entry of it (a
+        // file system lists its root as `/`).
         let names: Vec<String> = listed
             .iter()
             .map(|e| e.path())
-            .filter(|p| p.ends_with('/') && *p != dir)
+            .filter(|p| p.ends_with('/') && p.trim_matches('/') != dir.trim_end_matches('/'))
             .map(|p| p.trim_end_matches('/').to_string())
             .filter(|p| p.rsplit('/').next() != Some(INTERNAL))
             .collect();

@@ -217,6 +217,37 @@ impl LabelManager {
         label
     }
 
+    /// A label asking a worker for the metadata of external path `uri`
+    /// ([`LabelKind::Stat`] or [`LabelKind::List`]), put in the warehouse
+    /// for this client to take.
+    pub fn external_metadata(&self, kind: LabelKind, uri: &str) -> Label {
+        debug_assert!(matches!(kind, LabelKind::Stat | LabelKind::List));
+        let mut label = self.label(kind);
+        label.source = Pointer::Uri {
+            uri: uri.to_string(),
+            offset: 0,
+            len: 0,
+        };
+        label.destination = Pointer::Warehouse {
+            key: read_key(self.app, label.id),
+            len: 0,
+        };
+        label
+    }
+
+    /// A label removing external path `uri`, run by a worker: the one
+    /// place its mount's merged writes and relaxed metadata are kept, which
+    /// a removal must drop with the data.
+    pub fn external_remove(&self, uri: &str) -> Label {
+        let mut label = self.label(LabelKind::Delete);
+        label.source = Pointer::Uri {
+            uri: uri.to_string(),
+            offset: 0,
+            len: 0,
+        };
+        label
+    }
+
     /// A label writing a warehouse entry of `len` bytes at `offset` of
     /// external storage, and the entry's key.
     pub fn external_write(&self, uri: &str, offset: u64, len: u64) -> (Label, String) {

@@ -17,6 +17,15 @@ pub enum LabelKind {
     Flush,
     /// A pipeline of operations (software-defined storage).
     Composite,
+    /// The metadata of one external path (source `Pointer::Uri`), put in
+    /// the destination warehouse entry. External metadata is asked of a
+    /// worker, not of the client's own connection to the external system:
+    /// the worker's mount holds merged writes and relaxed metadata that
+    /// the external system does not show yet.
+    Stat,
+    /// The entries under an external path, as [`LabelKind::Stat`] does for
+    /// one.
+    List,
 }
 
 /// Where data comes from or goes to.
@@ -243,14 +252,20 @@ impl Label {
     /// (a put whose reply was lost may have stored it).
     pub fn result_key(&self) -> Option<&str> {
         match (&self.kind, &self.destination) {
-            (LabelKind::Read, Pointer::Warehouse { key, .. }) => Some(key),
+            (
+                LabelKind::Read | LabelKind::Stat | LabelKind::List,
+                Pointer::Warehouse { key, .. },
+            ) => Some(key),
             _ => None,
         }
     }
 
     /// Whether the label changes stored data (for dependency tracking).
     pub fn mutates(&self) -> bool {
-        !matches!(self.kind, LabelKind::Read)
+        !matches!(
+            self.kind,
+            LabelKind::Read | LabelKind::Stat | LabelKind::List
+        )
     }
 }
 

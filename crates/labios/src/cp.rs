@@ -12,6 +12,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressStyle};
 use labios_bridge::external::stream_into;
+use labios_bridge::Mapping;
 use labios_client::Client;
 use labios_label::Error;
 use labios_store::FileKind;
@@ -240,6 +241,33 @@ async fn copy_file(
             }
             client.wait_many(&handles).await?;
             client.flush(p).await?;
+        }
+        Place::External(p) if client.external(p)?.mount.config.mapping != Mapping::Direct => {
+            // A mapped file is written by workers, as any client's writes:
+            // their mount keeps the file's merged writes and relaxed
+            // metadata, which a copy written from this process would
+            // contradict. What was there goes first, or a longer old
+            // file would keep its tail.
+            match client.remove(p).await {
+                Ok(()) | Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let mut at = 0;
+            loop {
+                let chunk = source.read(client, at).await?;
+                let n = chunk.len() as u64;
+                // An empty source is written too: it makes the empty file.
+                if n == 0 && at > 0 {
+                    break;
+                }
+                client.write_at_sync(p.as_str(), at, chunk).await?;
+                at += n;
+                bar.inc(n);
+                if n == 0 || at >= size {
+                    break;
+                }
+            }
+            client.flush(p.as_str()).await?;
         }
         Place::External(p) => {
             let target = client.external(p)?;

@@ -290,6 +290,106 @@ async fn files_over_objects_are_laid_out_by_their_mount_mapping(kind: Kind) {
     d.shutdown().await;
 }
 
+/// A client in another process than `labios serve` (a program under
+/// `labios run`, the CLI, Python) sees an external file as the workers'
+/// mount holds it: writes merged but not yet stored and relaxed metadata
+/// count in its stat, list and read, and a removal takes them too. Each
+/// client once asked the external system itself, through a mount of its
+/// own, and an acknowledged append was missing from stat and list (the
+/// file was not found) until the mount stored it, up to a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_in_another_process_sees_what_the_workers_mount_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let ext = dir.path().join("ext");
+    let mount = MountConfig {
+        mapping: labios_bridge::Mapping::WriteOptimized,
+        metadata: labios_bridge::MetadataMode::Relaxed,
+        aggregate_bytes: 1 << 20,
+        ..fs_mount(&ext)
+    };
+    let toml = dir.path().join("labios.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[mounts.wlog]\nuri = \"{}\"\nmapping = \"write-optimized\"\nmetadata = \"relaxed\"\naggregate_bytes = {}\n",
+            mount.uri, mount.aggregate_bytes
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_configured(&data, Some(&toml));
+    let mut config = labios::Config {
+        data_dir: data,
+        ..Default::default()
+    };
+    config.mounts.insert("wlog".into(), mount);
+    let c = labios::cli::connect_client(&config, None, None)
+        .await
+        .unwrap();
+
+    let mut log = Vec::new();
+    for i in 0..3u32 {
+        let line = format!("event {i:04}\n");
+        c.write_at_sync("wlog:/x.log", log.len() as u64, Bytes::from(line.clone()))
+            .await
+            .unwrap();
+        log.extend_from_slice(line.as_bytes());
+        assert_eq!(
+            c.stat("wlog:/x.log").await.unwrap().size,
+            log.len() as u64,
+            "stat after acknowledged write {i}"
+        );
+    }
+    let listed: Vec<_> = c
+        .list("wlog:/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.path, m.size, m.kind))
+        .collect();
+    assert_eq!(
+        listed,
+        [("wlog:/x.log".to_string(), log.len() as u64, FileKind::File)]
+    );
+    assert_eq!(c.read("wlog:/x.log").await.unwrap(), log);
+    let stat = server.ok(None, &["stat", "wlog:/x.log"]);
+    assert!(stat.contains(&format!("size:  {}", log.len())), "{stat}");
+
+    c.remove("wlog:/x.log").await.unwrap();
+    assert!(matches!(
+        c.stat("wlog:/x.log").await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(c.list("wlog:/").await.unwrap().is_empty());
+    assert!(
+        matches!(c.remove("wlog:/x.log").await, Err(Error::NotFound(_))),
+        "a second removal finds nothing"
+    );
+    assert!(
+        matches!(c.stat("wlog:/../x").await, Err(Error::InvalidPath { .. })),
+        "a path leaving its mount is refused before any label"
+    );
+
+    // `labios cp` onto a mapped file replaces it: a longer old file once
+    // kept its tail (`XYZ` over 20 bytes read back `XYZ3456789...`).
+    let long = dir.path().join("long.txt");
+    let short = dir.path().join("short.txt");
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&long, b"0123456789abcdefghij").unwrap();
+    std::fs::write(&short, b"XYZ").unwrap();
+    std::fs::write(&empty, b"").unwrap();
+    for (from, expected) in [
+        (&long, "0123456789abcdefghij"),
+        (&short, "XYZ"),
+        (&empty, ""),
+    ] {
+        server.ok(None, &["cp", from.to_str().unwrap(), "wlog:/t.txt"]);
+        assert_eq!(server.ok(None, &["get", "wlog:/t.txt", "-"]), expected);
+        assert_eq!(c.read("wlog:/t.txt").await.unwrap(), expected.as_bytes());
+    }
+    server.stop();
+}
+
 /// Merged writes and relaxed metadata live in one process: the
 /// distributed deployment refuses them, naming the mount.
 #[test]

@@ -6,10 +6,9 @@
 
 use super::Client;
 use bytes::{Bytes, BytesMut};
-use labios_bridge::{External, Mounts, Stat};
-use labios_label::{Error, LabelState, LabelStatus, Result};
-use labios_store::{FileKind, FileMeta};
-use std::time::UNIX_EPOCH;
+use labios_bridge::{External, Mounts};
+use labios_label::{Codec, Error, LabelKind, LabelState, LabelStatus, Result};
+use labios_store::FileMeta;
 
 impl Client {
     /// The external storage this client may name.
@@ -41,19 +40,19 @@ impl Client {
         let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
         self.inner.labels.publish(labels).await?;
         let statuses = self.inner.labels.wait_taking(&ids).await?;
+        // Every result is taken before any is looked at, so none is left
+        // holding warehouse room (or the connection's inline budget) when
+        // one label failed or the file shrank.
+        let mut results = Vec::with_capacity(statuses.len());
+        for status in &statuses {
+            results.push(match failed(status) {
+                Ok(()) => self.take_external(status).await,
+                Err(e) => Err(e),
+            });
+        }
         let mut buf = BytesMut::with_capacity(len as usize);
-        for (status, n) in statuses.iter().zip(wanted) {
-            failed(status)?;
-            let key = status
-                .result_key
-                .clone()
-                .unwrap_or_else(|| crate::content_manager::read_key(self.inner.app, status.id));
-            let data = self.inner.content.take(&key).await?.ok_or_else(|| {
-                Error::Storage(format!(
-                    "result of read label {} is missing from the warehouse",
-                    status.id
-                ))
-            })?;
+        for (data, n) in results.into_iter().zip(wanted) {
+            let data = data?;
             buf.extend_from_slice(&data);
             // The file shrank between the stat and the read.
             if (data.len() as u64) < n {
@@ -116,32 +115,65 @@ impl Client {
     }
 
     pub(super) async fn stat_external(&self, path: &str) -> Result<FileMeta> {
-        let target = self.external(path)?;
-        let stat = target
-            .mapper()
-            .stat(&target.path)
+        self.metadata_external(LabelKind::Stat, path)
             .await?
-            .ok_or_else(|| Error::NotFound(path.to_string()))?;
-        Ok(meta(path.to_string(), &stat))
+            .pop()
+            .ok_or_else(|| Error::NotFound(path.to_string()))
     }
 
     pub(super) async fn list_external(&self, prefix: &str) -> Result<Vec<FileMeta>> {
-        let target = self.external(prefix)?;
-        let base = prefix.trim_end_matches('/');
-        let cut = target.path.len();
-        let entries = target.mapper().list(&target.path).await?;
-        Ok(entries
-            .iter()
-            .map(|e| {
-                let name = e.path[cut..].trim_start_matches('/');
-                meta(format!("{base}/{name}"), &e.stat)
-            })
-            .collect())
+        self.metadata_external(LabelKind::List, prefix).await
     }
 
+    /// A worker removes the path: the mount's merged writes and relaxed
+    /// metadata of the file are kept there, in `labios serve`'s process,
+    /// not in this client's.
     pub(super) async fn remove_external(&self, path: &str) -> Result<()> {
-        let target = self.external(path)?;
-        target.mapper().remove(&target.path).await
+        self.external(path)?;
+        let label = self.inner.labels.external_remove(path);
+        let id = label.id;
+        self.inner.labels.publish(vec![label]).await?;
+        let removed = self
+            .inner
+            .labels
+            .wait(&[id])
+            .await?
+            .iter()
+            .try_for_each(failed);
+        if removed.is_err() {
+            // A worker's failure comes back as text: a missing file is
+            // told apart by asking, so that `rm` says ENOENT.
+            self.stat_external(path).await?;
+        }
+        removed
+    }
+
+    /// Metadata of external storage, asked of a worker ([`LabelKind::Stat`]
+    /// or [`LabelKind::List`]): its mount counts the writes it merged and
+    /// the sizes it keeps (relaxed metadata) that the external system does
+    /// not show yet, so a client sees what was acknowledged to it.
+    async fn metadata_external(&self, kind: LabelKind, path: &str) -> Result<Vec<FileMeta>> {
+        self.external(path)?;
+        let label = self.inner.labels.external_metadata(kind, path);
+        let id = label.id;
+        self.inner.labels.publish(vec![label]).await?;
+        let statuses = self.inner.labels.wait_taking(&[id]).await?;
+        let status = statuses
+            .first()
+            .ok_or_else(|| Error::Storage(format!("no status for label {id}")))?;
+        failed(status)?;
+        Vec::<FileMeta>::from_bytes(&self.take_external(status).await?)
+    }
+
+    /// The result of a complete external label, taken from the warehouse.
+    async fn take_external(&self, status: &LabelStatus) -> Result<Bytes> {
+        let key = self.result_key(status);
+        self.inner.content.take(&key).await?.ok_or_else(|| {
+            Error::Storage(format!(
+                "result of label {} is missing from the warehouse",
+                status.id
+            ))
+        })
     }
 }
 
@@ -156,29 +188,4 @@ fn failed(status: &LabelStatus) -> Result<()> {
             .clone()
             .unwrap_or_else(|| "unknown error".into()),
     })
-}
-
-fn meta(path: String, stat: &Stat) -> FileMeta {
-    let nanos = stat
-        .mtime
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos() as u64);
-    FileMeta {
-        id: 0,
-        path,
-        kind: if stat.dir {
-            FileKind::Dir
-        } else {
-            FileKind::File
-        },
-        size: stat.size,
-        mode: if stat.dir { 0o755 } else { 0o644 },
-        owner: 0,
-        uid: 0,
-        gid: 0,
-        ctime: nanos,
-        mtime: nanos,
-        atime: nanos,
-        nlink: 1,
-    }
 }

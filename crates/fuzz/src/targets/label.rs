@@ -107,7 +107,19 @@ pub(crate) fn signed_labels() -> &'static [Label] {
             function: "my-filter".into(),
             args: vec![("threshold".into(), "0.5".into())],
         }];
-        let mut labels = vec![write, read, rename, external, delete, flush, composite];
+        let mut listing = Label::new(id(8), LabelKind::List, 3);
+        listing.source = Pointer::Uri {
+            uri: "pfs:/runs/".into(),
+            offset: 0,
+            len: 0,
+        };
+        listing.destination = Pointer::Warehouse {
+            key: "a3/r/8".into(),
+            len: 0,
+        };
+        let mut labels = vec![
+            write, read, rename, external, delete, flush, composite, listing,
+        ];
         for l in &mut labels {
             auth::sign(l, SECRET);
         }

@@ -266,6 +266,10 @@ impl Executor {
             LabelKind::Flush if matches!(label.source, Pointer::Uri { .. }) => {
                 self.flush_external(label).await
             }
+            LabelKind::Delete if matches!(label.source, Pointer::Uri { .. }) => {
+                self.remove_external(label).await
+            }
+            LabelKind::Stat | LabelKind::List => self.metadata_external(label).await,
             LabelKind::Write => self.write(label).await,
             LabelKind::Read => self.read(label).await,
             LabelKind::Delete => self.delete(label).await,

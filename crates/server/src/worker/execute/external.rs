@@ -4,7 +4,11 @@
 //! system stays the only authority on what it holds.
 
 use super::{bad_pointer, Done, Executor, Failure, MAX_READ};
-use labios_label::{Label, Pointer};
+use bytes::Bytes;
+use labios_bridge::{External, Stat};
+use labios_label::{Codec, Label, LabelKind, Pointer};
+use labios_store::{FileKind, FileMeta};
+use std::time::UNIX_EPOCH;
 
 impl Executor {
     pub(super) async fn write_external(&self, label: &Label) -> Result<Done, Failure> {
@@ -37,6 +41,84 @@ impl Executor {
         Ok(Done::bytes(0))
     }
 
+    /// A [`LabelKind::Stat`] or [`LabelKind::List`] label: the entries of
+    /// its path as `FileMeta`s (none for a missing path's stat), encoded in
+    /// the destination warehouse entry. The answer comes from this worker's
+    /// mount, which counts what it holds back (merged writes, relaxed
+    /// metadata) that the external system does not show yet.
+    pub(super) async fn metadata_external(&self, label: &Label) -> Result<Done, Failure> {
+        let (uri, target) = self.target(label)?;
+        let Pointer::Warehouse { key, .. } = &label.destination else {
+            return Err(bad_pointer(label, "destination", "a warehouse entry"));
+        };
+        let fail = |e: labios_label::Error| format!("{uri}: {e}");
+        let entries = match label.kind {
+            LabelKind::Stat => target
+                .mapper()
+                .stat(&target.path)
+                .await
+                .map_err(fail)?
+                .map(|stat| vec![meta(uri.to_string(), &stat)])
+                .unwrap_or_default(),
+            _ => {
+                let base = uri.trim_end_matches('/');
+                let cut = target.path.len();
+                let entries = target.mapper().list(&target.path).await.map_err(fail)?;
+                entries
+                    .iter()
+                    .map(|e| {
+                        let name = e.path[cut..].trim_start_matches('/');
+                        meta(format!("{base}/{name}"), &e.stat)
+                    })
+                    .collect()
+            }
+        };
+        let encoded = Bytes::from(entries.to_bytes());
+        if encoded.len() as u64 > MAX_READ {
+            return Err(format!(
+                "{uri}: the listing takes {} bytes, more than the {MAX_READ} bytes one label may return",
+                encoded.len()
+            ));
+        }
+        self.answer(key, encoded).await
+    }
+
+    /// Puts a label's result where its client takes it; the status names
+    /// it, so `labios serve` can bring a small one back with the status.
+    async fn answer(&self, key: &str, data: Bytes) -> Result<Done, Failure> {
+        let n = data.len() as u64;
+        self.stores
+            .warehouse
+            .put_result(key, data)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Done {
+            bytes: n,
+            result: Some((key.to_string(), n)),
+        })
+    }
+
+    /// A delete label of an external path: run here, where the mount's
+    /// merged writes and relaxed metadata of the file live and go with it.
+    pub(super) async fn remove_external(&self, label: &Label) -> Result<Done, Failure> {
+        let (uri, target) = self.target(label)?;
+        target
+            .mapper()
+            .remove(&target.path)
+            .await
+            .map_err(|e| format!("{uri}: {e}"))?;
+        Ok(Done::bytes(0))
+    }
+
+    /// The external path a label's source names, resolved to its mount.
+    fn target<'a>(&self, label: &'a Label) -> Result<(&'a str, External), Failure> {
+        let Pointer::Uri { uri, .. } = &label.source else {
+            return Err(bad_pointer(label, "source", "external storage"));
+        };
+        let target = self.mounts.resolve(uri).map_err(|e| e.to_string())?;
+        Ok((uri, target))
+    }
+
     pub(super) async fn read_external(&self, label: &Label) -> Result<Done, Failure> {
         let Pointer::Uri { uri, offset, len } = &label.source else {
             return Err(bad_pointer(label, "source", "external storage"));
@@ -55,12 +137,34 @@ impl Executor {
             .read(&target.path, *offset, *len)
             .await
             .map_err(|e| format!("{uri}: {e}"))?;
-        let n = data.len() as u64;
-        self.stores
-            .warehouse
-            .put_result(key, data)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Done::bytes(n))
+        self.answer(key, data).await
+    }
+}
+
+/// What LABIOS shows of an external entry: a file or directory of its size
+/// and modification time; the rest (owner, mode) the external system does
+/// not tell, so they are the defaults of a file any application may read.
+fn meta(path: String, stat: &Stat) -> FileMeta {
+    let nanos = stat
+        .mtime
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64);
+    FileMeta {
+        id: 0,
+        path,
+        kind: if stat.dir {
+            FileKind::Dir
+        } else {
+            FileKind::File
+        },
+        size: stat.size,
+        mode: if stat.dir { 0o755 } else { 0o644 },
+        owner: 0,
+        uid: 0,
+        gid: 0,
+        ctime: nanos,
+        mtime: nanos,
+        atime: nanos,
+        nlink: 1,
     }
 }
