@@ -3,18 +3,8 @@
 //! or least frequently used (LFU, ties to the least recent).
 
 use bytes::Bytes;
+pub use labios_mounts::Policy;
 use std::collections::BTreeMap;
-
-/// Which block goes when the cache is full.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    #[default]
-    /// Recency: right for scans and working sets that move.
-    Lru,
-    /// Popularity: keeps hot blocks through a scan of cold ones.
-    Lfu,
-}
 
 /// Counters of a cache's effect.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

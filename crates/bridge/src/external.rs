@@ -4,61 +4,12 @@
 //! `s3://bucket/key`. Nothing undeclared is reachable: a tenant cannot make
 //! a worker touch a bucket or directory the administrator did not mount.
 
-use crate::mapping::{storage_error, FileMapper, Mapping};
+use crate::mapping::{storage_error, FileMapper};
 use labios_label::{Error, Result};
+pub use labios_mounts::{is_external, Mapping, MountConfig, MountTable, RESERVED};
 use opendal::Operator;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// One `[mounts.NAME]` table of the configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MountConfig {
-    /// `fs:///absolute/dir` (a shared directory, e.g. a parallel file
-    /// system), `s3://bucket[/prefix]` or `memory://` (tests).
-    pub uri: String,
-    /// S3: the service's address, e.g. `http://127.0.0.1:7070`
-    /// (default: AWS).
-    pub endpoint: Option<String>,
-    /// S3: signing region (default `us-east-1`).
-    pub region: Option<String>,
-    /// S3 credentials (default: the AWS_* environment of the process).
-    pub access_key: Option<String>,
-    pub secret_key: Option<String>,
-    /// How files are laid out in the store (IRIS 3.4.1).
-    #[serde(default)]
-    pub mapping: Mapping,
-    /// Balanced and read-optimized mappings: bucket size in bytes
-    /// (default 512 KiB).
-    #[serde(default)]
-    pub bucket_size: Option<u64>,
-    /// Mappings other than direct: `strict` or `relaxed` file metadata
-    /// (IRIS 3.4.3).
-    #[serde(default)]
-    pub metadata: crate::virtual_file::MetadataMode,
-    /// Bytes of bridged reads a process keeps in memory (IRIS 3.4.4);
-    /// 0, the default, caches nothing. Only for data no other process
-    /// changes meanwhile: another writer's changes are seen once the
-    /// cached blocks are evicted.
-    #[serde(default)]
-    pub cache_bytes: u64,
-    /// `lru` (default) or `lfu`.
-    #[serde(default)]
-    pub cache_policy: crate::cache::Policy,
-    /// Cache block size (default 1 MiB).
-    #[serde(default)]
-    pub cache_block: Option<u64>,
-    /// Reads fetched ahead of a sequential or strided pattern (default 4).
-    #[serde(default)]
-    pub prefetch_depth: Option<u32>,
-    /// Merge small writes of a file into runs of up to this many bytes
-    /// (IRIS aggregator); 0, the default, writes each as it comes. Merged
-    /// writes are stored at a flush, before a read, when the run is full,
-    /// and at most about a second after they were acknowledged.
-    #[serde(default)]
-    pub aggregate_bytes: u64,
-}
 
 /// Cache blocks unless a mount says otherwise.
 const CACHE_BLOCK: u64 = 1 << 20;
@@ -89,32 +40,20 @@ impl External {
     }
 }
 
-/// True for a path that names external storage: LABIOS paths are
-/// absolute, external ones start with a mount name or a scheme.
-pub fn is_external(path: &str) -> bool {
-    !path.starts_with('/') && path.contains(':')
-}
-
-/// The mounts of one configuration.
+/// The mounts of one configuration, opened: a worker's way to external
+/// storage.
 #[derive(Debug, Clone, Default)]
 pub struct Mounts {
+    table: MountTable,
     mounts: BTreeMap<String, Mount>,
 }
 
 impl Mounts {
     /// Opens every declared mount; a bad declaration is an error naming it.
     pub fn new(declared: &BTreeMap<String, MountConfig>) -> Result<Mounts> {
+        let table = MountTable::new(declared)?;
         let mut mounts = BTreeMap::new();
         for (name, config) in declared {
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "mount name {name:?}: use letters, digits, '-' and '_'"
-                )));
-            }
             let op = operator(config)
                 .map_err(|e| Error::InvalidArgument(format!("mounts.{name}: {e}")))?;
             let mapper = layered(config, op.clone())
@@ -129,7 +68,7 @@ impl Mounts {
                 },
             );
         }
-        Ok(Mounts { mounts })
+        Ok(Mounts { table, mounts })
     }
 
     /// The process's one instance of these mounts: every worker and
@@ -167,89 +106,28 @@ impl Mounts {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.mounts.is_empty()
+        self.table.is_empty()
+    }
+
+    /// The declared names these mounts were opened from.
+    pub fn table(&self) -> &MountTable {
+        &self.table
     }
 
     /// The mount declared as `name`; an unknown one is an error naming the
     /// declared ones.
     pub fn get(&self, name: &str) -> Result<&Mount> {
-        self.mounts
-            .get(name)
-            .ok_or_else(|| self.undeclared(&format!("{name:?}")))
+        self.table.get(name)?;
+        Ok(&self.mounts[name])
     }
 
-    /// The error for a mount `what` names that is not declared.
-    fn undeclared(&self, what: &str) -> Error {
-        Error::NotFound(format!(
-            "mount {what} (declared mounts: {})",
-            self.declared()
-        ))
-    }
-
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.mounts.keys().map(String::as_str)
-    }
-
-    /// The mount and path `path` names: `NAME:/a/b`, `NAME:a/b` or
-    /// `s3://bucket/a/b` for a bucket some mount declares.
+    /// The mount and path `path` names ([`MountTable::resolve`]).
     pub fn resolve(&self, path: &str) -> Result<External> {
-        if let Some(rest) = path.strip_prefix("s3://") {
-            return self.resolve_s3(path, rest);
-        }
-        let Some((name, rest)) = path.split_once(':') else {
-            return Err(Error::InvalidArgument(format!(
-                "{path:?} names no external storage (expected NAME:/path or s3://bucket/key)"
-            )));
-        };
-        let mount = self
-            .mounts
-            .get(name)
-            .ok_or_else(|| self.undeclared(&format!("{name:?} of {path:?}")))?;
-        self.unreserved(
-            path,
-            External {
-                mount: mount.clone(),
-                path: relative(path, rest)?,
-            },
-        )
-    }
-
-    fn resolve_s3(&self, path: &str, rest: &str) -> Result<External> {
-        // The longest declared `s3://bucket/prefix` that contains the path.
-        let best = self
-            .mounts
-            .values()
-            .filter_map(|m| {
-                let root = m.config.uri.strip_prefix("s3://")?.trim_end_matches('/');
-                let tail = rest.strip_prefix(root)?;
-                (tail.is_empty() || tail.starts_with('/')).then_some((root.len(), m, tail))
-            })
-            .max_by_key(|(len, _, _)| *len);
-        match best {
-            Some((_, m, tail)) => self.unreserved(
-                path,
-                External {
-                    mount: m.clone(),
-                    path: relative(path, tail)?,
-                },
-            ),
-            None => Err(Error::NotFound(format!(
-                "no mount declares the bucket of {path:?}: add [mounts.NAME] with uri = \"s3://{}\" (declared mounts: {})",
-                rest.split('/').next().unwrap_or(""),
-                self.declared()
-            ))),
-        }
-    }
-
-    fn declared(&self) -> String {
-        if self.mounts.is_empty() {
-            return "none".into();
-        }
-        self.mounts
-            .values()
-            .map(|m| format!("{}: {}", m.name, m.config.uri))
-            .collect::<Vec<_>>()
-            .join(", ")
+        let named = self.table.resolve(path)?;
+        Ok(External {
+            mount: self.mounts[named.name].clone(),
+            path: named.path,
+        })
     }
 }
 
@@ -273,62 +151,6 @@ fn layered(config: &MountConfig, op: Operator) -> Result<Arc<dyn FileMapper>> {
         )?);
     }
     Ok(mapper)
-}
-
-/// The directory of every mount where LABIOS keeps its own objects (the
-/// blocks of workers whose stacks end in `external:MOUNT`,
-/// worker_blocks.rs); no label may name it, so that an application
-/// reaches those bytes only through the inventory's checks.
-pub const RESERVED: &str = "labios";
-
-/// Where a mount's root is, so that paths of mounts declared one inside
-/// another compare: `fs:///dir`, `s3://bucket/prefix`; a `memory://`
-/// mount shares its root with no other.
-fn root_of(m: &Mount) -> String {
-    let uri = m.config.uri.trim_end_matches('/');
-    match uri {
-        "memory:" => format!("memory://{}", m.name),
-        _ => uri.to_string(),
-    }
-}
-
-impl Mounts {
-    /// `ext` (`full` resolved), refused when it is inside the [`RESERVED`]
-    /// directory of any mount: its own, or one declared inside the mount
-    /// it names. Compared ignoring ASCII case, for case-insensitive stores.
-    fn unreserved(&self, full: &str, ext: External) -> Result<External> {
-        let at = format!("{}/{}", root_of(&ext.mount), ext.path).to_ascii_lowercase();
-        let inside = self.mounts.values().any(|m| {
-            let reserved = format!("{}/{RESERVED}", root_of(m)).to_ascii_lowercase();
-            at == reserved || at.starts_with(&format!("{reserved}/"))
-        });
-        if inside {
-            return Err(Error::PermissionDenied(format!(
-                "{full}: {RESERVED}/ of a mount holds LABIOS's own objects (workers' blocks); \
-                 labels cannot name it"
-            )));
-        }
-        Ok(ext)
-    }
-}
-
-/// A path inside a mount, with `.` and `..` refused so that nothing
-/// outside the mount's root can be named.
-fn relative(full: &str, rest: &str) -> Result<String> {
-    let mut parts = Vec::new();
-    for part in rest.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                return Err(Error::InvalidPath {
-                    path: full.to_string(),
-                    reason: "'..' may not leave or walk a mount".into(),
-                })
-            }
-            p => parts.push(p),
-        }
-    }
-    Ok(parts.join("/"))
 }
 
 fn operator(config: &MountConfig) -> std::result::Result<Operator, String> {
@@ -388,19 +210,21 @@ fn operator_writing(
 }
 
 /// Copies bytes into `target` as one stream (a multipart upload on S3), for
-/// staging whole files, which replace what was there. Only for the direct
-/// mapping: a mapped file is written by the workers, whose mount holds its
-/// merged writes and relaxed metadata.
+/// staging whole files, which replace what was there. Only for mounts that
+/// [`MountConfig::streams_whole_files`]: any other is written by the
+/// workers, whose mount holds its cache, merged writes and relaxed
+/// metadata.
 pub async fn stream_into(
     target: &External,
     chunks: impl futures::Stream<Item = Result<bytes::Bytes>>,
 ) -> Result<u64> {
     use futures::StreamExt;
     futures::pin_mut!(chunks);
-    if target.mount.config.mapping != Mapping::Direct {
+    if !target.mount.config.streams_whole_files() {
         return Err(Error::InvalidArgument(format!(
-            "{}: a file of the {:?} mapping is written through workers, not streamed",
-            target.path, target.mount.config.mapping
+            "{}: mount {} keeps state in its workers (a mapping other than direct, a cache \
+             or merged writes); its files are written through workers, not streamed",
+            target.path, target.mount.name
         )));
     }
     let mut w = target
@@ -458,32 +282,13 @@ mod tests {
     }
 
     #[test]
-    fn paths_resolve_to_the_declared_mount() {
+    fn paths_resolve_to_the_opened_mount() {
         let m = mounts();
-        let e = m.resolve("pfs:/a/./b").unwrap();
-        assert_eq!((e.mount.name.as_str(), e.path.as_str()), ("pfs", "a/b"));
-        let e = m.resolve("s3://data/x/y").unwrap();
-        assert_eq!((e.mount.name.as_str(), e.path.as_str()), ("lake", "x/y"));
         let e = m.resolve("s3://data/deep/z").unwrap();
         assert_eq!((e.mount.name.as_str(), e.path.as_str()), ("deep", "z"));
-        let e = m.resolve("s3://data/deeper").unwrap();
-        assert_eq!(e.mount.name, "lake");
-    }
-
-    #[test]
-    fn undeclared_or_escaping_paths_are_refused() {
-        let m = mounts();
-        let err = m.resolve("s3://other/k").unwrap_err().to_string();
-        assert!(err.contains("no mount declares the bucket"), "{err}");
-        assert!(err.contains("lake: s3://data"), "{err}");
+        assert_eq!(m.get("pfs").unwrap().config.uri, "fs:///tmp");
         let err = m.resolve("nfs:/x").unwrap_err().to_string();
-        assert!(err.contains("mount \"nfs\""), "{err}");
-        assert!(matches!(
-            m.resolve("pfs:/a/../../etc"),
-            Err(Error::InvalidPath { .. })
-        ));
-        assert!(is_external("pfs:/a") && is_external("s3://b/k"));
-        assert!(!is_external("/labios/a:b") && !is_external("relative"));
+        assert!(err.contains("declared mounts: deep"), "{err}");
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //!
 //! Workers read and write external storage services through Apache OpenDAL,
 //! named by URI (`s3://bucket/key`) or by a mount declared in the
-//! configuration (`pfs:/path`). LABIOS keeps no copy of an external
-//! system's metadata: sizes and listings are asked of the system itself.
+//! configuration (`pfs:/path`); the declarations and names are
+//! `labios-mounts`, all a client needs, since only workers reach external
+//! storage. Apart from what a mount holds back (merged writes, relaxed
+//! metadata, cached blocks), LABIOS keeps no copy of an external system's
+//! metadata: sizes and listings are asked of the system itself.
 //!
 //! How a POSIX-style file is laid out in an object store, and how objects
 //! are laid out in a file system, is the business of the IRIS mappers

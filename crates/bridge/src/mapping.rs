@@ -5,8 +5,8 @@
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use labios_label::{Error, Result};
+pub use labios_mounts::Mapping;
 use opendal::{EntryMode, ErrorKind, Operator};
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -49,22 +49,6 @@ pub trait FileMapper: Send + Sync + std::fmt::Debug {
     async fn flush_all(&self) -> Result<()> {
         Ok(())
     }
-}
-
-/// The mappings a mount may declare (`mapping = "..."`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mapping {
-    /// One file is one object, as other programs of the store expect: the
-    /// mapping for reading data sets written by others and for staging.
-    #[default]
-    Direct,
-    /// Fixed-size buckets (IRIS 3.4.1a): reads and writes alike.
-    Balanced,
-    /// One object per write plus a range index (IRIS 3.4.1b).
-    WriteOptimized,
-    /// The file at several bucket sizes, read with few objects (IRIS 3.4.1c).
-    ReadOptimized,
 }
 
 /// The mapper of `mapping` over `op`.

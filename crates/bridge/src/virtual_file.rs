@@ -18,8 +18,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use labios_label::{Error, Result};
+pub use labios_mounts::MetadataMode;
 use opendal::{ErrorKind, Operator};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -33,23 +33,6 @@ pub(crate) const PARALLEL: usize = 8;
 
 /// Beyond this many files, idle and clean cached states are dropped.
 const CACHED_FILES: usize = 1024;
-
-/// How a file's size and mtime reach the store (IRIS 3.4.3).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MetadataMode {
-    /// Every call reads the metadata object and every write rewrites it
-    /// after its data: a stat or read from any process is exact, at one
-    /// more round trip per call and two per write.
-    #[default]
-    Strict,
-    /// The writing process keeps metadata in memory and stores it every
-    /// [`Relaxed::every`] writes or [`Relaxed::delay`] after the first
-    /// unstored write (and at flush); other processes see a file's growth
-    /// that late, and a crash loses the unstored size changes (the data is
-    /// stored). A write costs only its data requests.
-    Relaxed,
-}
 
 /// When relaxed metadata is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

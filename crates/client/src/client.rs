@@ -87,7 +87,7 @@ struct Inner {
     /// settles the file first. Appends need not (their ranges are already
     /// in the size), so a stream of appends is never waited on between.
     positional: Mutex<HashSet<FileId>>,
-    mounts: labios_bridge::Mounts,
+    mounts: labios_mounts::MountTable,
     /// The session this client's file locks belong to.
     origin: u64,
     /// Lock calls waiting for a lock, cancelled when their owner releases.
@@ -168,7 +168,7 @@ impl Client {
         config: ClientConfig,
     ) -> Result<Self> {
         config.validate()?;
-        let mounts = labios_bridge::Mounts::shared(&config.mounts)?;
+        let mounts = labios_mounts::MountTable::new(&config.mounts)?;
         Ok(Client {
             inner: Arc::new(Inner {
                 labels: LabelManager::new(
@@ -1075,7 +1075,7 @@ impl Client {
     }
 
     pub async fn list(&self, prefix: &str) -> Result<Vec<FileMeta>> {
-        if labios_bridge::is_external(prefix) {
+        if labios_mounts::is_external(prefix) {
             return self.list_external(prefix).await;
         }
         self.settle_all().await?;
@@ -1180,7 +1180,7 @@ impl Client {
     /// Removes a name of a file or an empty directory; a file's data goes
     /// with its last name.
     pub async fn remove(&self, path: &str) -> Result<()> {
-        if labios_bridge::is_external(path) {
+        if labios_mounts::is_external(path) {
             return self.remove_external(path).await;
         }
         let meta = self.inner.catalog.stat(path).await?;
@@ -1361,7 +1361,7 @@ fn replaceable(src: &FileMeta, dest: &FileMeta) -> Result<()> {
 
 /// Symbolic links live in LABIOS's namespace, not in external storage.
 fn namespace_only(path: &str) -> Result<()> {
-    if labios_bridge::is_external(path) {
+    if labios_mounts::is_external(path) {
         return Err(Error::InvalidArgument(format!(
             "{path} is external storage: symbolic links live in the LABIOS namespace only"
         )));
@@ -1372,7 +1372,7 @@ fn namespace_only(path: &str) -> Result<()> {
 /// Extended attributes live in the inventory, which has no entry for an
 /// external path.
 fn inventory_path(path: &str) -> Result<()> {
-    if labios_bridge::is_external(path) {
+    if labios_mounts::is_external(path) {
         return Err(Error::InvalidArgument(format!(
             "{path} has no extended attributes in LABIOS: external storage keeps its own metadata"
         )));

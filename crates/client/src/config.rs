@@ -1,7 +1,7 @@
 //! Client settings (article 3.3.1a: label size range, sync/async mode).
 
-use labios_bridge::MountConfig;
 use labios_label::{Error, Result};
+use labios_mounts::MountConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

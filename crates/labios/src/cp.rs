@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressStyle};
 use labios_bridge::external::stream_into;
-use labios_bridge::Mapping;
+use labios_bridge::Mounts;
 use labios_client::Client;
 use labios_label::Error;
 use labios_store::FileKind;
@@ -175,6 +175,11 @@ pub async fn cp(client: &Client, src: &str, dst: &str, recursive: bool) -> anyho
         .expect("a valid template")
         .progress_chars("=> "),
     );
+    for (from, to, _) in &files {
+        if same_file(client, from, to).await? {
+            bail!("{} and {} are the same file", from.name(), to.name());
+        }
+    }
     for (from, to, size) in &files {
         bar.set_message(from.basename().unwrap_or_default());
         copy_file(client, from, to, *size, &bar)
@@ -242,12 +247,12 @@ async fn copy_file(
             client.wait_many(&handles).await?;
             client.flush(p).await?;
         }
-        Place::External(p) if client.external(p)?.mount.config.mapping != Mapping::Direct => {
-            // A mapped file is written by workers, as any client's writes:
-            // their mount keeps the file's merged writes and relaxed
-            // metadata, which a copy written from this process would
-            // contradict. What was there goes first, or a longer old
-            // file would keep its tail.
+        Place::External(p) if !client.external(p)?.config.streams_whole_files() => {
+            // Written by workers, as any client's writes: their mount keeps
+            // the file's cached blocks, merged writes and relaxed metadata,
+            // which a copy written from this process would contradict.
+            // What was there goes first, or a longer old file would keep
+            // its tail.
             match client.remove(p).await {
                 Ok(()) | Err(Error::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
@@ -270,7 +275,7 @@ async fn copy_file(
             client.flush(p.as_str()).await?;
         }
         Place::External(p) => {
-            let target = client.external(p)?;
+            let target = Mounts::new(&client.config().mounts)?.resolve(p)?;
             let chunks =
                 futures::stream::try_unfold((source, 0u64), move |(mut source, at)| async move {
                     if at >= size {
@@ -291,6 +296,28 @@ async fn copy_file(
         }
     }
     Ok(())
+}
+
+/// Whether `a` and `b` name one file, which a copy would destroy before
+/// reading it (the destination is emptied first): two names of one LABIOS
+/// file (hard links included), or one external path spelled two ways.
+async fn same_file(client: &Client, a: &Place, b: &Place) -> anyhow::Result<bool> {
+    Ok(match (a, b) {
+        (Place::Labios(x), Place::Labios(y)) => {
+            match (client.stat(x).await, client.stat(y).await) {
+                (Ok(m), Ok(n)) => m.id == n.id,
+                _ => false,
+            }
+        }
+        (Place::External(x), Place::External(y)) => {
+            let (x, y) = (client.external(x)?, client.external(y)?);
+            x.name == y.name && x.path == y.path
+        }
+        (Place::Local(x), Place::Local(y)) => {
+            matches!((std::fs::canonicalize(x), std::fs::canonicalize(y)), (Ok(m), Ok(n)) if m == n)
+        }
+        _ => false,
+    })
 }
 
 async fn make_parents(client: &Client, path: &str) -> anyhow::Result<()> {

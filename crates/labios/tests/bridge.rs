@@ -387,6 +387,23 @@ async fn a_client_in_another_process_sees_what_the_workers_mount_holds() {
         assert_eq!(server.ok(None, &["get", "wlog:/t.txt", "-"]), expected);
         assert_eq!(c.read("wlog:/t.txt").await.unwrap(), expected.as_bytes());
     }
+    // A copy onto its own source, under another spelling, is refused: it
+    // would empty the file before reading it.
+    server.ok(None, &["cp", long.to_str().unwrap(), "wlog:/t.txt"]);
+    for dst in ["wlog:/./t.txt", "wlog:t.txt", "wlog:/"] {
+        let err = server.err(None, &["cp", "wlog:/t.txt", dst]);
+        assert!(err.contains("are the same file"), "{dst}: {err}");
+    }
+    assert_eq!(
+        c.read("wlog:/t.txt").await.unwrap(),
+        b"0123456789abcdefghij".as_slice()
+    );
+    c.write_at_sync("/own.txt", 0, Bytes::from_static(b"mine"))
+        .await
+        .unwrap();
+    let err = server.err(None, &["cp", "labios:/own.txt", "labios:/./own.txt"]);
+    assert!(err.contains("are the same file"), "{err}");
+    assert_eq!(c.read("/own.txt").await.unwrap(), b"mine".as_slice());
     server.stop();
 }
 

@@ -341,10 +341,18 @@ async fn stack_set_changes_worker_processes_of_the_cluster_under_load() {
 /// removes them (a delete gives space back); opened again, it serves both,
 /// and every byte written reads back, on both deployments.
 async fn auth_keeps_a_worker_to_the_applications_it_names(kind: Kind) {
+    let pfs = tempfile::tempdir().unwrap();
     let d = Deployed::start(kind, |c| {
         c.workers.truncate(2);
         c.workers[0].stack = spec(&["auth:1", "file"]);
         c.client.max_label_size = 64 << 10;
+        c.mounts.insert(
+            "pfs".into(),
+            labios_bridge::MountConfig {
+                uri: format!("fs://{}", pfs.path().display()),
+                ..Default::default()
+            },
+        );
     })
     .await;
     let (a, b) = (d.create_app("island").await, d.create_app("other").await);
@@ -360,6 +368,9 @@ async fn auth_keeps_a_worker_to_the_applications_it_names(kind: Kind) {
         ca.write_at_sync(pa.as_str(), 0, ba.clone()).await.unwrap();
         cb.write_at_sync(pb.as_str(), 0, bb.clone()).await.unwrap();
     }
+    cb.write_at_sync("pfs:/b.txt", 0, bytes::Bytes::from_static(b"external"))
+        .await
+        .unwrap();
     let inventory = d.stores().inventory;
     let holders = |files: Vec<(String, bytes::Bytes)>| {
         let inventory = inventory.clone();
@@ -402,6 +413,13 @@ async fn auth_keeps_a_worker_to_the_applications_it_names(kind: Kind) {
     cb.flush(of_b[0].0.as_str()).await.unwrap();
     cb.remove(&of_b[5].0).await.unwrap();
     assert!(inventory.lookup(&of_b[5].0).await.unwrap().is_none());
+    // Removing external data is a change there, admitted as writes are.
+    let err = cb.remove("pfs:/b.txt").await.unwrap_err().to_string();
+    assert!(err.contains("does not admit application 2"), "{err}");
+    assert_eq!(
+        std::fs::read(pfs.path().join("b.txt")).unwrap(),
+        b"external"
+    );
     for (path, bytes) in &of_a {
         assert_eq!(&ca.read(path).await.unwrap(), bytes, "{path}");
     }
@@ -412,6 +430,8 @@ async fn auth_keeps_a_worker_to_the_applications_it_names(kind: Kind) {
         let c = if path.contains("/a1-") { &ca } else { &cb };
         assert_eq!(&c.read(path).await.unwrap(), bytes, "{path}");
     }
+    cb.remove("pfs:/b.txt").await.unwrap();
+    assert!(!pfs.path().join("b.txt").exists());
     d.shutdown().await;
 }
 

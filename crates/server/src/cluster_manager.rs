@@ -459,11 +459,13 @@ async fn free_unheld(inner: &Inner) {
 }
 
 /// Whether a task needs one worker's local data (see the module docs): a
-/// read, or a label addressed to a worker.
+/// read of a LABIOS file, or a label addressed to a worker. What external
+/// storage holds any live worker reaches.
 fn pinned(task: &Task) -> bool {
-    task.labels
-        .iter()
-        .any(|l: &Label| matches!(l.destination, Pointer::Worker(_)) || !l.mutates())
+    task.labels.iter().any(|l: &Label| {
+        matches!(l.destination, Pointer::Worker(_))
+            || (!l.mutates() && !matches!(l.source, Pointer::Uri { .. }))
+    })
 }
 
 /// Moves one batch of a down worker's queue to live workers.

@@ -2,22 +2,24 @@
 //! `s3://bucket/key` for a declared mount. Reads and writes are labels that
 //! workers execute against the external system, so a data set there is read
 //! in place, without an ingestion step (the K-means case of 4.2.7).
-//! Metadata is asked of the external system each time: LABIOS keeps no copy.
+//! Metadata, listings and removals are labels too: the workers' mount holds
+//! what the external system does not show yet (merged writes, relaxed
+//! metadata), and this client reaches no external system itself.
 
 use super::Client;
 use bytes::{Bytes, BytesMut};
-use labios_bridge::{External, Mounts};
 use labios_label::{Codec, Error, LabelKind, LabelState, LabelStatus, Result};
+use labios_mounts::{MountTable, Named};
 use labios_store::FileMeta;
 
 impl Client {
     /// The external storage this client may name.
-    pub fn mounts(&self) -> &Mounts {
+    pub fn mounts(&self) -> &MountTable {
         &self.inner.mounts
     }
 
     /// Resolves an external path to its mount.
-    pub fn external(&self, path: &str) -> Result<External> {
+    pub fn external(&self, path: &str) -> Result<Named<'_>> {
         self.inner.mounts.resolve(path)
     }
 
@@ -127,25 +129,20 @@ impl Client {
 
     /// A worker removes the path: the mount's merged writes and relaxed
     /// metadata of the file are kept there, in `labios serve`'s process,
-    /// not in this client's.
+    /// not in this client's. A worker's failure comes back as text, so a
+    /// missing file is found by asking first, for `rm` to say ENOENT; a
+    /// failure of the removal itself is reported as it came.
     pub(super) async fn remove_external(&self, path: &str) -> Result<()> {
-        self.external(path)?;
+        self.stat_external(path).await?;
         let label = self.inner.labels.external_remove(path);
         let id = label.id;
         self.inner.labels.publish(vec![label]).await?;
-        let removed = self
-            .inner
+        self.inner
             .labels
             .wait(&[id])
             .await?
             .iter()
-            .try_for_each(failed);
-        if removed.is_err() {
-            // A worker's failure comes back as text: a missing file is
-            // told apart by asking, so that `rm` says ENOENT.
-            self.stat_external(path).await?;
-        }
-        removed
+            .try_for_each(failed)
     }
 
     /// Metadata of external storage, asked of a worker ([`LabelKind::Stat`]

@@ -43,7 +43,7 @@ impl<'a> FileRef<'a> {
     /// no file ids.
     pub fn external(self) -> Option<&'a str> {
         match self {
-            FileRef::Path(p) if labios_bridge::is_external(p) => Some(p),
+            FileRef::Path(p) if labios_mounts::is_external(p) => Some(p),
             _ => None,
         }
     }

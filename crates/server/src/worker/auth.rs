@@ -69,12 +69,17 @@ impl Guard {
     }
 
     /// A [`Self::signed`] label may run here: the stack admits its owner
-    /// and the files it touches are the owner's. A delete or a flush runs
-    /// for a file's owner whatever the stack admits: they bring no bytes
-    /// in, a worker closed to an application still gives back the space its
-    /// earlier files hold, and a client's `fsync` reaches every worker.
+    /// and the files it touches are the owner's. A delete or a flush of a
+    /// LABIOS file runs for the file's owner whatever the stack admits:
+    /// they bring no bytes in, a worker closed to an application still
+    /// gives back the space its earlier files hold, and a client's `fsync`
+    /// reaches every worker. A delete of external storage is the stack's to
+    /// admit, as any other change there.
     pub(super) async fn may_run(&self, label: &Label) -> Result<(), Refusal> {
-        let admitted = matches!(label.kind, LabelKind::Delete | LabelKind::Flush)
+        let external_delete =
+            label.kind == LabelKind::Delete && matches!(label.source, Pointer::Uri { .. });
+        let admitted = (matches!(label.kind, LabelKind::Delete | LabelKind::Flush)
+            && !external_delete)
             || self.stack.admits(label.owner);
         if !admitted {
             return Err(format!(

@@ -10,6 +10,11 @@ use labios_label::{Codec, Label, LabelKind, Pointer};
 use labios_store::{FileKind, FileMeta};
 use std::time::UNIX_EPOCH;
 
+/// Largest encoded listing a [`LabelKind::List`] label returns: it reaches
+/// a client of `labios serve` in one frame, with room for the frame's own
+/// envelope.
+const MAX_LISTING: usize = labios_store::remote::MAX_FRAME - (1 << 20);
+
 impl Executor {
     pub(super) async fn write_external(&self, label: &Label) -> Result<Done, Failure> {
         let Pointer::Warehouse { key, len } = &label.source else {
@@ -74,9 +79,10 @@ impl Executor {
             }
         };
         let encoded = Bytes::from(entries.to_bytes());
-        if encoded.len() as u64 > MAX_READ {
+        if encoded.len() > MAX_LISTING {
             return Err(format!(
-                "{uri}: the listing takes {} bytes, more than the {MAX_READ} bytes one label may return",
+                "{uri}: the listing takes {} bytes, more than the {MAX_LISTING} bytes one label \
+                 may return (list a directory further down)",
                 encoded.len()
             ));
         }
