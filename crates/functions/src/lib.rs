@@ -61,6 +61,7 @@
 mod array;
 mod codec;
 mod crypto;
+mod module;
 mod pipeline;
 mod records;
 mod sandbox;
@@ -72,6 +73,7 @@ use bytes::Bytes;
 pub use labios_label::{AppId, Error, Operation, Result};
 
 pub use crate::crypto::app_key;
+pub use crate::module::check_module;
 use crate::pipeline::Step;
 pub use crate::sandbox::{Sandbox, SandboxLimits};
 

@@ -9,9 +9,7 @@ use std::time::Duration;
 use labios_label::{Error, Result};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
-use wasmtime::{
-    Config, Engine, ExternType, FuncType, Instance, Module, ResourceLimiter, Store, Trap, ValType,
-};
+use wasmtime::{Config, Engine, Instance, Module, ResourceLimiter, Store, Trap};
 
 /// Compiled modules kept; the same few functions run for many labels.
 const CACHED_MODULES: usize = 64;
@@ -139,9 +137,10 @@ impl Sandbox {
         })
     }
 
-    /// Compiles `wasm` (binary or WAT text) and checks it follows the ABI:
-    /// the check to run when an application registers a function, so that a
-    /// bad module is refused then rather than when a label runs it.
+    /// Checks `wasm` (binary or WAT text) as [`crate::check_module`] does
+    /// and compiles it, keeping the compiled module for the calls to come:
+    /// compiling can refuse what the check passed only for want of a
+    /// compiler feature, so this is the whole check of a worker.
     pub fn check(&self, name: &str, wasm: &[u8]) -> Result<()> {
         self.module(name, wasm).map(drop)
     }
@@ -151,14 +150,14 @@ impl Sandbox {
         if let Some(module) = self.cache.lock().modules.get(&hash) {
             return Ok(module.clone());
         }
-        // Compiled outside the lock: compiling takes a while and other
-        // functions go on running meanwhile.
-        let module = Module::new(&self.engine, wasm).map_err(|e| {
+        // Checked and compiled outside the lock: compiling takes a while
+        // and other functions go on running meanwhile.
+        let binary = crate::module::check_module(name, wasm)?;
+        let module = Module::new(&self.engine, &binary).map_err(|e| {
             Error::InvalidArgument(format!(
                 "function {name}: the module is not valid WebAssembly: {e:#}"
             ))
         })?;
-        check_abi(name, &module)?;
         let mut cache = self.cache.lock();
         if cache.modules.insert(hash, module.clone()).is_none() {
             cache.order.push_back(hash);
@@ -267,61 +266,6 @@ fn call(
             data.len()
         ))
     })
-}
-
-fn check_abi(name: &str, module: &Module) -> Result<()> {
-    let abi = |problem: String| {
-        Error::InvalidArgument(format!(
-            "function {name} does not follow the LABIOS module ABI: {problem}"
-        ))
-    };
-    if let Some(import) = module.imports().next() {
-        return Err(abi(format!(
-            "it imports {}::{}, and modules may import nothing",
-            import.module(),
-            import.name()
-        )));
-    }
-    match module.get_export("memory") {
-        Some(ExternType::Memory(memory)) if !memory.is_64() => {}
-        _ => return Err(abi("missing export `memory` (a 32-bit memory)".into())),
-    }
-    let functions: [(&str, &[ValType], ValType, &str); 2] = [
-        (
-            "labios_alloc",
-            &[ValType::I32],
-            ValType::I32,
-            "(i32) -> i32",
-        ),
-        (
-            "labios_run",
-            &[ValType::I32, ValType::I32, ValType::I32, ValType::I32],
-            ValType::I64,
-            "(i32, i32, i32, i32) -> i64",
-        ),
-    ];
-    for (export, params, result, signature) in functions {
-        let matches = |ty: &FuncType| {
-            ty.params().len() == params.len()
-                && ty.params().zip(params).all(|(a, b)| a.matches(b))
-                && ty.results().len() == 1
-                && ty.results().all(|r| r.matches(&result))
-        };
-        match module.get_export(export) {
-            Some(ExternType::Func(ty)) if matches(&ty) => {}
-            Some(_) => {
-                return Err(abi(format!(
-                    "export `{export}` is not a function {signature}"
-                )))
-            }
-            None => {
-                return Err(abi(format!(
-                    "missing export `{export}` (a function {signature})"
-                )))
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -4,12 +4,10 @@
 
 use super::{Client, Handle};
 use bytes::Bytes;
-use labios_functions::{Sandbox, SandboxLimits};
 use labios_label::{
     part_key, Error, FileId, LabelId, LabelKind, Operation, Pointer, Result, Segment, WorkerId,
 };
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
 use crate::content_manager::{read_key, write_key};
 use crate::label_manager::first_failure;
@@ -201,8 +199,10 @@ impl Client {
                 module.len()
             )));
         }
+        // Checked now, so that a bad module is refused at registration and
+        // not when a worker first runs it; compiling is the worker's.
         let (n, m) = (name.to_string(), module.clone());
-        tokio::task::spawn_blocking(move || checker()?.check(&n, &m))
+        tokio::task::spawn_blocking(move || labios_functions::check_module(&n, &m).map(drop))
             .await
             .map_err(|e| Error::Storage(format!("checking module {name}: {e}")))??;
         self.inner
@@ -228,17 +228,6 @@ impl Client {
             .functions(self.inner.app)
             .await
     }
-}
-
-/// Compiles modules at registration, so a bad one is refused then and not
-/// when a worker first runs it.
-fn checker() -> Result<&'static Sandbox> {
-    static CHECKER: OnceLock<Sandbox> = OnceLock::new();
-    if let Some(s) = CHECKER.get() {
-        return Ok(s);
-    }
-    let s = Sandbox::new(SandboxLimits::default())?;
-    Ok(CHECKER.get_or_init(|| s))
 }
 
 /// Names are plain identifiers and never shadow a built-in, which would
