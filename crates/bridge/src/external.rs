@@ -169,13 +169,9 @@ fn operator_writing(
     config: &MountConfig,
     atomic: Option<&str>,
 ) -> std::result::Result<Operator, String> {
+    config.check_uri()?;
     let uri = config.uri.as_str();
     let op = if let Some(dir) = uri.strip_prefix("fs://") {
-        if !dir.starts_with('/') {
-            return Err(format!(
-                "{uri}: an fs mount needs an absolute directory, fs:///dir"
-            ));
-        }
         let mut fs = opendal::services::Fs::default().root(dir);
         if let Some(atomic) = atomic {
             fs = fs.atomic_write_dir(&format!("{}/{atomic}", dir.trim_end_matches('/')));
@@ -183,9 +179,6 @@ fn operator_writing(
         Operator::new(fs).map_err(|e| e.to_string())?.finish()
     } else if let Some(rest) = uri.strip_prefix("s3://") {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Err(format!("{uri}: no bucket"));
-        }
         let mut b = opendal::services::S3::default()
             .bucket(bucket)
             .root(&format!("/{prefix}"))
@@ -197,14 +190,10 @@ fn operator_writing(
             b = b.access_key_id(key).secret_access_key(secret);
         }
         Operator::new(b).map_err(|e| e.to_string())?.finish()
-    } else if uri == "memory://" {
+    } else {
         Operator::new(opendal::services::Memory::default())
             .map_err(|e| e.to_string())?
             .finish()
-    } else {
-        return Err(format!(
-            "{uri}: unsupported storage (use fs:///dir, s3://bucket[/prefix] or memory://)"
-        ));
     };
     Ok(op.layer(opendal::layers::RetryLayer::new()))
 }

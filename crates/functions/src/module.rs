@@ -10,9 +10,16 @@ use labios_label::{Error, Result};
 use wasmparser::types::EntityType;
 use wasmparser::{ValType, Validator, WasmFeatures};
 
-/// What a module may use: WebAssembly 2.0 (SIMD, bulk memory, reference
-/// types, multi-value, ...), all of which the workers' wasmtime compiles.
-const FEATURES: WasmFeatures = WasmFeatures::WASM2;
+/// What a module may use, here and in the workers' wasmtime alike (its
+/// engine is configured with exactly this set, sandbox.rs), so that a module
+/// passing registration compiles: WebAssembly 3.0 (tail calls, multiple
+/// memories, extended constants, relaxed SIMD, ...) without what this
+/// build of wasmtime leaves out, garbage-collected types, exceptions and
+/// threads (its `gc` and `threads` features are not compiled in).
+pub(crate) const FEATURES: WasmFeatures = WasmFeatures::WASM3
+    .difference(WasmFeatures::GC_TYPES)
+    .difference(WasmFeatures::EXCEPTIONS)
+    .difference(WasmFeatures::THREADS);
 
 /// The functions a module exports, with their types.
 const FUNCTIONS: [(&str, &[ValType], ValType, &str); 2] = [
@@ -97,6 +104,19 @@ mod tests {
     }
 
     #[test]
+    fn what_wasmtime_compiles_beyond_webassembly_2_passes() {
+        let tail_call = GOOD.replace(
+            "(param i32 i32 i32 i32) (result i64) (i64.const 0)",
+            "(param i32 i32 i32 i32) (result i64) (return_call $zero))\n (func $zero (result i64) (i64.const 0)",
+        );
+        check_module("f", tail_call.as_bytes()).unwrap();
+        let sandbox = crate::Sandbox::new(crate::SandboxLimits::default()).unwrap();
+        sandbox.check("f", tail_call.as_bytes()).unwrap();
+        let externref = GOOD.replace("(memory", "(global externref (ref.null extern)) (memory");
+        assert!(sandbox.check("f", externref.as_bytes()).is_err());
+    }
+
+    #[test]
     fn text_and_binary_modules_pass_as_binary() {
         let binary = check_module("f", GOOD.as_bytes()).unwrap().into_owned();
         assert!(binary.starts_with(b"\0asm"));
@@ -119,7 +139,9 @@ mod tests {
             r#"(memory (export "memory") 1)"#,
             r#"(memory (export "memory") i64 1)"#,
         );
-        assert!(refusal(&memory64).contains("not valid WebAssembly"));
+        assert!(refusal(&memory64).contains("missing export `memory` (a 32-bit memory)"));
+        let externref = GOOD.replace("(memory", "(global externref (ref.null extern)) (memory");
+        assert!(refusal(&externref).contains("not valid WebAssembly"));
         let wrong = GOOD.replace(
             "(param i32) (result i32) (i32.const 0)",
             "(param i64) (result i32) (i32.const 0)",

@@ -9,7 +9,7 @@ use std::time::Duration;
 use labios_label::{Error, Result};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
-use wasmtime::{Config, Engine, Instance, Module, ResourceLimiter, Store, Trap};
+use wasmtime::{Config, Engine, Instance, Module, ResourceLimiter, Store, Trap, WasmFeatures};
 
 /// Compiled modules kept; the same few functions run for many labels.
 const CACHED_MODULES: usize = 64;
@@ -108,7 +108,11 @@ impl Sandbox {
             )));
         }
         let mut config = Config::new();
-        config.consume_fuel(true).epoch_interruption(true);
+        config
+            .consume_fuel(true)
+            .epoch_interruption(true)
+            .wasm_features(WasmFeatures::all(), false)
+            .wasm_features(crate::module::FEATURES, true);
         let engine = Engine::new(&config).map_err(|e| {
             Error::Unavailable(format!("cannot start the WebAssembly sandbox: {e:#}"))
         })?;

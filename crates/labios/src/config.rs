@@ -262,7 +262,10 @@ impl Config {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         self.client.validate()?;
-        labios_bridge::Mounts::new(&self.mounts)
+        // Names and URIs only: the workers open the mounts (and refuse bad
+        // mapping options, naming the mount), while every client process
+        // loads this configuration and reaches no external system.
+        labios_bridge::MountTable::new(&self.mounts)
             .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
         if self.deployment == Deployment::Distributed {
             // Merged writes and relaxed metadata live in one worker

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressStyle};
 use labios_bridge::external::stream_into;
-use labios_bridge::Mounts;
+use labios_bridge::{Mapping, Mounts};
 use labios_client::Client;
 use labios_label::Error;
 use labios_store::FileKind;
@@ -159,6 +159,9 @@ pub async fn cp(client: &Client, src: &str, dst: &str, recursive: bool) -> anyho
             vec![(src.clone(), dst.clone(), size)]
         }
         None if !recursive => bail!("{} is a directory (use -r to copy a tree)", src.name()),
+        None if inside(&src, &dst, client)? => {
+            bail!("cannot copy {} into itself, {}", src.name(), dst.name())
+        }
         None => src
             .walk(client)
             .await?
@@ -175,6 +178,8 @@ pub async fn cp(client: &Client, src: &str, dst: &str, recursive: bool) -> anyho
         .expect("a valid template")
         .progress_chars("=> "),
     );
+    // Opened once for the files streamed from here into external storage.
+    let mounts = Mounts::new(&client.config().mounts)?;
     for (from, to, _) in &files {
         if same_file(client, from, to).await? {
             bail!("{} and {} are the same file", from.name(), to.name());
@@ -182,7 +187,7 @@ pub async fn cp(client: &Client, src: &str, dst: &str, recursive: bool) -> anyho
     }
     for (from, to, size) in &files {
         bar.set_message(from.basename().unwrap_or_default());
-        copy_file(client, from, to, *size, &bar)
+        copy_file(client, &mounts, from, to, *size, &bar)
             .await
             .with_context(|| format!("copying {} to {}", from.name(), to.name()))?;
     }
@@ -201,6 +206,7 @@ pub async fn cp(client: &Client, src: &str, dst: &str, recursive: bool) -> anyho
 
 async fn copy_file(
     client: &Client,
+    mounts: &Mounts,
     from: &Place,
     to: &Place,
     size: u64,
@@ -275,7 +281,7 @@ async fn copy_file(
             client.flush(p.as_str()).await?;
         }
         Place::External(p) => {
-            let target = Mounts::new(&client.config().mounts)?.resolve(p)?;
+            let target = mounts.resolve(p)?;
             let chunks =
                 futures::stream::try_unfold((source, 0u64), move |(mut source, at)| async move {
                     if at >= size {
@@ -300,24 +306,70 @@ async fn copy_file(
 
 /// Whether `a` and `b` name one file, which a copy would destroy before
 /// reading it (the destination is emptied first): two names of one LABIOS
-/// file (hard links included), or one external path spelled two ways.
+/// file (hard links included), one external path spelled two ways or named
+/// by two mounts, or a local file and the same file through a directory
+/// mount. Compared ignoring ASCII case for external storage, which may be
+/// case-insensitive: a copy refused wrongly can be made another way, a
+/// source destroyed cannot be brought back.
 async fn same_file(client: &Client, a: &Place, b: &Place) -> anyhow::Result<bool> {
-    Ok(match (a, b) {
-        (Place::Labios(x), Place::Labios(y)) => {
-            match (client.stat(x).await, client.stat(y).await) {
-                (Ok(m), Ok(n)) => m.id == n.id,
-                _ => false,
-            }
-        }
-        (Place::External(x), Place::External(y)) => {
-            let (x, y) = (client.external(x)?, client.external(y)?);
-            x.name == y.name && x.path == y.path
-        }
-        (Place::Local(x), Place::Local(y)) => {
-            matches!((std::fs::canonicalize(x), std::fs::canonicalize(y)), (Ok(m), Ok(n)) if m == n)
+    Ok(
+        match (a.location(client).await?, b.location(client).await?) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        },
+    )
+}
+
+/// Whether `dst` lies inside directory `src`, where a recursive copy
+/// would write into the tree it reads.
+fn inside(src: &Place, dst: &Place, client: &Client) -> anyhow::Result<bool> {
+    let under = |s: &str, d: &str| {
+        let s = s.trim_end_matches('/');
+        d == s || d.starts_with(&format!("{s}/"))
+    };
+    Ok(match (src, dst) {
+        (Place::Labios(s), Place::Labios(d)) => under(
+            &labios_label::path::normalize(s)?,
+            &labios_label::path::normalize(d)?,
+        ),
+        (Place::External(s), Place::External(d)) => under(
+            &client.external(s)?.location().to_ascii_lowercase(),
+            &client.external(d)?.location().to_ascii_lowercase(),
+        ),
+        (Place::Local(s), Place::Local(d)) => {
+            std::path::absolute(d)?.starts_with(std::fs::canonicalize(s)?)
         }
         _ => false,
     })
+}
+
+impl Place {
+    /// The file this place names, as one string that two names of it
+    /// share; `None` when it does not exist (nothing there to lose).
+    async fn location(&self, client: &Client) -> anyhow::Result<Option<String>> {
+        let local = |p: &std::path::Path| {
+            std::fs::canonicalize(p)
+                .ok()
+                .map(|p| format!("local:{}", p.display()))
+        };
+        Ok(match self {
+            Place::Local(p) => local(p),
+            Place::Labios(p) => client
+                .stat(p)
+                .await
+                .ok()
+                .map(|m| format!("labios:{}", m.id)),
+            Place::External(p) => {
+                let named = client.external(p)?;
+                match named.config.uri.strip_prefix("fs://") {
+                    Some(dir) if named.config.mapping == Mapping::Direct => {
+                        local(&std::path::Path::new(dir).join(&named.path))
+                    }
+                    _ => Some(format!("ext:{}", named.location().to_ascii_lowercase())),
+                }
+            }
+        })
+    }
 }
 
 async fn make_parents(client: &Client, path: &str) -> anyhow::Result<()> {

@@ -307,12 +307,19 @@ async fn a_client_in_another_process_sees_what_the_workers_mount_holds() {
         aggregate_bytes: 1 << 20,
         ..fs_mount(&ext)
     };
+    // Two directory mounts, one inside the other: `raw:/sub/x` and
+    // `inner:/x` are one file.
+    let plain = dir.path().join("plain");
     let toml = dir.path().join("labios.toml");
     std::fs::write(
         &toml,
         format!(
-            "[mounts.wlog]\nuri = \"{}\"\nmapping = \"write-optimized\"\nmetadata = \"relaxed\"\naggregate_bytes = {}\n",
-            mount.uri, mount.aggregate_bytes
+            "[mounts.wlog]\nuri = \"{}\"\nmapping = \"write-optimized\"\nmetadata = \"relaxed\"\naggregate_bytes = {}\n\
+             [mounts.raw]\nuri = \"{}\"\n[mounts.inner]\nuri = \"{}\"\n",
+            mount.uri,
+            mount.aggregate_bytes,
+            fs_mount(&plain).uri,
+            fs_mount(&plain.join("sub")).uri
         ),
     )
     .unwrap();
@@ -323,6 +330,10 @@ async fn a_client_in_another_process_sees_what_the_workers_mount_holds() {
         ..Default::default()
     };
     config.mounts.insert("wlog".into(), mount);
+    config.mounts.insert("raw".into(), fs_mount(&plain));
+    config
+        .mounts
+        .insert("inner".into(), fs_mount(&plain.join("sub")));
     let c = labios::cli::connect_client(&config, None, None)
         .await
         .unwrap();
@@ -404,6 +415,24 @@ async fn a_client_in_another_process_sees_what_the_workers_mount_holds() {
     let err = server.err(None, &["cp", "labios:/own.txt", "labios:/./own.txt"]);
     assert!(err.contains("are the same file"), "{err}");
     assert_eq!(c.read("/own.txt").await.unwrap(), b"mine".as_slice());
+    // The same file through two mounts, or as a local path and through a
+    // directory mount; a tree copied into itself.
+    server.ok(None, &["cp", long.to_str().unwrap(), "raw:/sub/x.txt"]);
+    let local_x = plain.join("sub/x.txt");
+    for (from, to) in [
+        ("raw:/sub/x.txt", "inner:/x.txt"),
+        ("inner:/x.txt", "raw:/sub/x.txt"),
+        (local_x.to_str().unwrap(), "inner:/x.txt"),
+        ("raw:/sub/x.txt", local_x.to_str().unwrap()),
+    ] {
+        let err = server.err(None, &["cp", from, to]);
+        assert!(err.contains("are the same file"), "{from} -> {to}: {err}");
+    }
+    assert_eq!(std::fs::read(&local_x).unwrap(), b"0123456789abcdefghij");
+    let err = server.err(None, &["cp", "-r", "raw:/sub", "raw:/sub/deeper"]);
+    assert!(err.contains("into itself"), "{err}");
+    let err = server.err(None, &["cp", "-r", "labios:/", "labios:/copy"]);
+    assert!(err.contains("into itself"), "{err}");
     server.stop();
 }
 

@@ -60,6 +60,29 @@ pub struct MountConfig {
 }
 
 impl MountConfig {
+    /// Checks the form of [`MountConfig::uri`]: `fs:///absolute/dir`,
+    /// `s3://bucket[/prefix]` or `memory://`. Whether the system is there
+    /// is for the workers that open the mount to find out.
+    pub fn check_uri(&self) -> std::result::Result<(), String> {
+        let uri = self.uri.as_str();
+        if let Some(dir) = uri.strip_prefix("fs://") {
+            if !dir.starts_with('/') {
+                return Err(format!(
+                    "{uri}: an fs mount needs an absolute directory, fs:///dir"
+                ));
+            }
+        } else if let Some(rest) = uri.strip_prefix("s3://") {
+            if rest.split('/').next().unwrap_or("").is_empty() {
+                return Err(format!("{uri}: no bucket"));
+            }
+        } else if uri != "memory://" {
+            return Err(format!(
+                "{uri}: unsupported storage (use fs:///dir, s3://bucket[/prefix] or memory://)"
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether a whole file may be written into this mount from any
     /// process as one stream (`labios cp`'s multipart upload): only for
     /// the direct mapping with neither a cache nor merged writes, which
@@ -142,11 +165,21 @@ pub struct Named<'a> {
     pub path: String,
 }
 
+impl Named<'_> {
+    /// Where the path is in its system (`s3://bucket/prefix/a/b`,
+    /// `fs:///dir/a/b`), whichever mount names it: two mounts declared one
+    /// inside the other name some paths twice.
+    pub fn location(&self) -> String {
+        format!("{}/{}", root_of(self.name, self.config), self.path)
+    }
+}
+
 impl MountTable {
     /// The declared mounts; a name that is not letters, digits, `-` and
-    /// `_` is an error naming it.
+    /// `_`, or a URI of another form than [`MountConfig::check_uri`] takes,
+    /// is an error naming the mount.
     pub fn new(declared: &BTreeMap<String, MountConfig>) -> Result<MountTable> {
-        for name in declared.keys() {
+        for (name, config) in declared {
             if name.is_empty()
                 || !name
                     .chars()
@@ -156,6 +189,9 @@ impl MountTable {
                     "mount name {name:?}: use letters, digits, '-' and '_'"
                 )));
             }
+            config
+                .check_uri()
+                .map_err(|e| Error::InvalidArgument(format!("mounts.{name}: {e}")))?;
         }
         Ok(MountTable {
             mounts: declared.clone(),
@@ -259,8 +295,7 @@ impl MountTable {
     /// directory of any mount: its own, or one declared inside the mount
     /// it names. Compared ignoring ASCII case, for case-insensitive stores.
     fn unreserved<'a>(&self, full: &str, named: Named<'a>) -> Result<Named<'a>> {
-        let at =
-            format!("{}/{}", root_of(named.name, named.config), named.path).to_ascii_lowercase();
+        let at = named.location().to_ascii_lowercase();
         let inside = self.mounts.iter().any(|(name, config)| {
             let reserved = format!("{}/{RESERVED}", root_of(name, config)).to_ascii_lowercase();
             at == reserved || at.starts_with(&format!("{reserved}/"))

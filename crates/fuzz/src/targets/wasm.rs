@@ -1,8 +1,10 @@
 //! Uploaded WebAssembly modules (binary or text), as the client checks
-//! them at registration (`Sandbox::check`: compile, then the module ABI)
-//! and, when they pass, as a worker runs them on a label's data (`apply`)
-//! under the worker's default limits. Compiling with Cranelift takes
-//! milliseconds per valid module, so this target runs far fewer inputs.
+//! them at registration (`check_module`: validation and the module ABI,
+//! without compiling), as a worker compiles them (`Sandbox::check`), which
+//! must agree with the client's check, and, when they pass, as a worker
+//! runs them on a label's data (`apply`) under the worker's default
+//! limits. Compiling with Cranelift takes milliseconds per valid module,
+//! so this target runs far fewer inputs.
 
 use crate::engine::Target;
 use bytes::Bytes;
@@ -13,7 +15,7 @@ use std::time::Duration;
 
 pub static TARGET: Target = Target {
     name: "wasm",
-    about: "user modules: Sandbox::check (compile + ABI), then apply under the worker's limits",
+    about: "user modules: check_module, Sandbox::check (which must agree), then apply under the worker's limits",
     run,
     seeds,
     dictionary: &[
@@ -98,7 +100,13 @@ pub(super) fn sandbox() -> &'static Sandbox {
 
 fn run(data: &[u8]) {
     let sandbox = sandbox();
-    if sandbox.check("fuzz", data).is_err() {
+    let registered = labios_functions::check_module("fuzz", data).is_ok();
+    let compiled = sandbox.check("fuzz", data).is_ok();
+    assert_eq!(
+        registered, compiled,
+        "registration and the worker disagree on a module (registration accepts: {registered})"
+    );
+    if !compiled {
         return;
     }
     let modules = HashMap::from([("fuzz".to_string(), Bytes::copy_from_slice(data))]);
