@@ -66,9 +66,6 @@ impl Inner {
 
     fn put(&self, key: &str, data: &[u8]) -> Result<()> {
         let path = self.path(key)?;
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent)?;
-        }
         let n = self.tmp.fetch_add(1, Ordering::Relaxed);
         let tmp = self
             .root
@@ -78,7 +75,7 @@ impl Inner {
         let written = f
             .write_all(data)
             .and_then(|_| if self.sync { f.sync_data() } else { Ok(()) });
-        if let Err(e) = written.and_then(|_| fs::rename(&tmp, &path)) {
+        if let Err(e) = written.and_then(|_| rename_into(&tmp, &path)) {
             let _ = fs::remove_file(&tmp);
             return Err(Error::Storage(format!("put {key}: {e}")));
         }
@@ -210,5 +207,31 @@ impl ObjectMapper for OneToOne {
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let (inner, prefix) = (self.inner.clone(), prefix.to_string());
         blocking(move || inner.list(&prefix)).await
+    }
+}
+
+/// Times a put makes its object's folder again: a delete of the folder's
+/// last other object removes it (folders exist only for their objects)
+/// between the put's making it and its rename, as often as deletes race.
+const RENAME_ATTEMPTS: usize = 32;
+
+/// Renames the written `tmp` to the object's `path`, making `path`'s
+/// folders first, and again when a concurrent delete removed the emptied
+/// folder meanwhile: a put once failed with `No such file or directory`
+/// (HTTP 500) beside the delete of another object of its folder (found by
+/// the model checker, object_buckets/one-to-one).
+/// Making the folder can fail the same way: `create_dir_all` reports
+/// `File exists` when the folder it found is removed before it looks again.
+fn rename_into(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    use std::io::ErrorKind::{AlreadyExists, NotFound};
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let made = path.parent().map_or(Ok(()), fs::create_dir_all);
+        match made.and_then(|()| fs::rename(tmp, path)) {
+            Err(e)
+                if matches!(e.kind(), NotFound | AlreadyExists) && attempts < RENAME_ATTEMPTS => {}
+            done => return done,
+        }
     }
 }

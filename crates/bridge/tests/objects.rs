@@ -119,6 +119,34 @@ async fn one_to_one_objects_are_plain_files() {
     }
 }
 
+/// A put beside deletes that empty its folder: each delete of the folder's
+/// last object removes the folder, and a put that made the folder before
+/// the delete and renames into it after once failed (`No such file or
+/// directory`, an HTTP 500 at the S3 gateway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_survives_deletes_emptying_its_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(ObjectMapping::OneToOne, dir.path());
+    let churn = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            for _ in 0..2000 {
+                s.put("d/churn", Bytes::from_static(b"c")).await.unwrap();
+                s.delete("d/churn").await.unwrap();
+            }
+        })
+    };
+    for i in 0..2000u32 {
+        let key = format!("d/kept-{}", i % 2);
+        s.put(&key, Bytes::from(i.to_le_bytes().to_vec()))
+            .await
+            .unwrap_or_else(|e| panic!("put {i} beside deletes: {e}"));
+        s.delete(&key).await.unwrap();
+    }
+    churn.await.unwrap();
+    assert!(!dir.path().join("d").exists());
+}
+
 #[tokio::test]
 async fn containers_are_few_files() {
     let dir = tempfile::tempdir().unwrap();
