@@ -5,14 +5,18 @@
 #   cc app.c $(pkg-config --cflags --libs labios)
 #
 # Usage:
-#   bash scripts/install-capi.sh [--debug] [PREFIX]
+#   bash scripts/install-capi.sh [--debug] [--libdir DIR] [PREFIX]
 #       Builds liblabios_c.so (release; --debug: the debug profile) and
 #       installs PREFIX/include/labios.h, PREFIX/lib/liblabios_c.so and
 #       PREFIX/lib/pkgconfig/labios.pc. PREFIX defaults to /usr/local when run
 #       as root (already on the search paths of pkg-config and of the dynamic
 #       loader; ldconfig is run), else to $HOME/.local (no root needed; the
 #       script prints the PKG_CONFIG_PATH and rpath/LD_LIBRARY_PATH to use).
-#       DESTDIR is honoured for staged installs (packaging).
+#       DESTDIR is honoured for staged installs (packaging). The installed
+#       library carries no debug information (about 14 MB instead of 200);
+#       it is kept beside it, in PREFIX/lib/.debug/liblabios_c.so.debug,
+#       where gdb and perf find it through the library's .gnu_debuglink.
+#       With --libdir DIR nothing is built: DIR's liblabios_c.so is installed.
 #
 #   bash scripts/install-capi.sh --dev OUTDIR [--debug] [--libdir DIR]
 #       Installs nothing: writes OUTDIR/labios.pc pointing at the header in
@@ -70,10 +74,6 @@ while [ $# -gt 0 ]; do
         ;;
     esac
 done
-if [ -n "$libdir_given" ] && [ -z "$dev" ]; then
-    echo "install-capi.sh: --libdir is only for --dev" >&2
-    exit 2
-fi
 if [ -n "$dev" ] && [ -n "$prefix" ]; then
     echo "install-capi.sh: --dev takes no PREFIX" >&2
     exit 2
@@ -142,16 +142,29 @@ case "$prefix" in
 esac
 destdir="${DESTDIR:-}"
 
-built=$(build)
-install -d "$destdir$prefix/include" "$destdir$prefix/lib/pkgconfig"
+if [ -n "$libdir_given" ]; then
+    built=$(cd "$libdir_given" && pwd)
+else
+    built=$(build)
+fi
+if [ ! -f "$built/liblabios_c.so" ]; then
+    echo "install-capi.sh: no liblabios_c.so in $built" >&2
+    exit 1
+fi
+lib="$destdir$prefix/lib"
+install -d "$destdir$prefix/include" "$lib/pkgconfig" "$lib/.debug"
 install -m 644 "$header" "$destdir$prefix/include/labios.h"
-install -m 755 "$built/liblabios_c.so" "$destdir$prefix/lib/liblabios_c.so"
+objcopy --only-keep-debug "$built/liblabios_c.so" "$lib/.debug/liblabios_c.so.debug"
+chmod 644 "$lib/.debug/liblabios_c.so.debug"
+objcopy --strip-all --add-gnu-debuglink="$lib/.debug/liblabios_c.so.debug" \
+    "$built/liblabios_c.so" "$lib/liblabios_c.so"
+chmod 755 "$lib/liblabios_c.so"
 # shellcheck disable=SC2016 # ${prefix} is for pkg-config, not the shell.
 write_pc '${prefix}/include' '${prefix}/lib' "$prefix" >"$destdir$prefix/lib/pkgconfig/labios.pc"
 chmod 644 "$destdir$prefix/lib/pkgconfig/labios.pc"
 
 echo "installed into $destdir$prefix:"
-echo "  include/labios.h  lib/liblabios_c.so  lib/pkgconfig/labios.pc (version $(version))"
+echo "  include/labios.h  lib/liblabios_c.so  lib/.debug/liblabios_c.so.debug  lib/pkgconfig/labios.pc (version $(version))"
 if [ -z "$destdir" ] && [ "$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then
     ldconfig
 fi

@@ -6,9 +6,8 @@
 //! thread without knowing about async Rust.
 
 use bytes::Bytes;
-use labios::cli::connect_client;
-use labios::config::Config;
 use labios_client::{Client, FileRef, Handle, IoMode};
+use labios_connect::{connect_client, Settings};
 use labios_label::{Error, Operation, Result};
 use labios_store::{FileKind, FileMeta, RenameHow};
 use parking_lot::Mutex;
@@ -63,7 +62,7 @@ pub struct Session {
     client: Client,
     /// The configuration it connected with, which also says how to reach
     /// the service for administration ([`Session::set_stack`]).
-    config: Config,
+    config: Settings,
     tickets: Mutex<HashMap<Ticket, Handle>>,
     next_ticket: AtomicU64,
 }
@@ -84,7 +83,7 @@ impl Session {
         let runtime = builder
             .build()
             .map_err(|e| Error::Unavailable(format!("cannot start the session runtime: {e}")))?;
-        let mut config = Config::load(options.config.as_deref())
+        let mut config = Settings::load(options.config.as_deref())
             .map_err(|e| Error::InvalidArgument(format!("{e:#}")))?;
         // In the distributed deployment, an endpoint is the node gateway
         // (`labios serve`) the session goes through.
@@ -123,8 +122,12 @@ impl Session {
     /// the configuration's service credentials). Returns once the worker
     /// runs it.
     pub fn set_stack(&self, worker: u32, spec: &str) -> Result<()> {
-        let spec = labios::cli::parse_stack(spec)?;
-        self.run(labios::cli::set_worker_stack(&self.config, worker, &spec))
+        let spec = labios_connect::parse_stack(spec)?;
+        self.run(labios_connect::set_worker_stack(
+            &self.config,
+            worker,
+            &spec,
+        ))
     }
 
     pub fn mode(&self) -> IoMode {

@@ -749,3 +749,96 @@ fn c_pipelines_run_at_the_workers() {
     );
     server.stop();
 }
+
+/// What a section name lists in a file: `readelf -S` of `file`.
+fn sections(file: &Path) -> String {
+    let out = Command::new("readelf")
+        .arg("-S")
+        .arg("-W")
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "readelf -S {}", file.display());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `install-capi.sh PREFIX` as a user runs it: the library a program loads
+/// carries no debug information, which waits beside it in `lib/.debug` for
+/// gdb and perf; a program built against the installed `labios.pc` runs,
+/// and its client reads the configuration as the `labios` command does
+/// (a misspelled section is refused by name, through the C error path).
+#[test]
+fn the_installed_library_is_stripped_and_its_debug_information_kept_beside_it() {
+    require_tool("pkg-config");
+    let tmp = TempDir::new("install");
+    let prefix = tmp.0.join("prefix");
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo().join("scripts/install-capi.sh"))
+        .arg("--libdir")
+        .arg(lib_dir())
+        .arg(&prefix)
+        .env_remove("DESTDIR");
+    assert_ok(&run(cmd, &tmp.0, "install"), "install-capi.sh");
+
+    let lib = prefix.join("lib/liblabios_c.so");
+    let debug = prefix.join("lib/.debug/liblabios_c.so.debug");
+    let installed = sections(&lib);
+    assert!(!installed.contains(".debug_info"), "{installed}");
+    assert!(installed.contains(".gnu_debuglink"), "{installed}");
+    assert!(sections(&debug).contains(".debug_info"));
+    let link = Command::new("objcopy")
+        .arg("--dump-section")
+        .arg(format!(".gnu_debuglink={}", tmp.0.join("link").display()))
+        .arg(&lib)
+        .arg(tmp.0.join("scratch.so"))
+        .status()
+        .unwrap();
+    assert!(link.success());
+    let named = std::fs::read(tmp.0.join("link")).unwrap();
+    assert!(
+        named.starts_with(b"liblabios_c.so.debug\0"),
+        "the debug link names {:?}",
+        String::from_utf8_lossy(&named)
+    );
+    assert!(
+        std::fs::metadata(&lib).unwrap().len()
+            < std::fs::metadata(lib_dir().join("liblabios_c.so"))
+                .unwrap()
+                .len(),
+        "the installed library is smaller than the built one"
+    );
+
+    let source = tmp.0.join("bad_config.c");
+    std::fs::write(
+        &source,
+        r#"#include <labios.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    labios_t *h = NULL;
+    int rc = labios_connect_config(argv[1], NULL, NULL, &h);
+    printf("%d %s\n", rc, rc == LABIOS_OK ? "" : labios_last_error());
+    return rc == LABIOS_EINVAL ? 0 : 1;
+}
+"#,
+    )
+    .unwrap();
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "labios"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .unwrap();
+    assert!(flags.status.success());
+    let mut cc = Command::new("cc");
+    cc.arg(&source)
+        .arg("-o")
+        .arg(tmp.0.join("bad_config"))
+        .args(String::from_utf8(flags.stdout).unwrap().split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()));
+    assert_ok(&run(cc, &tmp.0, "cc"), "cc bad_config.c");
+    let config = tmp.0.join("bad.toml");
+    std::fs::write(&config, "[dispatchr]\npolicy = \"random\"\n").unwrap();
+    let mut program = clean_command(tmp.0.join("bad_config"));
+    program.arg(&config);
+    let out = assert_ok(&run(program, &tmp.0, "bad_config"), "bad_config");
+    assert!(out.contains("dispatchr"), "{out}");
+}

@@ -3,11 +3,11 @@
 //! socket inside the configured data directory).
 
 use crate::config::{Config, Deployment};
-use crate::deployment::distributed_stores;
 use anyhow::Context;
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use labios_client::Client;
+use labios_connect::{connect_client, distributed_stores, parse_stack, set_worker_stack};
 use labios_core::administrator::Administrator;
 use labios_label::WorkerStatus;
 use labios_store::remote::{connect, Endpoint};
@@ -304,7 +304,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline,
             no_wait,
         } => {
-            let client = connect_client(&config, cli.key, cli.secret).await?;
+            let client = connect_client(&config.connection(), cli.key, cli.secret).await?;
             if pipeline.is_empty() {
                 put(&client, &local, &path).await
             } else {
@@ -312,7 +312,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Query { path, pipeline } => {
-            let client = connect_client(&config, cli.key, cli.secret).await?;
+            let client = connect_client(&config.connection(), cli.key, cli.secret).await?;
             let result = client.query(&path, parse_pipeline(&pipeline)?).await?;
             let mut out = std::io::stdout().lock();
             out.write_all(&result)?;
@@ -324,7 +324,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Function(cmd) => function(&config, cli.key, cli.secret, cmd).await,
         Command::Get { path, local } => {
             get(
-                &connect_client(&config, cli.key, cli.secret).await?,
+                &connect_client(&config.connection(), cli.key, cli.secret).await?,
                 &path,
                 &local,
             )
@@ -336,7 +336,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             recursive,
         } => {
             crate::cp::cp(
-                &connect_client(&config, cli.key, cli.secret).await?,
+                &connect_client(&config.connection(), cli.key, cli.secret).await?,
                 &src,
                 &dst,
                 recursive,
@@ -344,161 +344,35 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
         }
         Command::Ls { prefix } => {
-            ls(&connect_client(&config, cli.key, cli.secret).await?, prefix).await
+            ls(
+                &connect_client(&config.connection(), cli.key, cli.secret).await?,
+                prefix,
+            )
+            .await
         }
         Command::Stat { path } => {
-            stat(&connect_client(&config, cli.key, cli.secret).await?, &path).await
+            stat(
+                &connect_client(&config.connection(), cli.key, cli.secret).await?,
+                &path,
+            )
+            .await
         }
-        Command::Rm { path } => Ok(connect_client(&config, cli.key, cli.secret)
+        Command::Rm { path } => Ok(connect_client(&config.connection(), cli.key, cli.secret)
             .await?
             .remove(&path)
             .await?),
-        Command::Status => status(&connect_client(&config, cli.key, cli.secret).await?).await,
-    }
-}
-
-/// A client: of the `labios serve` at the configured endpoint (the embedded
-/// deployment's, or a node gateway of the distributed deployment when the
-/// configuration names an endpoint), or else straight on NATS and Redis
-/// with the configuration's service credentials, trusted as root is.
-pub async fn connect_client(
-    config: &Config,
-    key: Option<String>,
-    secret: Option<String>,
-) -> anyhow::Result<Client> {
-    let gateway = config.endpoint.is_some();
-    match config.deployment {
-        Deployment::Distributed if !gateway => {
-            let stores = distributed_stores(config).await?;
-            let admin = Administrator::new(stores.inventory.clone());
-            let app = admin
-                .authenticate(key.as_deref(), secret.as_deref())
-                .await?;
-            // The registry holds the secret the client presented (or the
-            // default application's, for a client without credentials).
-            let secret = admin.app(app).await?.secret;
-            let origin = stores.inventory.next_id("origin").await?;
-            Ok(Client::with_secret(
-                stores,
-                app,
-                &secret,
-                origin,
-                config.client_settings(),
-            )?)
+        Command::Status => {
+            status(&connect_client(&config.connection(), cli.key, cli.secret).await?).await
         }
-        _ => {
-            let endpoint = Endpoint::parse(&config.endpoint())?;
-            let (stores, session) = connect(&endpoint, key, secret).await?;
-            Ok(Client::with_secret(
-                stores,
-                session.app,
-                &session.secret,
-                session.origin,
-                config.client_settings(),
-            )?)
-        }
-    }
-}
-
-/// The inventory as LABIOS itself sees it, for what only the service may
-/// do: through `labios serve` with the service secret it keeps in its
-/// data directory (embedded), or NATS and Redis with the configuration's
-/// service credentials (distributed).
-pub async fn service_inventory(
-    config: &Config,
-) -> anyhow::Result<std::sync::Arc<dyn labios_store::Inventory>> {
-    match config.deployment {
-        Deployment::Embedded => {
-            let endpoint = Endpoint::parse(&config.endpoint())?;
-            let file = crate::serve::service_secret_file(&config.data_dir);
-            let secret = std::fs::read_to_string(&file).with_context(|| {
-                format!(
-                    "reading the service secret that `labios serve` keeps in its data directory, {}: run as the same user with the same data directory (--config / LABIOS_DATA_DIR)",
-                    file.display()
-                )
-            })?;
-            let key = labios_core::administrator::SERVICE_KEY;
-            Ok(connect(&endpoint, Some(key.into()), Some(secret))
-                .await
-                .with_context(|| {
-                    format!(
-                        "the server at {endpoint} refused the service secret in {}",
-                        file.display()
-                    )
-                })?
-                .0
-                .inventory)
-        }
-        Deployment::Distributed => Ok(distributed_stores(config).await?.inventory),
     }
 }
 
 /// `labios stack set`.
 async fn stack_set(config: &Config, worker: u32, names: &str) -> anyhow::Result<()> {
     let spec = parse_stack(names)?;
-    set_worker_stack(config, worker, &spec).await?;
+    set_worker_stack(&config.connection(), worker, &spec).await?;
     println!("worker {worker} runs {spec}");
     Ok(())
-}
-
-/// A stack as people write it: module names, comma-separated, the backend
-/// last (`checksum,zstd,file`).
-pub fn parse_stack(names: &str) -> labios_label::Result<labios_stack::Spec> {
-    labios_stack::Spec::try_from(
-        names
-            .split(',')
-            .map(|n| n.trim().to_string())
-            .collect::<Vec<_>>(),
-    )
-}
-
-/// Changes running worker `worker`'s stack to `spec` (LabStor's live
-/// upgrade), as the service: asks the worker through the inventory, then
-/// returns once its status says it runs `spec` (a worker looks at each
-/// heartbeat). The command, the C library and the Python package share
-/// it, so each refuses the same things with the same words.
-pub async fn set_worker_stack(
-    config: &Config,
-    worker: u32,
-    spec: &labios_stack::Spec,
-) -> labios_label::Result<()> {
-    use labios_label::Error;
-    let inventory = service_inventory(config)
-        .await
-        .map_err(|e| match e.downcast::<Error>() {
-            Ok(e) => e,
-            Err(e) => Error::PermissionDenied(format!("only the service changes stacks: {e:#}")),
-        })?;
-    let status = |workers: Vec<WorkerStatus>| workers.into_iter().find(|w| w.spec.id == worker);
-    let workers = inventory.workers().await?;
-    let ids: Vec<String> = workers.iter().map(|w| w.spec.id.to_string()).collect();
-    let Some(now) = status(workers) else {
-        return Err(Error::NotFound(format!(
-            "no worker {worker} (workers: {})",
-            ids.join(", ")
-        )));
-    };
-    if let Some(backend) = now.stack.last().filter(|b| b.as_str() != spec.backend()) {
-        return Err(Error::InvalidArgument(format!(
-            "stack: {spec} keeps its bytes on {:?}, worker {worker} on {backend:?}; a running worker changes its layers, not its backend",
-            spec.backend()
-        )));
-    }
-    let wanted: Vec<String> = spec.clone().into();
-    inventory.ask_stack(worker, wanted.clone()).await?;
-    // A worker takes the request at its next heartbeat (a score interval).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if status(inventory.workers().await?).is_some_and(|w| w.stack == wanted) {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(Error::Timeout(format!(
-                "worker {worker} did not take stack {spec} within 15 s (is it running? its log says why it refused)"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// The administrator of this deployment's application registry.
@@ -508,7 +382,7 @@ async fn registry(config: &Config) -> anyhow::Result<Administrator> {
             let endpoint = Endpoint::parse(&config.endpoint())?;
             connect(&endpoint, None, None).await?.0.inventory
         }
-        Deployment::Distributed => distributed_stores(config).await?.inventory,
+        Deployment::Distributed => distributed_stores(&config.connection()).await?.inventory,
     };
     Ok(Administrator::new(inventory))
 }
@@ -668,7 +542,7 @@ async fn function(
         }
         return Ok(());
     }
-    let client = connect_client(config, key, secret).await?;
+    let client = connect_client(&config.connection(), key, secret).await?;
     match cmd {
         FunctionCommand::Add { name, module } => {
             let bytes = std::fs::read(&module)

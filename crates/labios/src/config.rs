@@ -3,10 +3,10 @@
 //! `LABIOS_<SECTION>__<FIELD>` (e.g. `LABIOS_DISPATCHER__POLICY=random`).
 //! Unknown or mistyped fields are errors that name the field.
 
-use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
 use labios_bridge::MountConfig;
 use labios_client::ClientConfig;
+pub use labios_connect::Deployment;
+use labios_connect::Settings;
 use labios_core::dispatcher::DispatcherConfig;
 use labios_distributed::nats_queue::NatsConfig;
 use labios_distributed::redis_store::RedisConfig;
@@ -64,13 +64,6 @@ pub struct S3Settings {
     /// by an objects-to-files mapping (IRIS 3.4.1) instead of in the
     /// LABIOS namespace.
     pub buckets: BTreeMap<String, ObjectBucketConfig>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Deployment {
-    Embedded,
-    Distributed,
 }
 
 /// One worker of the pool: its tier and what it declares about itself.
@@ -150,11 +143,12 @@ impl Default for Config {
                 _ => labios_stack::Spec::default(),
             },
         };
+        let client = Settings::default();
         Config {
-            deployment: Deployment::Embedded,
-            data_dir: PathBuf::from("labios-data"),
-            endpoint: None,
-            client: ClientConfig::default(),
+            deployment: client.deployment,
+            data_dir: client.data_dir,
+            endpoint: client.endpoint,
+            client: client.client,
             dispatcher: DispatcherConfig::default(),
             dispatchers: 1,
             all_local_users: false,
@@ -169,11 +163,11 @@ impl Default for Config {
             queue: QueueConfig::default(),
             warehouse: WarehouseConfig::default(),
             inventory: InventorySettings::default(),
-            nats: NatsConfig::default(),
-            redis: RedisConfig::default(),
-            mounts: BTreeMap::new(),
+            nats: client.nats,
+            redis: client.redis,
+            mounts: client.mounts,
             s3: S3Settings::default(),
-            faults: Default::default(),
+            faults: client.faults,
         }
     }
 }
@@ -208,48 +202,29 @@ impl Default for InventorySettings {
 impl Config {
     /// Defaults, then the TOML file (if any), then `LABIOS_*` variables.
     pub fn load(file: Option<&Path>) -> anyhow::Result<Config> {
-        let mut fig = Figment::from(Serialized::defaults(Config::default()));
-        if let Some(path) = file {
-            if !path.exists() {
-                anyhow::bail!("config file {} not found", path.display());
-            }
-            fig = fig.merge(Toml::file(path));
-        }
-        let fig = fig.merge(
-            Env::prefixed("LABIOS_")
-                // Read by the CLI, `labios run` and the preload library.
-                .ignore(&[
-                    "ENDPOINT",
-                    "KEY",
-                    "SECRET",
-                    "CONFIG",
-                    "LOG",
-                    "PREFIXES",
-                    "CWD",
-                    "PRELOAD_LIB",
-                ])
-                .split("__"),
-        );
-        let config: Config = fig.extract().map_err(|e| {
-            let mut msg = String::from("invalid configuration");
-            for err in e {
-                msg.push_str(&format!("\n  {err}"));
-                if !err.path.is_empty() {
-                    msg.push_str(&format!(" (field `{}`)", err.path.join(".")));
-                }
-            }
-            anyhow::anyhow!(msg)
-        })?;
+        let config = labios_connect::settings::load(Config::default(), file)?;
         config.validate()?;
         Ok(config)
     }
 
+    /// What a client reads of this configuration: the same view the C,
+    /// preload and Python libraries load from the same file.
+    pub fn connection(&self) -> Settings {
+        let mut view = Settings::default();
+        view.deployment = self.deployment;
+        view.data_dir = self.data_dir.clone();
+        view.endpoint = self.endpoint.clone();
+        view.client = self.client.clone();
+        view.nats = self.nats.clone();
+        view.redis = self.redis.clone();
+        view.mounts = self.mounts.clone();
+        view.faults = self.faults.clone();
+        view
+    }
+
     /// The client settings, with the deployment's mounts.
     pub fn client_settings(&self) -> ClientConfig {
-        ClientConfig {
-            mounts: self.mounts.clone(),
-            ..self.client.clone()
-        }
+        self.connection().client_settings()
     }
 
     /// The worker settings, with the deployment's mounts.
@@ -337,12 +312,7 @@ impl Config {
     }
 
     pub fn endpoint(&self) -> String {
-        self.endpoint.clone().unwrap_or_else(|| {
-            self.data_dir
-                .join("labios.sock")
-                .to_string_lossy()
-                .into_owned()
-        })
+        labios_connect::settings::endpoint(&self.data_dir, self.endpoint.as_deref())
     }
 
     /// What worker `index` of the pool declares about itself; its id is its index.

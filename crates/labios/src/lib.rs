@@ -6,7 +6,6 @@ pub mod cli;
 pub mod config;
 pub mod cp;
 pub mod demo;
-pub mod deployment;
 pub mod mount;
 pub mod processes;
 pub mod run;

@@ -5,11 +5,11 @@
 //! `labios run`); the mount ends on SIGINT, SIGTERM or `labios umount`, and
 //! every write it acknowledged is stored before the command returns.
 
-use crate::cli::connect_client;
 use crate::config::Config;
 use crate::processes::StopSignal;
 use anyhow::Context;
 use labios_client::IoMode;
+use labios_connect::connect_client;
 use labios_fuse::{LabiosFs, Settings};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -46,7 +46,7 @@ pub async fn mount(mut config: Config, opts: MountOptions) -> anyhow::Result<()>
         config.client.mode = IoMode::Async;
     }
     let mounted = async {
-        let client = connect_client(&config, opts.key, opts.secret).await?;
+        let client = connect_client(&config.connection(), opts.key, opts.secret).await?;
         let settings = Settings {
             cache_timeout: opts.cache_timeout,
         };

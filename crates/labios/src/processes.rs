@@ -4,7 +4,7 @@
 //! through NATS and Redis.
 
 use crate::config::Config;
-use crate::deployment::distributed_stores;
+use labios_connect::distributed_stores;
 use labios_core::dispatcher::{Dispatcher, InventoryDirectory, Queues};
 use labios_label::WorkerDirectory;
 use labios_server::{ClusterManager, Launcher, LocalProcessLauncher, Worker};
@@ -65,7 +65,7 @@ impl StopSignal {
 /// dispatcher processes share the queues (each label goes to one of them).
 pub async fn dispatcher(config: Config) -> anyhow::Result<()> {
     let mut signals = StopSignal::install()?;
-    let stores = distributed_stores(&config).await?;
+    let stores = distributed_stores(&config.connection()).await?;
     let directory: Arc<dyn WorkerDirectory> = Arc::new(
         InventoryDirectory::start(
             stores.inventory.clone(),
@@ -105,7 +105,7 @@ pub async fn worker(config: Config, index: usize, suspended: bool) -> anyhow::Re
     let mut signals = StopSignal::install()?;
     let spec = config.worker_spec(index)?;
     let place = config.worker_place(index);
-    let stores = distributed_stores(&config).await?;
+    let stores = distributed_stores(&config.connection()).await?;
     let handle = Worker::spawn(
         spec.clone(),
         place.clone(),
@@ -139,7 +139,7 @@ pub async fn worker(config: Config, index: usize, suspended: bool) -> anyhow::Re
 /// when it stops.
 pub async fn manager(config: Config, config_file: Option<PathBuf>) -> anyhow::Result<()> {
     let mut signals = StopSignal::install()?;
-    let stores = distributed_stores(&config).await?;
+    let stores = distributed_stores(&config.connection()).await?;
     let launcher: Option<Arc<dyn Launcher>> = if config.manager.launch {
         let mut args = Vec::new();
         if let Some(file) = config_file {

@@ -6,13 +6,13 @@
 //! in the distributed deployment it reaches NATS and Redis as the other
 //! LABIOS processes do.
 
-use crate::cli::connect_client;
 use crate::config::{Config, Deployment};
 use crate::run::reachable;
 use crate::serve::Served;
 use anyhow::Context;
 use async_trait::async_trait;
 use labios_client::Client;
+use labios_connect::connect_client;
 use labios_gateway::{Gateway, ObjectBuckets, Tenants};
 use labios_store::remote::Endpoint;
 use labios_store::{AppRecord, Inventory};
@@ -32,7 +32,7 @@ impl Tenants for Deployed {
 
     async fn connect(&self, key: &str, secret: &str) -> labios_label::Result<Client> {
         connect_client(
-            &self.config,
+            &self.config.connection(),
             Some(key.to_string()),
             Some(secret.to_string()),
         )
@@ -60,7 +60,7 @@ pub async fn s3(mut config: Config, listen: &str) -> anyhow::Result<()> {
             served = Some(Served::start(config.clone()).await?);
         }
     }
-    let registry = crate::cli::service_inventory(&config)
+    let registry = labios_connect::service_inventory(&config.connection())
         .await
         .context("labios s3")?;
     let objects = ObjectBuckets::open(&config.s3.buckets)?;

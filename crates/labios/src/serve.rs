@@ -6,23 +6,17 @@
 //! the users whose programs connect to it never hold.
 
 use crate::config::{Config, Deployment};
-use crate::deployment::distributed_stores;
 use crate::runtime::Runtime;
 use anyhow::Context;
+use labios_connect::distributed_stores;
+use labios_connect::service_secret_file;
 use labios_core::administrator::{self, Administrator, DEFAULT_APP, SERVICE_KEY};
 use labios_label::Error;
 use labios_store::remote::{self, Endpoint, Listener};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use tokio::sync::watch;
-
-/// Where `labios serve` keeps the secret of its service credential (see
-/// [`SERVICE_KEY`]), readable by its owner only: whoever can read the data
-/// directory can read every worker's bytes anyway.
-pub fn service_secret_file(data_dir: &Path) -> PathBuf {
-    data_dir.join("service.secret")
-}
 
 /// A fresh service secret for this run of the server, written to
 /// [`service_secret_file`] with mode 0600.
@@ -87,7 +81,7 @@ impl Served {
                 std::fs::create_dir_all(&config.data_dir).with_context(|| {
                     format!("cannot create data directory {}", config.data_dir.display())
                 })?;
-                let stores = distributed_stores(&config).await?;
+                let stores = distributed_stores(&config.connection()).await?;
                 let admin = Arc::new(Administrator::new(stores.inventory.clone()));
                 (None, stores, admin)
             }

@@ -334,7 +334,7 @@ async fn a_client_in_another_process_sees_what_the_workers_mount_holds() {
     config
         .mounts
         .insert("inner".into(), fs_mount(&plain.join("sub")));
-    let c = labios::cli::connect_client(&config, None, None)
+    let c = labios_connect::connect_client(&config.connection(), None, None)
         .await
         .unwrap();
 

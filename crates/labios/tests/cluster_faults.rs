@@ -294,7 +294,7 @@ impl Cluster {
     }
 
     async fn stores(&self) -> Stores {
-        labios::deployment::distributed_stores(&self.config)
+        labios_connect::distributed_stores(&self.config.connection())
             .await
             .unwrap()
     }
@@ -306,7 +306,7 @@ impl Cluster {
             .ensure_default_app()
             .await
             .unwrap();
-        labios::cli::connect_client(&self.config, None, None)
+        labios_connect::connect_client(&self.config.connection(), None, None)
             .await
             .unwrap()
     }
@@ -1042,7 +1042,7 @@ async fn manager_launches_wakes_and_stops_worker_processes() {
     }
     std::fs::write(&file, toml).unwrap();
     let config = Config::load(Some(&file)).unwrap();
-    let stores = labios::deployment::distributed_stores(&config)
+    let stores = labios_connect::distributed_stores(&config.connection())
         .await
         .unwrap();
     let launcher = Arc::new(LocalProcessLauncher::new(
@@ -1390,8 +1390,8 @@ impl model_client::Deployment for Crashing {
         let app = &self.apps[usize::from(b)];
         let t = Instant::now();
         loop {
-            match labios::cli::connect_client(
-                &self.config,
+            match labios_connect::connect_client(
+                &self.config.connection(),
                 Some(app.key.clone()),
                 Some(app.secret.clone()),
             )

@@ -56,3 +56,72 @@ fn bad_values_name_the_field() {
     );
     assert!(missing.contains("not found"), "{missing}");
 }
+
+/// The C, preload and Python libraries read the file through the client's
+/// view (`labios_connect::Settings`), so that they link no server: it must
+/// know every section the command knows, or a client would refuse a file
+/// `labios serve` accepts.
+#[test]
+fn clients_know_every_section_of_the_configuration() {
+    let every = serde_json::to_value(Config::default()).unwrap();
+    let view: labios_connect::Settings = serde_json::from_value(every).unwrap();
+    assert_eq!(view, Config::default().connection());
+}
+
+#[test]
+fn a_client_reads_the_connection_the_command_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        r#"deployment = "distributed"
+data_dir = "/srv/labios"
+endpoint = "node7:7070"
+dispatchers = 2
+[client]
+min_label_size = 0
+[dispatcher]
+policy = "random"
+[[workers]]
+tier = "ssd"
+speed = 3
+energy = 3
+capacity = 1073741824
+[redis]
+urls = ["redis://redis.example:6380"]
+[mounts.lake]
+uri = "fs:///srv/lake"
+[s3.buckets.raw]
+dir = "/srv/raw"
+owner = "default"
+"#,
+    )
+    .unwrap();
+    let command = Config::load(Some(&file)).unwrap();
+    let client = labios_connect::Settings::load(Some(&file)).unwrap();
+    assert_eq!(client, command.connection());
+    assert_eq!(client.endpoint(), "node7:7070");
+    assert_eq!(client.client.min_label_size, 0);
+    assert_eq!(client.mounts.len(), 1);
+    let example = labios_connect::Settings::load(Some(example())).unwrap();
+    assert_eq!(example, Config::default().connection());
+}
+
+#[test]
+fn a_client_refuses_a_misspelled_section_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    for (text, name) in [
+        ("[dispatchr]\npolicy = \"random\"\n", "dispatchr"),
+        ("[client]\nmode = \"sometimes\"\n", "mode"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let err = format!(
+            "{:#}",
+            labios_connect::Settings::load(Some(&file)).unwrap_err()
+        );
+        assert!(err.contains(name), "{text:?} gave {err}");
+        let err = format!("{:#}", Config::load(Some(&file)).unwrap_err());
+        assert!(err.contains(name), "{text:?} gave {err}");
+    }
+}

@@ -343,7 +343,7 @@ fn read_label(ids: &LabelIdGen, owner: u32, file: u64) -> Label {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn distributed_dispatcher_and_workers_refuse_forged_labels() {
     use common::deploy::{Deployed, Kind};
-    use labios::cli::connect_client;
+    use labios_connect::connect_client;
     let d = Deployed::start(Kind::Cluster, |_| {}).await;
     let stores = d.stores();
     let admin = labios_core::administrator::Administrator::new(stores.inventory.clone());
@@ -351,9 +351,13 @@ async fn distributed_dispatcher_and_workers_refuse_forged_labels() {
     let b = admin.create_app("beta").await.unwrap();
     let creds = |x: &AppRecord| (Some(x.key.clone()), Some(x.secret.clone()));
     let (k, s) = creds(&a);
-    let ca = connect_client(d.config(), k, s).await.unwrap();
+    let ca = connect_client(&d.config().connection(), k, s)
+        .await
+        .unwrap();
     let (k, s) = creds(&b);
-    let cb = connect_client(d.config(), k, s).await.unwrap();
+    let cb = connect_client(&d.config().connection(), k, s)
+        .await
+        .unwrap();
     ca.write_at("/a/data", 0, Bytes::from_static(A_DATA))
         .await
         .unwrap();
@@ -396,10 +400,14 @@ async fn distributed_dispatcher_and_workers_refuse_forged_labels() {
         .await
         .unwrap();
     assert_eq!(cb.read("/b/data").await.unwrap(), &b"B's own"[..]);
-    let e = connect_client(d.config(), Some(b.key.clone()), Some("wrong".into()))
-        .await
-        .err()
-        .expect("wrong secret refused");
+    let e = connect_client(
+        &d.config().connection(),
+        Some(b.key.clone()),
+        Some("wrong".into()),
+    )
+    .await
+    .err()
+    .expect("wrong secret refused");
     assert!(e.to_string().contains("invalid credentials"), "{e}");
     d.shutdown().await;
 }

@@ -13,11 +13,11 @@ mod stacks;
 
 pub use soak::SoakOptions;
 
-use crate::cli::connect_client;
 use crate::config::Config;
 use anyhow::Context;
 use bytes::Bytes;
 use labios_client::Client;
+use labios_connect::connect_client;
 use serde_json::json;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -71,7 +71,7 @@ pub async fn run(
                 (_, Some(c)) => c.config.clone(),
                 _ => config,
             };
-            let client = connect_client(&cfg, None, None).await?;
+            let client = connect_client(&cfg.connection(), None, None).await?;
             if let Some(c) = &cluster {
                 c.wait_workers(client.stores().inventory.as_ref(), 3).await?;
             }
@@ -118,7 +118,7 @@ pub async fn run(
         }
         "sds" => {
             let server = LocalServer::start(&config, config_file.as_deref())?;
-            let client = connect_client(&server.config, None, None).await?;
+            let client = connect_client(&server.config.connection(), None, None).await?;
             for mut v in sds::sds(&client, bytes.unwrap_or(1024 * MIB)).await? {
                 v["deployment"] = json!("embedded (labios serve)");
                 emit(v);
@@ -206,7 +206,7 @@ async fn dispatch_scaling(config: &Config) -> anyhow::Result<Vec<serde_json::Val
     base.client.max_in_flight = 4 * LABELS as usize;
     let mut cluster = cluster::LocalCluster::start(&base, 3)?;
     cluster.set_dispatchers(0)?;
-    let client = connect_client(&cluster.config, None, None).await?;
+    let client = connect_client(&cluster.config.connection(), None, None).await?;
     cluster
         .wait_workers(client.stores().inventory.as_ref(), 3)
         .await?;

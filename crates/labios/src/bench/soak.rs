@@ -10,11 +10,11 @@
 //! workload's own pacing, is what limits the buffers.
 
 use super::{machine, LocalServer, MIB};
-use crate::cli::connect_client;
 use crate::config::Config;
 use anyhow::Context;
 use bytes::Bytes;
 use labios_client::Client;
+use labios_connect::connect_client;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -169,14 +169,14 @@ pub async fn soak(
     // A process past a quarter of the machine's memory ends the run before
     // it takes the machine down with it.
     let memory_limit = mem_total()? / 4;
-    let monitor = connect_client(&server.config, None, None).await?;
+    let monitor = connect_client(&server.config.connection(), None, None).await?;
     let label_queue = labios_store::client_queue(monitor.app());
     let progress = Arc::new(Progress::default());
     let pool = super::block(42, POOL);
     let mut clients = Vec::new();
     let mut writers = tokio::task::JoinSet::new();
     for w in 0..WRITERS {
-        let client = connect_client(&server.config, None, None).await?;
+        let client = connect_client(&server.config.connection(), None, None).await?;
         clients.push(client.clone());
         writers.spawn(writer(w, client, pool.clone(), progress.clone()));
     }

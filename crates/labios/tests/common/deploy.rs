@@ -9,7 +9,7 @@
 //!   process(es), one `labios worker INDEX` process per configured worker and,
 //!   when the binary has it, one `labios manager` process. The test's clients
 //!   are in-process clients of the distributed deployment
-//!   (`labios::cli::connect_client`), built from the same `Config` the
+//!   (`labios_connect::connect_client`), built from the same `Config` the
 //!   processes get through `LABIOS_*` environment variables.
 //!
 //! Test-specific settings are a closure over `Config` (the embedded names:
@@ -99,9 +99,11 @@ impl Deployed {
     pub async fn client(&self) -> Client {
         match &self.inner {
             Inner::Embedded(rt) => (**rt).as_ref().unwrap().client(0).await.unwrap(),
-            Inner::Cluster(_) => labios::cli::connect_client(&self.config, None, None)
-                .await
-                .expect("client connects to NATS and Redis"),
+            Inner::Cluster(_) => {
+                labios_connect::connect_client(&self.config.connection(), None, None)
+                    .await
+                    .expect("client connects to NATS and Redis")
+            }
         }
     }
 
@@ -122,8 +124,8 @@ impl Deployed {
     pub async fn client_of(&self, app: &labios_store::AppRecord) -> Client {
         match &self.inner {
             Inner::Embedded(rt) => (**rt).as_ref().unwrap().client(app.id).await.unwrap(),
-            Inner::Cluster(_) => labios::cli::connect_client(
-                &self.config,
+            Inner::Cluster(_) => labios_connect::connect_client(
+                &self.config.connection(),
                 Some(app.key.clone()),
                 Some(app.secret.clone()),
             )
@@ -145,7 +147,9 @@ impl Deployed {
                 let rt = (**rt).as_ref().unwrap();
                 rt.manager.handle(worker).unwrap().set_stack(spec).await
             }
-            Inner::Cluster(_) => labios::cli::set_worker_stack(&self.config, worker, &spec).await,
+            Inner::Cluster(_) => {
+                labios_connect::set_worker_stack(&self.config.connection(), worker, &spec).await
+            }
         }
         .unwrap_or_else(|e| panic!("worker {worker} to {stack}: {e}"));
     }
@@ -424,7 +428,7 @@ impl Cluster {
         let dispatchers = config.dispatchers;
         let mut proc_config = config.clone();
         proc_config.dispatchers = 1;
-        let stores = labios::deployment::distributed_stores(config)
+        let stores = labios_connect::distributed_stores(&config.connection())
             .await
             .expect("test connects to NATS and Redis");
         // The embedded runtime registers the default application when it
