@@ -1365,17 +1365,7 @@ impl Crashing {
 #[async_trait::async_trait]
 impl model_client::Deployment for Crashing {
     fn abilities(&self) -> common::model::Abilities {
-        common::model::Abilities {
-            asynchronous: true,
-            append: true,
-            truncate: true,
-            rename: true,
-            xattrs: true,
-            tenants: true,
-            allocate: true,
-            restart: true,
-            faults: false,
-        }
+        common::model::Abilities::EVERY_OPERATION
     }
 
     fn path(&self, case: u64, b: bool, file: usize) -> String {

@@ -2,7 +2,8 @@
 //! API (see `common/model.rs` for the checker): the embedded runtime, the
 //! cluster (NATS + Redis + processes), and files over objects through each
 //! IRIS mapping of an S3 mount, with strict and relaxed metadata, the
-//! cache and prefetcher, and merged writes.
+//! cache and prefetcher, and merged writes, with the clients in the
+//! runtime's process and in another (`labios serve`).
 //!
 //! CI runs a bounded number of cases per target; `LABIOS_MODEL_CASES=N`
 //! runs more, `LABIOS_MODEL_SEED` replays a run, `LABIOS_MODEL_REPLAY`
@@ -14,10 +15,12 @@ use async_trait::async_trait;
 use common::deploy::{Deployed, Kind};
 use common::model::{check_target, Abilities, Run};
 use common::model_client::{ClientApi, Deployment};
+use common::serve::Server;
 use labios_bridge::{Mapping, MetadataMode, MountConfig};
 use labios_client::Client;
 use labios_store::AppRecord;
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use tokio::sync::RwLock;
 
 /// LABIOS through the client API (`common/model_client.rs`): paths under
@@ -30,29 +33,18 @@ struct Labios {
 }
 
 impl Labios {
-    async fn new(deployed: Deployed, mount: Option<String>) -> ClientApi<Labios> {
+    /// The target on LABIOS's own namespace; iris_mappings then points it
+    /// at a mount.
+    async fn new(deployed: Deployed) -> ClientApi<Labios> {
         let apps = [
             deployed.create_app("model-a").await,
             deployed.create_app("model-b").await,
         ];
-        let external = mount.is_some();
         ClientApi::new(Labios {
-            abilities: Abilities {
-                asynchronous: true,
-                // External storage keeps no end of file to extend atomically.
-                append: !external,
-                truncate: !external,
-                rename: !external,
-                xattrs: !external,
-                // External storage keeps no owners.
-                tenants: !external,
-                allocate: !external,
-                restart: true,
-                faults: false,
-            },
+            abilities: Abilities::EVERY_OPERATION,
             deployed: RwLock::new(deployed),
             apps,
-            mount,
+            mount: None,
         })
         .await
     }
@@ -128,7 +120,7 @@ async fn labios_target_on(
 ) {
     let run = Run::from_env(default_cases);
     let d = Deployed::start(kind, tweak).await;
-    let target = Labios::new(d, None).await;
+    let target = Labios::new(d).await;
     check_target(name, &target, &run).await;
     target.deployment.deployed.into_inner().shutdown().await;
 }
@@ -192,11 +184,10 @@ async fn cluster() {
 
 /// The IRIS file mappings over a real S3 server (versitygw), each mount
 /// a target of its own on one embedded deployment.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn iris_mappings() {
-    let s3 = common::s3::S3Server::start();
-    s3.bucket("model");
-    let mounts: Vec<(&str, MountConfig)> = vec![
+/// Every IRIS file mapping of an S3 mount at `s3`, named: strict and
+/// relaxed metadata, the cache and prefetcher, and merged writes.
+fn iris_mounts(s3: &common::s3::S3Server) -> Vec<(&'static str, MountConfig)> {
+    vec![
         ("direct", s3.mount("s3://model/direct")),
         (
             "balanced",
@@ -254,7 +245,28 @@ async fn iris_mappings() {
                 ..s3.mount("s3://model/rorm")
             },
         ),
-    ];
+    ]
+}
+
+/// What the checker may do on external storage: no end of file to extend
+/// atomically, no owners.
+fn external(abilities: Abilities) -> Abilities {
+    Abilities {
+        append: false,
+        truncate: false,
+        rename: false,
+        xattrs: false,
+        tenants: false,
+        allocate: false,
+        ..abilities
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn iris_mappings() {
+    let s3 = common::s3::S3Server::start();
+    s3.bucket("model");
+    let mounts = iris_mounts(&s3);
     let declared = mounts.clone();
     let run = Run::from_env(4);
     let d = Deployed::start(Kind::Embedded, move |c| {
@@ -263,21 +275,139 @@ async fn iris_mappings() {
         }
     })
     .await;
-    let mut target = Labios::new(d, None).await;
+    let mut target = Labios::new(d).await;
     for (name, _) in &mounts {
         target.deployment.mount = Some(name.to_string());
-        target.deployment.abilities = Abilities {
-            append: false,
-            truncate: false,
-            rename: false,
-            xattrs: false,
-            tenants: false,
-            allocate: false,
-            ..target.deployment.abilities
-        };
+        target.deployment.abilities = external(target.deployment.abilities);
         check_target(&format!("iris_mappings/{name}"), &target, &run).await;
     }
     target.deployment.deployed.into_inner().shutdown().await;
+}
+
+/// `labios serve` in a process of its own, and the checker's clients in
+/// this one, connected through its socket as every program using the C,
+/// preload or Python library is: what a mount keeps in the workers'
+/// process (merged writes, relaxed metadata, its cache) must be what such
+/// a client sees. (A client that answered metadata from a mount instance
+/// of its own once missed acknowledged writes this way.)
+struct Served {
+    dir: tempfile::TempDir,
+    /// The configuration file the server reads: the mounts.
+    config: PathBuf,
+    /// What the clients read of it, and the server's socket.
+    settings: labios_connect::Settings,
+    server: RwLock<Option<Server>>,
+    /// Application A's and B's key and secret.
+    apps: [(String, String); 2],
+    mount: String,
+    abilities: Abilities,
+}
+
+impl Served {
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Starts `labios serve` with `mounts` declared in its configuration
+    /// file (TOML written from each mount's fields).
+    async fn start(mounts: &[(&str, MountConfig)]) -> ClientApi<Served> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut toml = String::new();
+        for (name, mount) in mounts {
+            toml.push_str(&format!("[mounts.{name}]\n"));
+            let serde_json::Value::Object(fields) = serde_json::to_value(mount).unwrap() else {
+                panic!("a mount serializes as a table");
+            };
+            for (field, value) in fields.iter().filter(|(_, v)| !v.is_null()) {
+                toml.push_str(&format!("{field} = {value}\n"));
+            }
+        }
+        let config = dir.path().join("labios.toml");
+        std::fs::write(&config, toml).unwrap();
+        let data = dir.path().join("data");
+        let server = Server::start_configured(&data, Some(&config));
+        let apps = [server.create_app("model-a"), server.create_app("model-b")];
+        let mut settings = labios_connect::Settings::default();
+        settings.data_dir = data;
+        settings.endpoint = Some(server.endpoint.to_string_lossy().into_owned());
+        settings.mounts = mounts
+            .iter()
+            .map(|(n, m)| (n.to_string(), m.clone()))
+            .collect();
+        ClientApi::new(Served {
+            abilities: external(Abilities::EVERY_OPERATION),
+            mount: mounts[0].0.to_string(),
+            server: RwLock::new(Some(server)),
+            dir,
+            config,
+            settings,
+            apps,
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Deployment for Served {
+    fn abilities(&self) -> Abilities {
+        self.abilities
+    }
+
+    fn path(&self, case: u64, b: bool, file: usize) -> String {
+        let app = if b { "b" } else { "a" };
+        format!("{}:/model/c{case}/{app}/f{file}", self.mount)
+    }
+
+    async fn client(&self, b: bool) -> Client {
+        let (key, secret) = &self.apps[usize::from(b)];
+        labios_connect::connect_client(&self.settings, Some(key.clone()), Some(secret.clone()))
+            .await
+            .expect("a client connects to labios serve")
+    }
+
+    /// A clean stop (SIGTERM) and a start on the same data directory.
+    async fn restart(&self) {
+        let mut server = self.server.write().await;
+        server.take().expect("a server runs").stop();
+        *server = Some(Server::start_configured(&self.data(), Some(&self.config)));
+    }
+
+    /// Every warehouse entry taken, seen as the service.
+    async fn settled(&self) -> Result<(), String> {
+        let file = labios_connect::service_secret_file(&self.data());
+        let secret =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let endpoint = labios_store::remote::Endpoint::parse(&self.settings.endpoint())
+            .map_err(|e| e.to_string())?;
+        let key = labios_core::administrator::SERVICE_KEY;
+        let (stores, _) = labios_store::remote::connect(&endpoint, Some(key.into()), Some(secret))
+            .await
+            .map_err(|e| format!("the service cannot connect: {e}"))?;
+        let warehouse = stores.warehouse;
+        common::model::warehouse_emptied(|| async {
+            warehouse.usage().await.expect("warehouse usage")
+        })
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn served_mappings() {
+    let s3 = common::s3::S3Server::start();
+    s3.bucket("model");
+    let mounts = iris_mounts(&s3);
+    let run = Run::from_env(2);
+    let mut target = Served::start(&mounts).await;
+    for (name, _) in &mounts {
+        target.deployment.mount = name.to_string();
+        check_target(&format!("served_mappings/{name}"), &target, &run).await;
+    }
+    target
+        .deployment
+        .server
+        .into_inner()
+        .expect("a server runs")
+        .stop();
 }
 
 /// The embedded runtime with faults injected into its warehouse,
@@ -302,7 +432,7 @@ async fn embedded_with_faults() {
         on_layered_stacks(c);
     })
     .await;
-    let mut target = Labios::new(d, None).await;
+    let mut target = Labios::new(d).await;
     target.deployment.abilities = Abilities {
         asynchronous: false,
         restart: false,

@@ -168,19 +168,8 @@ impl Driven {
         let config = config(dir.path());
         let server = Server::start(&dir.path().join("data"));
         let app = |name: &'static str| {
-            let out = server.ok(None, &["app", "create", name]);
-            let field = |f: &str| {
-                out.lines()
-                    .find_map(|l| l.strip_prefix(f))
-                    .unwrap_or_else(|| panic!("app create printed {out}"))
-                    .trim()
-                    .to_string()
-            };
-            App {
-                name,
-                key: field("key:"),
-                secret: field("secret:"),
-            }
+            let (key, secret) = server.create_app(name);
+            App { name, key, secret }
         };
         let apps = [app("model-a"), app("model-b")];
         let s3 = matches!(via, Via::S3 { .. });

@@ -181,6 +181,21 @@ pub struct Abilities {
     pub faults: bool,
 }
 
+impl Abilities {
+    /// Every operation, restarts included, and no injected faults.
+    pub const EVERY_OPERATION: Abilities = Abilities {
+        asynchronous: true,
+        append: true,
+        truncate: true,
+        rename: true,
+        xattrs: true,
+        tenants: true,
+        restart: true,
+        allocate: true,
+        faults: false,
+    };
+}
+
 /// A system under test: LABIOS reached some way.
 #[async_trait]
 pub trait Target: Send + Sync {

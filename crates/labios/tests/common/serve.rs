@@ -107,6 +107,19 @@ impl Server {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// `labios app create NAME`: the new application's key and secret.
+    pub fn create_app(&self, name: &str) -> (String, String) {
+        let out = self.ok(None, &["app", "create", name]);
+        let field = |f: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(f))
+                .unwrap_or_else(|| panic!("app create printed {out}"))
+                .trim()
+                .to_string()
+        };
+        (field("key:"), field("secret:"))
+    }
+
     pub fn err(&self, creds: Creds, args: &[&str]) -> String {
         let out = self.run(creds, args);
         assert!(!out.status.success(), "labios {args:?} should fail");
