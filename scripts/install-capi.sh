@@ -16,7 +16,8 @@
 #       library carries no debug information (about 14 MB instead of 200);
 #       it is kept beside it, in PREFIX/lib/.debug/liblabios_c.so.debug,
 #       where gdb and perf find it through the library's .gnu_debuglink.
-#       With --libdir DIR nothing is built: DIR's liblabios_c.so is installed.
+#       With --libdir DIR nothing is built: the liblabios_c.so already built
+#       in DIR (e.g. target/release) is installed.
 #
 #   bash scripts/install-capi.sh --dev OUTDIR [--debug] [--libdir DIR]
 #       Installs nothing: writes OUTDIR/labios.pc pointing at the header in
@@ -142,6 +143,10 @@ case "$prefix" in
 esac
 destdir="${DESTDIR:-}"
 
+if ! command -v objcopy >/dev/null; then
+    echo "install-capi.sh: objcopy (binutils) is needed to keep the debug information apart" >&2
+    exit 1
+fi
 if [ -n "$libdir_given" ]; then
     built=$(cd "$libdir_given" && pwd)
 else

@@ -5,12 +5,9 @@
 //! message of the calling thread's last failure is kept for
 //! `labios_last_error`, because a code alone rarely tells a user what to fix.
 
-pub mod session;
-
 use bytes::Bytes;
-pub use labios_client::errno_of;
+use labios_connect::{ConnectOptions, Session};
 use labios_label::Error;
-pub use session::{ConnectOptions, Session, Ticket};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::PathBuf;

@@ -837,8 +837,10 @@ int main(int argc, char **argv) {
     assert_ok(&run(cc, &tmp.0, "cc"), "cc bad_config.c");
     let config = tmp.0.join("bad.toml");
     std::fs::write(&config, "[dispatchr]\npolicy = \"random\"\n").unwrap();
+    // Without cargo's LD_LIBRARY_PATH, which names the build's own library
+    // and would come before the program's run path.
     let mut program = clean_command(tmp.0.join("bad_config"));
-    program.arg(&config);
+    program.arg(&config).env_remove("LD_LIBRARY_PATH");
     let out = assert_ok(&run(program, &tmp.0, "bad_config"), "bad_config");
     assert!(out.contains("dispatchr"), "{out}");
 }

@@ -2,13 +2,17 @@
 //! library, the preload library and the Python package: the client's view
 //! of the configuration ([`Settings`]), a client of `labios serve` or of
 //! NATS and Redis ([`connect_client`]), and the service's own access for
-//! administration ([`service_inventory`], [`set_worker_stack`]).
+//! administration ([`service_inventory`], [`set_worker_stack`]), and the
+//! blocking [`Session`] the C API, the preload library and the Python
+//! package wrap.
 //!
 //! It is its own crate so that a library a program loads links only this
 //! and the client, never the server, the gateway or the function sandbox.
 
+pub mod session;
 pub mod settings;
 
+pub use session::{ConnectOptions, Session, Ticket};
 pub use settings::{Deployment, Settings};
 
 use anyhow::Context;

@@ -5,9 +5,9 @@
 //! Python interpreter or an intercepted `read()` can call LABIOS from any
 //! thread without knowing about async Rust.
 
+use crate::{connect_client, Settings};
 use bytes::Bytes;
 use labios_client::{Client, FileRef, Handle, IoMode};
-use labios_connect::{connect_client, Settings};
 use labios_label::{Error, Operation, Result};
 use labios_store::{FileKind, FileMeta, RenameHow};
 use parking_lot::Mutex;
@@ -122,12 +122,8 @@ impl Session {
     /// the configuration's service credentials). Returns once the worker
     /// runs it.
     pub fn set_stack(&self, worker: u32, spec: &str) -> Result<()> {
-        let spec = labios_connect::parse_stack(spec)?;
-        self.run(labios_connect::set_worker_stack(
-            &self.config,
-            worker,
-            &spec,
-        ))
+        let spec = crate::parse_stack(spec)?;
+        self.run(crate::set_worker_stack(&self.config, worker, &spec))
     }
 
     pub fn mode(&self) -> IoMode {

@@ -13,7 +13,7 @@ use figment::Figment;
 use labios_client::ClientConfig;
 use labios_distributed::nats_queue::NatsConfig;
 use labios_distributed::redis_store::RedisConfig;
-use labios_mounts::MountConfig;
+use labios_mounts::{MetadataMode, MountConfig, MountTable};
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -97,7 +97,43 @@ impl Default for Settings {
 impl Settings {
     /// Defaults, then the TOML file (if any), then `LABIOS_*` variables.
     pub fn load(file: Option<&Path>) -> anyhow::Result<Settings> {
-        load(Settings::default(), file)
+        let settings = load(Settings::default(), file)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// What a client can check of its configuration before it connects;
+    /// `labios` checks these too, then the servers' sections.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.client.validate()?;
+        // Names and URIs only: the workers open the mounts (and refuse bad
+        // mapping options, naming the mount); a client reaches no external
+        // system.
+        MountTable::new(&self.mounts).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        if self.deployment == Deployment::Distributed {
+            // Merged writes and relaxed metadata live in one worker
+            // process's memory, where another process cannot see them.
+            if let Some((name, _)) = self
+                .mounts
+                .iter()
+                .find(|(_, m)| m.aggregate_bytes > 0 || m.metadata == MetadataMode::Relaxed)
+            {
+                anyhow::bail!(
+                    "invalid configuration: mounts.{name}: aggregate_bytes and metadata = \"relaxed\" keep state in one process; the distributed deployment runs workers in several (use them with the embedded deployment)"
+                );
+            }
+        }
+        // The Redis store can place keys made by `local_key` on a node's own
+        // server, but LABIOS's label data is always hashed over `urls`: a
+        // setting that changes nothing must not look like it works.
+        if self.redis.node_local {
+            anyhow::bail!(
+                "invalid configuration: field `redis.node_local`: LABIOS hashes its warehouse data over every server in redis.urls; node-local placement of label data is not implemented (set it to false)"
+            );
+        }
+        self.faults
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: [faults]: {e}"))
     }
 
     /// The client settings, with the deployment's mounts.

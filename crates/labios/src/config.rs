@@ -224,7 +224,10 @@ impl Config {
 
     /// The client settings, with the deployment's mounts.
     pub fn client_settings(&self) -> ClientConfig {
-        self.connection().client_settings()
+        ClientConfig {
+            mounts: self.mounts.clone(),
+            ..self.client.clone()
+        }
     }
 
     /// The worker settings, with the deployment's mounts.
@@ -236,34 +239,7 @@ impl Config {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
-        self.client.validate()?;
-        // Names and URIs only: the workers open the mounts (and refuse bad
-        // mapping options, naming the mount), while every client process
-        // loads this configuration and reaches no external system.
-        labios_bridge::MountTable::new(&self.mounts)
-            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-        if self.deployment == Deployment::Distributed {
-            // Merged writes and relaxed metadata live in one worker
-            // process's memory, where another process cannot see them.
-            if let Some((name, _)) = self.mounts.iter().find(|(_, m)| {
-                m.aggregate_bytes > 0 || m.metadata == labios_bridge::MetadataMode::Relaxed
-            }) {
-                anyhow::bail!(
-                    "invalid configuration: mounts.{name}: aggregate_bytes and metadata = \"relaxed\" keep state in one process; the distributed deployment runs workers in several (use them with the embedded deployment)"
-                );
-            }
-        }
-        // The Redis store can place keys made by `local_key` on a node's own
-        // server, but LABIOS's label data is always hashed over `urls`: a
-        // setting that changes nothing must not look like it works.
-        if self.redis.node_local {
-            anyhow::bail!(
-                "invalid configuration: field `redis.node_local`: LABIOS hashes its warehouse data over every server in redis.urls; node-local placement of label data is not implemented (set it to false)"
-            );
-        }
-        self.faults
-            .validate()
-            .map_err(|e| anyhow::anyhow!("invalid configuration: [faults]: {e}"))?;
+        self.connection().validate()?;
         self.dispatcher.validate()?;
         self.manager
             .validate()

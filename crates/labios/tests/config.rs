@@ -1,5 +1,7 @@
 //! The documented example configuration is exactly the defaults, so the
-//! documentation cannot drift from the code; bad values name their field.
+//! documentation cannot drift from the code; bad values name their field;
+//! the client libraries' view of the file (`labios_connect::Settings`)
+//! reads what the command reads.
 
 use labios::Config;
 use std::path::Path;
@@ -87,8 +89,14 @@ tier = "ssd"
 speed = 3
 energy = 3
 capacity = 1073741824
+[nats]
+url = "nats://nats.example:4333"
+stream = "LAB"
 [redis]
 urls = ["redis://redis.example:6380"]
+[faults]
+seed = 7
+error_ppm = 10
 [mounts.lake]
 uri = "fs:///srv/lake"
 [s3.buckets.raw]
@@ -99,6 +107,17 @@ owner = "default"
     .unwrap();
     let command = Config::load(Some(&file)).unwrap();
     let client = labios_connect::Settings::load(Some(&file)).unwrap();
+    // Every field a client reads differs from its default here, so a field
+    // `Config::connection` forgot to copy would show.
+    let default = labios_connect::Settings::default();
+    assert_ne!(client.deployment, default.deployment);
+    assert_ne!(client.data_dir, default.data_dir);
+    assert_ne!(client.endpoint, default.endpoint);
+    assert_ne!(client.client, default.client);
+    assert_ne!(client.nats, default.nats);
+    assert_ne!(client.redis, default.redis);
+    assert_ne!(client.mounts, default.mounts);
+    assert_ne!(client.faults, default.faults);
     assert_eq!(client, command.connection());
     assert_eq!(client.endpoint(), "node7:7070");
     assert_eq!(client.client.min_label_size, 0);
@@ -108,12 +127,17 @@ owner = "default"
 }
 
 #[test]
-fn a_client_refuses_a_misspelled_section_by_name() {
+fn a_client_refuses_what_the_command_refuses_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.toml");
     for (text, name) in [
         ("[dispatchr]\npolicy = \"random\"\n", "dispatchr"),
+        ("endpiont = \"node7:7070\"\n", "endpiont"),
         ("[client]\nmode = \"sometimes\"\n", "mode"),
+        ("[client]\nmax_label_size = 0\n", "max_label_size"),
+        ("[redis]\nnode_local = true\n", "node_local"),
+        ("[mounts.bad]\nuri = \"ftp://x\"\n", "bad"),
+        ("[faults]\nseed = 1\nerror_ppm = 2000000\n", "faults"),
     ] {
         std::fs::write(&file, text).unwrap();
         let err = format!(

@@ -2,7 +2,8 @@
 //! (so programs that never touch one never connect), and again in a child
 //! after `fork`, whose copy of the parent's session has no threads.
 
-use labios_c::{errno_of, ConnectOptions, Session};
+use labios_client::errno_of;
+use labios_connect::{ConnectOptions, Session};
 use labios_label::Error;
 use parking_lot::Mutex;
 use std::cell::Cell;

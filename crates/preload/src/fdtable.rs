@@ -42,7 +42,7 @@ pub struct OpenFile {
     /// The open flags; `fcntl(F_SETFL)` may change O_APPEND.
     pub flags: AtomicI32,
     /// The session (its address) that holds the file open for this
-    /// description ([`labios_c::Session::hold`]), so that it outlives its
+    /// description ([`labios_connect::Session::hold`]), so that it outlives its
     /// last name until the description's last descriptor closes; 0: none.
     /// A child after `fork`, or a program after `exec`, holds it anew in
     /// its own session when it connects ([`hold_all`]).
@@ -317,7 +317,7 @@ fn read_record(fd: c_int) -> Option<OpenFile> {
 /// descriptors this process has from before it (inherited across `fork`
 /// or `exec`), so that they outlive their last name here too. A file gone
 /// already is not held: its descriptor's calls say ENOENT.
-pub fn hold_all(s: &labios_c::Session) {
+pub fn hold_all(s: &labios_connect::Session) {
     let me = s as *const _ as usize;
     let files: Vec<Arc<OpenFile>> = FILES.read().values().cloned().collect();
     for f in &files {

@@ -22,7 +22,7 @@ fn parent(ns: &str) -> Option<&str> {
 }
 
 /// The parent directory must exist, as POSIX asks of open(O_CREAT) and mkdir.
-fn check_parent(s: &labios_c::Session, ns: &str) -> Result<(), labios_label::Error> {
+fn check_parent(s: &labios_connect::Session, ns: &str) -> Result<(), labios_label::Error> {
     let Some(p) = parent(ns) else { return Ok(()) };
     if p == "/" || attrs::known_dir(p) {
         return Ok(());
@@ -233,7 +233,8 @@ fn create_directly(path: &Vpath, flags: c_int, mode: u32) -> Result<Option<c_int
     let made = conn::with(&format!("create {}", path.full), |s| {
         // A missing parent, or a link among the directories, is for the
         // full path to follow or refuse.
-        let to_follow = |e: &Error| matches!(labios_c::errno_of(e), libc::ENOTDIR | libc::ENOENT);
+        let to_follow =
+            |e: &Error| matches!(labios_client::errno_of(e), libc::ENOTDIR | libc::ENOENT);
         match check_parent(s, &path.ns) {
             Err(e) if to_follow(&e) => return Ok(None),
             other => other?,

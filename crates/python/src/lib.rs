@@ -8,7 +8,8 @@
 //! contents before the call (or, for `write_async`, the ticket) completes.
 
 use bytes::Bytes;
-use labios_c::{errno_of, ConnectOptions, Session};
+use labios_client::errno_of;
+use labios_connect::{ConnectOptions, Session};
 use labios_label::Error;
 use labios_store::{FileKind, FileMeta};
 use parking_lot::RwLock;
