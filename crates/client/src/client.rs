@@ -903,12 +903,13 @@ impl Client {
         }
         let mut labels = Vec::new();
         let mut wanted: Vec<(LabelId, u64, u64)> = Vec::new();
-        for (_, start, end) in &runs {
-            for (label, at, n) in
+        for (worker, start, end) in &runs {
+            for (mut label, at, n) in
                 self.inner
                     .labels
                     .read_labels(&meta.path, meta.id, *start, end - start)
             {
+                label.holder = Some(*worker);
                 wanted.push((label.id, at, n));
                 labels.push(label);
             }

@@ -199,6 +199,12 @@ pub struct Label {
     /// HMAC-SHA256 of the label by its owner's secret ([`crate::auth`]);
     /// empty until the client signs it.
     pub auth: Vec<u8>,
+    /// A read: the worker the client's read plan found holding every byte
+    /// of its range, so that the dispatcher sends it there without looking
+    /// the extents up again (article 3.3.2c, read locality). Only a hint:
+    /// the worker checks the extents it reads, and bytes moved meanwhile
+    /// fail the label as "moved:", which the client retries with a new plan.
+    pub holder: Option<WorkerId>,
 }
 
 impl Label {
@@ -215,6 +221,7 @@ impl Label {
             owner,
             sync: false,
             auth: Vec::new(),
+            holder: None,
         }
     }
 

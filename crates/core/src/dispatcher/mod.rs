@@ -371,22 +371,33 @@ impl Dispatcher {
         (held_back.into_iter().collect(), rest)
     }
 
-    /// Reads whose bytes all live on one worker, found in the inventory, so
-    /// the shuffler can send them there (article 3.3.2c: read locality).
-    /// Lookup failures only cost locality, never the label.
+    /// Reads whose bytes all live on one worker, so the shuffler can send
+    /// them there (article 3.3.2c: read locality): the worker the client's
+    /// read plan named ([`Label::holder`]), else the one the inventory
+    /// names. Lookup failures only cost locality, never the label.
     async fn locate_reads(&self, labels: &[Label]) -> HashMap<LabelId, WorkerId> {
-        let wanted: Vec<(LabelId, (u64, u64, u64))> = labels
-            .iter()
+        let reads = labels.iter().filter(|l| {
             // A gathered read (index set) reads nothing from any device.
-            .filter(|l| {
-                l.kind == LabelKind::Read
-                    && l.index.is_empty()
-                    && !matches!(l.destination, Pointer::Worker(_))
-            })
-            .filter_map(|l| l.source.file().filter(|r| r.2 > 0).map(|r| (l.id, r)))
-            .collect();
+            l.kind == LabelKind::Read
+                && l.index.is_empty()
+                && !matches!(l.destination, Pointer::Worker(_))
+        });
+        let mut located = HashMap::new();
+        let mut wanted: Vec<(LabelId, (u64, u64, u64))> = Vec::new();
+        for l in reads {
+            match (l.holder, l.source.file().filter(|r| r.2 > 0)) {
+                (_, None) => {}
+                (Some(worker), Some(_)) => {
+                    located.insert(l.id, worker);
+                }
+                (None, Some(range)) => wanted.push((l.id, range)),
+            }
+        }
+        if wanted.is_empty() {
+            return located;
+        }
         let inventory = self.stores.inventory.clone();
-        stream::iter(wanted)
+        let looked_up: HashMap<LabelId, WorkerId> = stream::iter(wanted)
             .map(move |(id, (file, offset, len))| {
                 let inventory = inventory.clone();
                 async move { (id, inventory.extents(file, offset, len).await) }
@@ -401,7 +412,9 @@ impl Dispatcher {
                     .then_some((id, first))
             })
             .collect()
-            .await
+            .await;
+        located.extend(looked_up);
+        located
     }
 
     /// Publishes every worker's tasks at once; returns the labels whose

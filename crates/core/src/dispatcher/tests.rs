@@ -193,6 +193,52 @@ async fn reads_go_to_the_worker_holding_their_data() {
     assert!(placed.iter().all(|&(w, _)| w == 2), "{placed:?}");
 }
 
+/// A read whose client already found its holder (the read plan) goes
+/// there without a second look-up: here the hint names worker 3 while the
+/// inventory says 2, and the hint wins (the worker would answer "moved:"
+/// if it were stale). A hint naming no worker of the pool costs only
+/// locality: the read is scheduled like any other.
+#[tokio::test]
+async fn reads_go_to_the_holder_their_client_named() {
+    let stores = stores();
+    let file = stores
+        .inventory
+        .create("/data", FileKind::File, 0o644, labios_store::Owner::root(1))
+        .await
+        .unwrap()
+        .id;
+    let extent = Extent {
+        offset: 0,
+        len: 1000,
+        worker: 2,
+        label: LabelId::default(),
+    };
+    stores.inventory.commit_extent(file, extent).await.unwrap();
+    let ws = vec![worker(1, 3, 3), worker(2, 3, 3), worker(3, 3, 3)];
+    let (stop, handle, stats) = start(&stores, ws, vec![client_queue(1)]);
+    let hinted = |i: u64, holder: u32| Label {
+        holder: Some(holder),
+        ..read(i, file, i * 100, 50)
+    };
+    let labels = vec![hinted(1, 3), hinted(2, 3), hinted(3, 3), hinted(4, 99)];
+    stores.labels.push(&client_queue(1), labels).await.unwrap();
+    while stats.snapshot().labels < 4 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.send(true).unwrap();
+    handle.await.unwrap();
+    let placed = drain(&stores, &[1, 2, 3]).await;
+    assert_eq!(placed.len(), 4, "{placed:?}");
+    for &(w, id) in &placed {
+        if id <= 3 {
+            assert_eq!(
+                w, 3,
+                "label {id} went to worker {w}, not its holder: {placed:?}"
+            );
+        }
+    }
+}
+
 /// Write labels whose data is staged in the warehouse, as a client
 /// stages it.
 async fn staged_writes(stores: &Stores, n: u64) -> Vec<Label> {
