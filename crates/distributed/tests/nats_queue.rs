@@ -402,7 +402,7 @@ async fn nats_malformed_message_is_skipped() {
     q.push("labels.5", items[..1].to_vec()).await.unwrap();
     let raw = async_nats::connect(s.url()).await.unwrap();
     let js = async_nats::jetstream::new(raw);
-    for junk in [&b"garbage"[..], b"", b"LB\x01\xff\xff\xff"] {
+    for junk in [&b"garbage"[..], b"", b"LB\x02\xff\xff\xff"] {
         js.publish(q.subject("labels.5"), junk.to_vec().into())
             .await
             .unwrap()

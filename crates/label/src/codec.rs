@@ -8,7 +8,11 @@ use crate::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 
 pub const MAGIC: [u8; 2] = *b"LB";
-pub const VERSION: u8 = 1;
+/// The layout of the encoded types; a frame of another is refused by name
+/// ("unsupported encoding version"), not decoded as garbage. Raised with
+/// every change of an encoded type (2: labels carry `holder`), so the
+/// label and task queues are drained before LABIOS is upgraded.
+pub const VERSION: u8 = 2;
 
 /// Encode with the versioned header.
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {

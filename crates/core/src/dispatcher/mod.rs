@@ -269,11 +269,11 @@ impl Dispatcher {
             .iter()
             .filter_map(|l| Some((l.id, l.staged_key()?.to_string())))
             .collect();
+        let workers = self.workers_or_wait().await;
         let t = anatomy::start();
-        let located = self.locate_reads(&labels).await;
+        let located = self.locate_reads(&labels, &workers).await;
         let tasks = shuffle(labels, self.config.aggregation, &located);
         anatomy::record(Phase::Shuffle, t);
-        let workers = self.workers_or_wait().await;
         let (held_back, tasks) = self.pin_to_unlisted(tasks, &workers).await;
         let t = anatomy::start();
         let plan = self.scheduler.schedule(tasks, &workers);
@@ -373,9 +373,21 @@ impl Dispatcher {
 
     /// Reads whose bytes all live on one worker, so the shuffler can send
     /// them there (article 3.3.2c: read locality): the worker the client's
-    /// read plan named ([`Label::holder`]), else the one the inventory
-    /// names. Lookup failures only cost locality, never the label.
-    async fn locate_reads(&self, labels: &[Label]) -> HashMap<LabelId, WorkerId> {
+    /// read plan named ([`Label::holder`]) when it is a worker of the pool
+    /// scheduling may use now (`workers`: a client must not wake a
+    /// suspended worker or reach an unlisted one by naming it), else the one
+    /// the inventory names. Lookup failures only cost locality, never the
+    /// label.
+    async fn locate_reads(
+        &self,
+        labels: &[Label],
+        workers: &[labios_label::WorkerStatus],
+    ) -> HashMap<LabelId, WorkerId> {
+        let usable = |id: WorkerId| {
+            workers
+                .iter()
+                .any(|w| w.spec.id == id && w.state != WorkerState::Decommissioned)
+        };
         let reads = labels.iter().filter(|l| {
             // A gathered read (index set) reads nothing from any device.
             l.kind == LabelKind::Read
@@ -385,7 +397,10 @@ impl Dispatcher {
         let mut located = HashMap::new();
         let mut wanted: Vec<(LabelId, (u64, u64, u64))> = Vec::new();
         for l in reads {
-            match (l.holder, l.source.file().filter(|r| r.2 > 0)) {
+            match (
+                l.holder.filter(|&w| usable(w)),
+                l.source.file().filter(|r| r.2 > 0),
+            ) {
                 (_, None) => {}
                 (Some(worker), Some(_)) => {
                     located.insert(l.id, worker);

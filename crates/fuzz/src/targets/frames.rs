@@ -18,7 +18,7 @@ pub static TARGET: Target = Target {
     about: "labios serve frames: remote::proto::read_frame + decode_frame (requests and responses)",
     run,
     seeds,
-    dictionary: &[b"LB\x01", b"labels.3", b"a3/", b"/data/f"],
+    dictionary: &[b"LB\x02", b"labels.3", b"a3/", b"/data/f"],
     max_len: 8192,
     default_inputs: 10_000_000,
     smoke_inputs: 100_000,

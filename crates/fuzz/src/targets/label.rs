@@ -20,7 +20,7 @@ pub static TARGET: Target = Target {
     run,
     seeds,
     dictionary: &[
-        b"LB\x01",
+        b"LB\x02",
         b"/data/out.bin",
         b"s3://bucket/key",
         b"zstd",
@@ -81,6 +81,7 @@ pub(crate) fn signed_labels() -> &'static [Label] {
             },
         ];
         read.priority = 7;
+        read.holder = Some(2);
         let mut rename = Label::new(id(3), LabelKind::Rename, 4);
         rename.source = file(0);
         rename.destination = Pointer::File {
