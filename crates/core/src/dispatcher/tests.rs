@@ -163,9 +163,8 @@ async fn a_label_delivered_twice_is_dispatched_once() {
     assert_eq!(stores.labels.depth(&client_queue(1)).await.unwrap(), 0);
 }
 
-#[tokio::test]
-async fn reads_go_to_the_worker_holding_their_data() {
-    let stores = stores();
+/// A file whose first 1000 bytes the inventory places on worker 2.
+async fn held_by_worker_2(stores: &Stores) -> u64 {
     let file = stores
         .inventory
         .create("/data", FileKind::File, 0o644, labios_store::Owner::root(1))
@@ -179,6 +178,13 @@ async fn reads_go_to_the_worker_holding_their_data() {
         label: LabelId::default(),
     };
     stores.inventory.commit_extent(file, extent).await.unwrap();
+    file
+}
+
+#[tokio::test]
+async fn reads_go_to_the_worker_holding_their_data() {
+    let stores = stores();
+    let file = held_by_worker_2(&stores).await;
     let ws = vec![worker(1, 3, 3), worker(2, 3, 3), worker(3, 3, 3)];
     let (stop, handle, stats) = start(&stores, ws, vec![client_queue(1)]);
     let labels = (1..=6).map(|i| read(i, file, i * 100, 50)).collect();
@@ -201,19 +207,7 @@ async fn reads_go_to_the_worker_holding_their_data() {
 #[tokio::test]
 async fn reads_go_to_the_holder_their_client_named() {
     let stores = stores();
-    let file = stores
-        .inventory
-        .create("/data", FileKind::File, 0o644, labios_store::Owner::root(1))
-        .await
-        .unwrap()
-        .id;
-    let extent = Extent {
-        offset: 0,
-        len: 1000,
-        worker: 2,
-        label: LabelId::default(),
-    };
-    stores.inventory.commit_extent(file, extent).await.unwrap();
+    let file = held_by_worker_2(&stores).await;
     let ws = vec![worker(1, 3, 3), worker(2, 3, 3), worker(3, 3, 3)];
     let (stop, handle, stats) = start(&stores, ws, vec![client_queue(1)]);
     let hinted = |i: u64, holder: u32| Label {
