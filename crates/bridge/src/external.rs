@@ -6,7 +6,9 @@
 
 use crate::mapping::{storage_error, FileMapper};
 use labios_label::{Error, Result};
-pub use labios_mounts::{is_external, Mapping, MountConfig, MountTable, RESERVED};
+pub use labios_mounts::{
+    is_external, Mapping, MountConfig, MountTable, DEFAULT_HOLD_MS, MAX_HOLD_MS, RESERVED,
+};
 use opendal::Operator;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,8 +16,6 @@ use std::sync::Arc;
 /// Cache blocks unless a mount says otherwise.
 const CACHE_BLOCK: u64 = 1 << 20;
 const PREFETCH_DEPTH: u32 = 4;
-/// How often merged writes of every aggregating mount are stored.
-const AGGREGATE_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A declared external system.
 #[derive(Debug, Clone)]
@@ -83,30 +83,44 @@ impl Mounts {
             return Ok(m.clone());
         }
         let mounts = Mounts::new(declared)?;
-        let aggregating: Vec<Arc<dyn FileMapper>> = mounts
-            .mounts
-            .values()
-            .filter(|m| m.config.aggregate_bytes > 0)
-            .map(|m| m.mapper.clone())
-            .collect();
-        if !aggregating.is_empty() && tokio::runtime::Handle::try_current().is_ok() {
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(AGGREGATE_FLUSH);
-                loop {
-                    tick.tick().await;
-                    for m in &aggregating {
-                        if let Err(e) = m.flush_all().await {
-                            tracing::warn!("storing merged writes: {e}");
+        if tokio::runtime::Handle::try_current().is_ok() {
+            for m in mounts
+                .mounts
+                .values()
+                .filter(|m| m.config.aggregate_bytes > 0)
+            {
+                let (name, mapper) = (m.name.clone(), m.mapper.clone());
+                let mut tick = tokio::time::interval(m.config.hold());
+                tokio::spawn(async move {
+                    loop {
+                        tick.tick().await;
+                        if let Err(e) = mapper.flush_all().await {
+                            tracing::warn!("mounts.{name}: storing merged writes: {e}");
                         }
                     }
-                }
-            });
+                });
+            }
         }
         Ok(SHARED.lock().entry(key).or_insert(mounts).clone())
     }
 
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
+    }
+
+    /// Stores what every mount acknowledged but holds only in this
+    /// process's memory (merged writes, relaxed metadata), as a clean stop
+    /// must: the next process starts from the store and would not see it.
+    /// Every mount is tried; the first error is returned.
+    pub async fn settle(&self) -> Result<()> {
+        let mut first = Ok(());
+        for m in self.mounts.values() {
+            if let Err(e) = m.mapper.flush_all().await {
+                tracing::error!("mounts.{}: storing what was held back: {e}", m.name);
+                first = first.and(Err(e));
+            }
+        }
+        first
     }
 
     /// The declared names these mounts were opened from.

@@ -45,8 +45,13 @@ impl MapperOptions {
     pub fn from_mount(config: &MountConfig) -> Result<MapperOptions> {
         let mut o = MapperOptions {
             metadata: config.metadata,
+            relaxed: Relaxed {
+                delay: config.hold(),
+                ..Relaxed::default()
+            },
             ..Default::default()
         };
+        config.check_hold().map_err(Error::InvalidArgument)?;
         if let Some(b) = config.bucket_size {
             if !matches!(config.mapping, Mapping::Balanced | Mapping::ReadOptimized) {
                 return Err(Error::InvalidArgument(format!(

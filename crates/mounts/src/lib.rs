@@ -54,10 +54,23 @@ pub struct MountConfig {
     /// Merge small writes of a file into runs of up to this many bytes
     /// (IRIS aggregator); 0, the default, writes each as it comes. Merged
     /// writes are stored at a flush, before a read, when the run is full,
-    /// and at most about a second after they were acknowledged.
+    /// and at most about [`MountConfig::hold_ms`] after they were
+    /// acknowledged.
     #[serde(default)]
     pub aggregate_bytes: u64,
+    /// Relaxed metadata and merged writes: how long, in milliseconds, the
+    /// workers' process may keep them in memory before storing them
+    /// (default [`DEFAULT_HOLD_MS`]). What a crash of that process can
+    /// lose; a clean stop stores everything first.
+    #[serde(default)]
+    pub hold_ms: Option<u64>,
 }
+
+/// How long relaxed metadata and merged writes stay in memory by default.
+pub const DEFAULT_HOLD_MS: u64 = 1000;
+/// The longest [`MountConfig::hold_ms`]: an hour of acknowledged writes a
+/// crash could lose is beyond what any user means to risk.
+pub const MAX_HOLD_MS: u64 = 3_600_000;
 
 impl MountConfig {
     /// Checks the form of [`MountConfig::uri`]: `fs:///absolute/dir`,
@@ -79,6 +92,32 @@ impl MountConfig {
             return Err(format!(
                 "{uri}: unsupported storage (use fs:///dir, s3://bucket[/prefix] or memory://)"
             ));
+        }
+        Ok(())
+    }
+
+    /// How long relaxed metadata and merged writes may stay in memory.
+    pub fn hold(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.hold_ms.unwrap_or(DEFAULT_HOLD_MS))
+    }
+
+    /// Checks [`MountConfig::hold_ms`]: within 1 ms..=[`MAX_HOLD_MS`], and
+    /// only where something is held (relaxed metadata or merged writes).
+    pub fn check_hold(&self) -> std::result::Result<(), String> {
+        let Some(ms) = self.hold_ms else {
+            return Ok(());
+        };
+        if !(1..=MAX_HOLD_MS).contains(&ms) {
+            return Err(format!(
+                "hold_ms = {ms}: use 1 to {MAX_HOLD_MS} milliseconds"
+            ));
+        }
+        if self.metadata == MetadataMode::Strict && self.aggregate_bytes == 0 {
+            return Err(
+                "hold_ms applies to relaxed metadata or merged writes (aggregate_bytes), \
+                 and this mount holds neither"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -191,6 +230,7 @@ impl MountTable {
             }
             config
                 .check_uri()
+                .and_then(|()| config.check_hold())
                 .map_err(|e| Error::InvalidArgument(format!("mounts.{name}: {e}")))?;
         }
         Ok(MountTable {
@@ -413,5 +453,49 @@ mod tests {
         let declared = BTreeMap::from([("a b".to_string(), MountConfig::default())]);
         let err = MountTable::new(&declared).unwrap_err().to_string();
         assert!(err.contains("mount name \"a b\""), "{err}");
+    }
+
+    #[test]
+    fn a_hold_is_refused_where_nothing_is_held_or_out_of_range() {
+        let table = |config: MountConfig| {
+            MountTable::new(&BTreeMap::from([("m".to_string(), config)])).map(|_| ())
+        };
+        let relaxed = MountConfig {
+            uri: "memory://".into(),
+            mapping: Mapping::Balanced,
+            metadata: MetadataMode::Relaxed,
+            hold_ms: Some(250),
+            ..Default::default()
+        };
+        table(relaxed.clone()).unwrap();
+        assert_eq!(relaxed.hold(), std::time::Duration::from_millis(250));
+        let merged = MountConfig {
+            metadata: MetadataMode::Strict,
+            aggregate_bytes: 1 << 20,
+            ..relaxed.clone()
+        };
+        table(merged.clone()).unwrap();
+        let nothing = MountConfig {
+            aggregate_bytes: 0,
+            ..merged
+        };
+        let err = table(nothing).unwrap_err().to_string();
+        assert!(
+            err.contains("mounts.m") && err.contains("holds neither"),
+            "{err}"
+        );
+        for ms in [0, MAX_HOLD_MS + 1] {
+            let err = table(MountConfig {
+                hold_ms: Some(ms),
+                ..relaxed.clone()
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(&format!("hold_ms = {ms}")), "{err}");
+        }
+        assert_eq!(
+            MountConfig::default().hold(),
+            std::time::Duration::from_millis(DEFAULT_HOLD_MS)
+        );
     }
 }

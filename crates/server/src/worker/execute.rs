@@ -104,6 +104,12 @@ impl Executor {
         })
     }
 
+    /// Stores what the external mounts acknowledged but hold in memory
+    /// ([`labios_bridge::Mounts::settle`]), before the worker says it stopped.
+    pub async fn settle_mounts(&self) -> Result<()> {
+        self.mounts.settle().await
+    }
+
     /// The outbox of space to give back on other workers, whose sender the
     /// worker runs.
     pub fn reclaims(&self) -> Arc<Reclaims> {

@@ -597,6 +597,15 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
             "reclaim sender ended abnormally: {e}"
         );
     }
+    // What external mounts acknowledged from memory (merged writes,
+    // relaxed metadata) reaches their store before the worker says it
+    // stopped: the next process would not see it.
+    if let Err(e) = executor.settle_mounts().await {
+        tracing::error!(
+            worker = shared.spec.id,
+            "writes held back by external mounts were not stored: {e}"
+        );
+    }
     // What the stack acknowledged from memory (a `tier`) reaches the
     // device before the worker says it stopped.
     let storage = shared.storage.clone();
