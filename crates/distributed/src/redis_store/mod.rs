@@ -220,10 +220,27 @@ struct Link {
     heard: Arc<Heard>,
 }
 
-/// The time of a link's last answer, in milliseconds since `epoch`.
+/// The time of a link's last answer, in milliseconds since `epoch`, and
+/// the connections to its server seen closing: what tells whether a
+/// command that must not be sent twice may go on the link as it is.
 struct Heard {
     epoch: Instant,
     at: AtomicU64,
+    /// Closings of the watching connection ([`watch_server`]): a restart
+    /// of the server closes it with the link's own.
+    lost: AtomicU64,
+    /// `lost` as of the last PING answered after it.
+    checked: AtomicU64,
+    /// The watching task, which ends with the link.
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Heard {
+    fn drop(&mut self) {
+        if let Some(w) = self.watcher.lock().take() {
+            w.abort();
+        }
+    }
 }
 
 impl Heard {
@@ -231,6 +248,9 @@ impl Heard {
         Arc::new(Heard {
             epoch: Instant::now(),
             at: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            checked: AtomicU64::new(0),
+            watcher: Mutex::new(None),
         })
     }
 
@@ -248,8 +268,39 @@ impl Heard {
 /// A link quiet for this long is asked a PING before a command that
 /// must not be sent twice: the server may have restarted since, and the
 /// connection's first command then fails with a broken pipe that does not
-/// say whether it was sent (see [`unsent`]).
+/// say whether it was sent (see [`unsent`]). A server's link also PINGs
+/// first once its watching connection closed ([`watch_server`]), however
+/// recently it was heard: a restart shorter than this left such commands
+/// to the dead connection (CI, `cluster_faults`: a read label failed on
+/// the put of its result 0.5 s after Redis was back). This bound remains
+/// for the cluster client, which has no watcher.
 const QUIET: Duration = Duration::from_millis(500);
+
+/// Keeps a connection of its own to the link's server, subscribed to a
+/// channel nobody publishes on, and counts its closings in `heard.lost`:
+/// a restart of the server closes it as it closes the link's connection,
+/// whose manager (over RESP2) would only find out with the next command,
+/// by a broken pipe that may not be resent. Connects again at once, then
+/// every [`RESEND_PAUSE_MAX`] while the server is away.
+fn watch_server(client: redis::Client, heard: &Arc<Heard>, timeout: Duration) {
+    let weak = Arc::downgrade(heard);
+    let task = tokio::spawn(async move {
+        loop {
+            if let Ok(Ok(mut ps)) = tokio::time::timeout(timeout, client.get_async_pubsub()).await {
+                if ps.subscribe("labios:watch").await.is_ok() {
+                    let mut stream = ps.on_message();
+                    while stream.next().await.is_some() {}
+                }
+            }
+            match weak.upgrade() {
+                Some(heard) => heard.lost.fetch_add(1, Ordering::AcqRel),
+                None => return,
+            };
+            tokio::time::sleep(RESEND_PAUSE_MAX).await;
+        }
+    });
+    *heard.watcher.lock() = Some(task);
+}
 
 /// Commands that change nothing: sent twice, they answer the same.
 const READ_ONLY: &[&str] = &[
@@ -373,7 +424,9 @@ impl Link {
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        if !read_only && self.heard.quiet_for() >= QUIET {
+        let lost = self.heard.lost.load(Ordering::Acquire);
+        let unchecked = lost != self.heard.checked.load(Ordering::Acquire);
+        if !read_only && (unchecked || self.heard.quiet_for() >= QUIET) {
             let ping = redis::cmd("PING");
             let pinged = resending(self.timeout, self.timeout, true, || {
                 let mut c = self.conn.clone();
@@ -381,6 +434,7 @@ impl Link {
                 async move { ping.query_async::<String>(&mut c).await }
             });
             self.answer(pinged.await)?;
+            self.heard.checked.fetch_max(lost, Ordering::AcqRel);
         }
         let sent = resending(self.timeout, self.timeout, read_only, || {
             send(self.conn.clone())
@@ -534,11 +588,13 @@ async fn connect_one(cfg: &RedisConfig, url: &str) -> Result<(Link, redis::Clien
             )))
         }
     };
+    let heard = Heard::new();
+    watch_server(client.clone(), &heard, timeout);
     let link = Link {
         conn: Conn::Single(conn),
         addr,
         timeout,
-        heard: Heard::new(),
+        heard,
     };
     link.cmd::<String>(&redis::cmd("PING")).await?;
     Ok((link, client))
