@@ -10,6 +10,7 @@
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
+use futures::TryStreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use labios_bridge::external::stream_into;
 use labios_bridge::{Mapping, Mounts};
@@ -212,22 +213,16 @@ async fn copy_file(
     size: u64,
     bar: &ProgressBar,
 ) -> anyhow::Result<()> {
-    let mut source = Source::open(from)?;
+    let chunks = chunks(Source::open(from)?, client, size, bar);
+    futures::pin_mut!(chunks);
     match to {
         Place::Local(p) => {
             if let Some(parent) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent)?;
             }
             let mut out = std::fs::File::create(p).with_context(|| format!("{}", p.display()))?;
-            let mut at = 0;
-            while at < size {
-                let chunk = source.read(client, at).await?;
-                if chunk.is_empty() {
-                    break;
-                }
+            while let Some((_, chunk)) = chunks.try_next().await? {
                 out.write_all(&chunk)?;
-                at += chunk.len() as u64;
-                bar.inc(chunk.len() as u64);
             }
             out.sync_all()?;
         }
@@ -236,16 +231,8 @@ async fn copy_file(
             client.catalog().open_or_create(p, 0o644).await?;
             client.truncate(p, 0).await?;
             let mut handles = Vec::new();
-            let mut at = 0;
-            while at < size {
-                let chunk = source.read(client, at).await?;
-                if chunk.is_empty() {
-                    break;
-                }
-                let n = chunk.len() as u64;
+            while let Some((at, chunk)) = chunks.try_next().await? {
                 handles.push(client.write_at_async(p, at, chunk).await?);
-                at += n;
-                bar.inc(n);
                 if handles.len() >= IN_FLIGHT {
                     client.wait(&handles.remove(0)).await?;
                 }
@@ -263,45 +250,49 @@ async fn copy_file(
                 Ok(()) | Err(Error::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
-            let mut at = 0;
-            loop {
-                let chunk = source.read(client, at).await?;
-                let n = chunk.len() as u64;
-                // An empty source is written too: it makes the empty file.
-                if n == 0 && at > 0 {
-                    break;
-                }
+            let mut written = false;
+            while let Some((at, chunk)) = chunks.try_next().await? {
                 client.write_at_sync(p.as_str(), at, chunk).await?;
-                at += n;
-                bar.inc(n);
-                if n == 0 || at >= size {
-                    break;
-                }
+                written = true;
+            }
+            // An empty source is written too: it makes the empty file.
+            if !written {
+                client.write_at_sync(p.as_str(), 0, Bytes::new()).await?;
             }
             client.flush(p.as_str()).await?;
         }
         Place::External(p) => {
             let target = mounts.resolve(p)?;
-            let chunks =
-                futures::stream::try_unfold((source, 0u64), move |(mut source, at)| async move {
-                    if at >= size {
-                        return Ok(None);
-                    }
-                    let chunk = source
-                        .read(client, at)
-                        .await
-                        .map_err(|e| Error::Storage(format!("{e:#}")))?;
-                    if chunk.is_empty() {
-                        return Ok(None);
-                    }
-                    bar.inc(chunk.len() as u64);
-                    let next = at + chunk.len() as u64;
-                    Ok(Some((chunk, (source, next))))
-                });
-            stream_into(&target, chunks).await?;
+            let bytes = chunks
+                .map_ok(|(_, chunk)| chunk)
+                .map_err(|e| Error::Storage(format!("{e:#}")));
+            stream_into(&target, bytes).await?;
         }
     }
     Ok(())
+}
+
+/// The bytes of `source`, up to `size`, as chunks of at most [`CHUNK`] with
+/// the offset of each, counted on `bar` as they are read. Ends early where
+/// the source does (a file that shrank meanwhile).
+fn chunks<'a>(
+    source: Source,
+    client: &'a Client,
+    size: u64,
+    bar: &'a ProgressBar,
+) -> impl futures::Stream<Item = anyhow::Result<(u64, Bytes)>> + 'a {
+    futures::stream::try_unfold((source, 0u64), move |(mut source, at)| async move {
+        if at >= size {
+            return Ok(None);
+        }
+        let chunk = source.read(client, at).await?;
+        if chunk.is_empty() {
+            return Ok(None);
+        }
+        bar.inc(chunk.len() as u64);
+        let next = at + chunk.len() as u64;
+        Ok(Some(((at, chunk), (source, next))))
+    })
 }
 
 /// Whether `a` and `b` name one file, which a copy would destroy before

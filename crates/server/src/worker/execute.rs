@@ -512,25 +512,26 @@ impl Executor {
 
     async fn read(&self, label: &Label) -> Result<Done, Failure> {
         let (file, offset, len) = file_of(label, &label.source, "source")?;
-        let Pointer::Warehouse { key, .. } = &label.destination else {
-            return Err(bad_pointer(label, "destination", "a warehouse entry"));
-        };
-        if len > MAX_READ {
-            return Err(format!(
-                "read of {len} bytes is larger than the {MAX_READ} bytes one label may read"
-            ));
-        }
+        let key = answered_in(label, len, "read of")?;
         let data = self.read_local(file, offset, len).await?;
+        self.answer(key, Bytes::from(data), len).await
+    }
+
+    /// Puts a label's result in the warehouse entry its client takes it
+    /// from; the status names it, so that `labios serve` can bring a small
+    /// one back with the status. `moved` is what the label processed.
+    async fn answer(&self, key: &str, data: Bytes, moved: u64) -> Result<Done, Failure> {
+        let n = data.len() as u64;
         let t = anatomy::start();
         self.stores
             .warehouse
-            .put_result(key, Bytes::from(data))
+            .put_result(key, data)
             .await
             .map_err(|e| e.to_string())?;
         anatomy::record(Phase::WorkerWarehouse, t);
         Ok(Done {
-            bytes: len,
-            result: Some((key.clone(), len)),
+            bytes: moved,
+            result: Some((key.to_string(), n)),
         })
     }
 
@@ -903,6 +904,20 @@ fn file_of(label: &Label, pointer: &Pointer, which: &str) -> Result<(FileId, u64
         ));
     }
     Ok((file, offset, len))
+}
+
+/// The warehouse entry a label that reads `len` bytes answers into; a
+/// read over [`MAX_READ`] is refused, `what` naming it.
+fn answered_in<'a>(label: &'a Label, len: u64, what: &str) -> Result<&'a str, Failure> {
+    let Pointer::Warehouse { key, .. } = &label.destination else {
+        return Err(bad_pointer(label, "destination", "a warehouse entry"));
+    };
+    if len > MAX_READ {
+        return Err(format!(
+            "{what} {len} bytes is larger than the {MAX_READ} bytes one label may read"
+        ));
+    }
+    Ok(key)
 }
 
 fn bad_pointer(label: &Label, which: &str, wanted: &str) -> Failure {

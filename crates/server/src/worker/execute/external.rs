@@ -3,7 +3,7 @@
 //! system through the mount's mapper. No extent is recorded: the external
 //! system stays the only authority on what it holds.
 
-use super::{bad_pointer, Done, Executor, Failure, MAX_READ};
+use super::{answered_in, bad_pointer, Done, Executor, Failure};
 use bytes::Bytes;
 use labios_bridge::{External, Stat};
 use labios_label::{Codec, Label, LabelKind, Pointer};
@@ -86,22 +86,8 @@ impl Executor {
                 encoded.len()
             ));
         }
-        self.answer(key, encoded).await
-    }
-
-    /// Puts a label's result where its client takes it; the status names
-    /// it, so `labios serve` can bring a small one back with the status.
-    async fn answer(&self, key: &str, data: Bytes) -> Result<Done, Failure> {
-        let n = data.len() as u64;
-        self.stores
-            .warehouse
-            .put_result(key, data)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Done {
-            bytes: n,
-            result: Some((key.to_string(), n)),
-        })
+        let n = encoded.len() as u64;
+        self.answer(key, encoded, n).await
     }
 
     /// A delete label of an external path: run here, where the mount's
@@ -129,21 +115,15 @@ impl Executor {
         let Pointer::Uri { uri, offset, len } = &label.source else {
             return Err(bad_pointer(label, "source", "external storage"));
         };
-        let Pointer::Warehouse { key, .. } = &label.destination else {
-            return Err(bad_pointer(label, "destination", "a warehouse entry"));
-        };
-        if *len > MAX_READ {
-            return Err(format!(
-                "read of {len} bytes is larger than the {MAX_READ} bytes one label may read"
-            ));
-        }
+        let key = answered_in(label, *len, "read of")?;
         let target = self.mounts.resolve(uri).map_err(|e| e.to_string())?;
         let data = target
             .mapper()
             .read(&target.path, *offset, *len)
             .await
             .map_err(|e| format!("{uri}: {e}"))?;
-        self.answer(key, data).await
+        let n = data.len() as u64;
+        self.answer(key, data, n).await
     }
 }
 

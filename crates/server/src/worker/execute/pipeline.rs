@@ -9,7 +9,7 @@
 //!   Its input is its own device's range, or, for a file spread over
 //!   several workers, the parts earlier reads gathered into the warehouse.
 
-use super::{bad_pointer, file_of, Done, Executor, Failure, Range, Staged, MAX_READ};
+use super::{answered_in, bad_pointer, file_of, Done, Executor, Failure, Range, Staged};
 use bytes::Bytes;
 use labios_functions::Context;
 use labios_label::{part_key, Label, Pointer};
@@ -44,30 +44,14 @@ impl Executor {
 
     pub(super) async fn query(&self, label: &Label) -> Result<Done, Failure> {
         let (file, offset, len) = file_of(label, &label.source, "source")?;
-        let Pointer::Warehouse { key, .. } = &label.destination else {
-            return Err(bad_pointer(label, "destination", "a warehouse entry"));
-        };
-        if len > MAX_READ {
-            return Err(format!(
-                "a pipeline over {len} bytes is larger than the {MAX_READ} bytes one label may read"
-            ));
-        }
+        let key = answered_in(label, len, "a pipeline over")?;
         let input = if label.index.is_empty() {
             self.read_local(file, offset, len).await?
         } else {
             self.gathered(label, key, offset, len).await?
         };
         let out = self.apply(label, Bytes::from(input)).await?;
-        let out_len = out.len() as u64;
-        self.stores
-            .warehouse
-            .put_result(key, out)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Done {
-            bytes: len,
-            result: Some((key.clone(), out_len)),
-        })
+        self.answer(key, out, len).await
     }
 
     /// The input of a gathered query: part `i` of the result key holds the
