@@ -29,6 +29,8 @@
 //!   (`reclaim_after_ms` once final, a day before), `{ns}:labels`: sorted
 //!   set id -> expiry (ms, server clock) that `label_count` trims and counts.
 //! - channel `{ns}:done`: a label id, published when its status turns final.
+//! - channel `{ns}:watch`: never published on; every connection's watcher
+//!   subscribes to it (see `watch_server`).
 //! - Open files ([`Inventory::hold`]): `{ns}:holds:<id>`, the set of
 //!   sessions holding file `id` open; `{ns}:hlease:<session>`, a key that
 //!   lives `hold_lease_ms` past its process's last renewal (a session whose
@@ -276,27 +278,40 @@ impl Heard {
 /// for the cluster client, which has no watcher.
 const QUIET: Duration = Duration::from_millis(500);
 
-/// Keeps a connection of its own to the link's server, subscribed to a
-/// channel nobody publishes on, and counts its closings in `heard.lost`:
-/// a restart of the server closes it as it closes the link's connection,
-/// whose manager (over RESP2) would only find out with the next command,
-/// by a broken pipe that may not be resent. Connects again at once, then
-/// every [`RESEND_PAUSE_MAX`] while the server is away.
-fn watch_server(client: redis::Client, heard: &Arc<Heard>, timeout: Duration) {
+/// The longest pause between two tries of a watcher to reach a server
+/// that is away: it counted the loss already, so it is in no hurry.
+const WATCH_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Keeps a connection of its own to the link's server and counts its
+/// closings in `heard.lost`: a restart of the server closes it as it
+/// closes the link's connection, whose manager (over RESP2) would only
+/// find out with the next command, by a broken pipe that may not be
+/// resent. The connection subscribes to `channel`, on which nobody
+/// publishes, so that the server's idle `timeout` spares it; refused the
+/// subscription (an ACL without the channel), it watches unsubscribed.
+/// After a closing it connects again at once, then at pauses growing from
+/// [`RESEND_PAUSE_MAX`] to [`WATCH_PAUSE_MAX`] while the server is away.
+fn watch_server(client: redis::Client, channel: String, heard: &Arc<Heard>, timeout: Duration) {
     let weak = Arc::downgrade(heard);
     let task = tokio::spawn(async move {
+        let mut pause = Duration::ZERO;
         loop {
-            if let Ok(Ok(mut ps)) = tokio::time::timeout(timeout, client.get_async_pubsub()).await {
-                if ps.subscribe("labios:watch").await.is_ok() {
-                    let mut stream = ps.on_message();
-                    while stream.next().await.is_some() {}
+            match tokio::time::timeout(timeout, client.get_async_pubsub()).await {
+                Ok(Ok(mut ps)) => {
+                    if let Err(e) = ps.subscribe(&channel).await {
+                        tracing::debug!("watching a Redis server unsubscribed: {e}");
+                    }
+                    let mut closed = ps.on_message();
+                    while closed.next().await.is_some() {}
+                    pause = Duration::ZERO;
                 }
+                _ => pause = (pause * 2).clamp(RESEND_PAUSE_MAX, WATCH_PAUSE_MAX),
             }
             match weak.upgrade() {
                 Some(heard) => heard.lost.fetch_add(1, Ordering::AcqRel),
                 None => return,
             };
-            tokio::time::sleep(RESEND_PAUSE_MAX).await;
+            tokio::time::sleep(pause).await;
         }
     });
     *heard.watcher.lock() = Some(task);
@@ -589,7 +604,8 @@ async fn connect_one(cfg: &RedisConfig, url: &str) -> Result<(Link, redis::Clien
         }
     };
     let heard = Heard::new();
-    watch_server(client.clone(), &heard, timeout);
+    let channel = format!("{{{}}}:watch", cfg.namespace);
+    watch_server(client.clone(), channel, &heard, timeout);
     let link = Link {
         conn: Conn::Single(conn),
         addr,
