@@ -57,6 +57,12 @@ impl Aggregator {
         self.buffered.load(Ordering::Acquire)
     }
 
+    /// Files with a run in memory: what the aggregator keeps per file is
+    /// dropped once stored, so this stays within the files being written.
+    pub fn files(&self) -> usize {
+        self.runs.len()
+    }
+
     /// Stores the run of `path`; on failure it stays buffered.
     async fn store(&self, path: &str, run: &mut Option<Run>) -> Result<()> {
         let Some(r) = run.take() else { return Ok(()) };
@@ -84,12 +90,14 @@ impl Aggregator {
         Ok(())
     }
 
-    /// Writes every buffered run through.
+    /// Writes every buffered run through: each is tried, and the first
+    /// failure is returned (the failed runs stay buffered).
     pub async fn flush_all(&self) -> Result<()> {
-        for (path, _) in self.runs.all() {
-            self.flush(&path).await?;
+        let mut first = Ok(());
+        for path in self.runs.paths() {
+            first = first.and(self.flush(&path).await);
         }
-        Ok(())
+        first
     }
 }
 
@@ -101,8 +109,8 @@ impl FileMapper for Aggregator {
     }
 
     async fn flush_all(&self) -> Result<()> {
-        Aggregator::flush_all(self).await?;
-        self.inner.flush_all().await
+        let runs = Aggregator::flush_all(self).await;
+        runs.and(self.inner.flush_all().await)
     }
 
     async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<()> {

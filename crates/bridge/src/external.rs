@@ -91,6 +91,9 @@ impl Mounts {
             {
                 let (name, mapper) = (m.name.clone(), m.mapper.clone());
                 let mut tick = tokio::time::interval(m.config.hold());
+                // A slow store is followed by the next in one period, not
+                // by the ticks it missed.
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 tokio::spawn(async move {
                     loop {
                         tick.tick().await;
@@ -111,12 +114,20 @@ impl Mounts {
     /// Stores what every mount acknowledged but holds only in this
     /// process's memory (merged writes, relaxed metadata), as a clean stop
     /// must: the next process starts from the store and would not see it.
-    /// Every mount is tried; the first error is returned.
+    /// Every file of every mount is tried, a mount that failed once more
+    /// (a transient error of its store); the first error is returned.
     pub async fn settle(&self) -> Result<()> {
         let mut first = Ok(());
         for m in self.mounts.values() {
-            if let Err(e) = m.mapper.flush_all().await {
-                tracing::error!("mounts.{}: storing what was held back: {e}", m.name);
+            let settled = match m.mapper.flush_all().await {
+                Err(e) => {
+                    tracing::warn!("mounts.{}: storing what was held back: {e}; again", m.name);
+                    m.mapper.flush_all().await
+                }
+                done => done,
+            };
+            if let Err(e) = settled {
+                tracing::error!("mounts.{}: what was held back is not stored: {e}", m.name);
                 first = first.and(Err(e));
             }
         }

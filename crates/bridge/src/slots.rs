@@ -49,13 +49,10 @@ impl<T> Slots<T> {
         self.map.lock().get(path).cloned()
     }
 
-    /// Every file with a slot, and its slot.
-    pub fn all(&self) -> Vec<(String, Slot<T>)> {
-        self.map
-            .lock()
-            .iter()
-            .map(|(p, s)| (p.clone(), s.clone()))
-            .collect()
+    /// Every file with a slot. Its handles are not kept, so that
+    /// [`Slots::retire`] can drop a slot the caller empties meanwhile.
+    pub fn paths(&self) -> Vec<String> {
+        self.map.lock().keys().cloned().collect()
     }
 
     /// Drops `slot` (the caller's handle of `path`'s slot, whose state the
@@ -107,7 +104,7 @@ mod tests {
             .unwrap() = Some(1);
         slots.get_or_insert("idle", 0, |s| s.is_none());
         slots.get_or_insert("new", 0, |s| s.is_none());
-        let mut kept: Vec<String> = slots.all().into_iter().map(|(p, _)| p).collect();
+        let mut kept = slots.paths();
         kept.sort();
         assert_eq!(kept, ["busy", "held", "new"]);
         drop(held);

@@ -365,18 +365,23 @@ impl<L: Layout> Inner<L> {
     }
 }
 
-/// Stores the metadata of files unstored for at least `age`.
+/// Stores the metadata of files unstored for at least `age`: each is
+/// tried, and the first failure is returned (the failed ones stay dirty).
 async fn flush_dirty<L: Layout>(inner: &Inner<L>, age: Duration) -> Result<()> {
-    for (path, slot) in inner.files.all() {
+    let mut first = Ok(());
+    for path in inner.files.paths() {
+        let Some(slot) = inner.files.get(&path) else {
+            continue;
+        };
         let mut g = slot.lock().await;
         if g.as_ref()
             .and_then(|s| s.dirty_since)
             .is_some_and(|t| t.elapsed() >= age)
         {
-            inner.store_meta(&path, &mut g).await?;
+            first = first.and(inner.store_meta(&path, &mut g).await);
         }
     }
-    Ok(())
+    first
 }
 
 /// The background task that bounds how late relaxed metadata is stored.
@@ -391,11 +396,13 @@ fn start_flusher<L: Layout>(inner: &Arc<Inner<L>>) {
     };
     let weak: Weak<Inner<L>> = Arc::downgrade(inner);
     let period = (inner.relaxed.delay / 2).max(Duration::from_millis(10));
+    // Stored once `delay - period` old, so at most `delay` after the write.
+    let age = inner.relaxed.delay.saturating_sub(period);
     rt.spawn(async move {
         loop {
             tokio::time::sleep(period).await;
             let Some(inner) = weak.upgrade() else { return };
-            if let Err(e) = flush_dirty(&inner, inner.relaxed.delay).await {
+            if let Err(e) = flush_dirty(&inner, age).await {
                 tracing::warn!("storing relaxed file metadata: {e}");
             }
         }

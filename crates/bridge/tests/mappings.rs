@@ -350,6 +350,80 @@ async fn small_writes_are_aggregated() {
     assert!(Aggregator::new(base.clone(), 0, 1).is_err());
 }
 
+/// Refuses writes of one path while `refusing`: a store that fails for
+/// one file.
+#[derive(Debug)]
+struct Refusing {
+    inner: Arc<dyn FileMapper>,
+    path: &'static str,
+    refusing: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl FileMapper for Refusing {
+    async fn write(&self, path: &str, offset: u64, data: Bytes) -> labios_label::Result<()> {
+        if path == self.path && self.refusing.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(labios_label::Error::Storage(format!("{path}: refused")));
+        }
+        self.inner.write(path, offset, data).await
+    }
+
+    async fn read(&self, path: &str, offset: u64, len: u64) -> labios_label::Result<Bytes> {
+        self.inner.read(path, offset, len).await
+    }
+
+    async fn stat(&self, path: &str) -> labios_label::Result<Option<labios_bridge::Stat>> {
+        self.inner.stat(path).await
+    }
+
+    async fn list(&self, dir: &str) -> labios_label::Result<Vec<labios_bridge::Entry>> {
+        self.inner.list(dir).await
+    }
+
+    async fn remove(&self, path: &str) -> labios_label::Result<()> {
+        self.inner.remove(path).await
+    }
+}
+
+/// Storing every run (the periodic store, and a clean stop's) tries each
+/// file: one file whose store fails keeps its run and does not keep the
+/// others in memory, where the next crash would lose them. Stored runs are
+/// forgotten: the aggregator once kept an entry for every file it ever
+/// merged writes of, since storing all runs held every entry while it
+/// retired each.
+#[tokio::test]
+async fn storing_every_run_tries_each_file_and_forgets_the_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = options(MetadataMode::Strict)
+        .mapper(Mapping::Balanced, fs(&dir))
+        .unwrap();
+    let refusing = Arc::new(Refusing {
+        inner: base.clone(),
+        path: "b",
+        refusing: true.into(),
+    });
+    let agg = Aggregator::new(refusing.clone(), 1 << 20, 16 << 20).unwrap();
+    for path in ["a", "b", "c"] {
+        agg.write(path, 0, Bytes::from(path.repeat(10)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(agg.files(), 3);
+    let err = agg.flush_all().await.unwrap_err().to_string();
+    assert!(err.contains("b: refused"), "{err}");
+    for path in ["a", "c"] {
+        assert_eq!(base.read(path, 0, 100).await.unwrap(), path.repeat(10));
+    }
+    assert!(base.stat("b").await.unwrap().is_none());
+    assert_eq!((agg.files(), agg.buffered()), (1, 10), "b's run is kept");
+    refusing
+        .refusing
+        .store(false, std::sync::atomic::Ordering::Release);
+    agg.flush_all().await.unwrap();
+    assert_eq!(base.read("b", 0, 100).await.unwrap(), "b".repeat(10));
+    assert_eq!((agg.files(), agg.buffered()), (0, 0));
+}
+
 /// The silent loss of an acknowledged append (issue 11, finding 1): the
 /// periodic store of merged writes took a file's run and, once stored,
 /// dropped the file's slot from the map. An append that had fetched the

@@ -73,8 +73,11 @@ impl Runtime {
         let mut dispatch_stats = Vec::new();
         let directory: Arc<dyn WorkerDirectory> = manager.clone();
         for _ in 0..config.dispatchers {
+            // The queues live in this process: a stop dispatches what they
+            // hold first.
             let dispatcher =
-                Dispatcher::new(config.dispatcher.clone(), stores.clone(), directory.clone())?;
+                Dispatcher::new(config.dispatcher.clone(), stores.clone(), directory.clone())?
+                    .draining();
             dispatch_stats.push(dispatcher.stats());
             tasks.push(tokio::spawn(dispatcher.run(
                 Queues::Prefix(CLIENT_QUEUE_PREFIX.into()),
@@ -118,14 +121,16 @@ impl Runtime {
             .sum()
     }
 
-    /// Stops dispatchers and workers after the work in flight and makes the
+    /// Stops dispatchers and workers after every label published (the
+    /// queues, in this process's memory, would lose the rest although
+    /// their clients were told they were published) and makes the
     /// inventory durable.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
         for t in self.tasks {
             let _ = t.await;
         }
-        self.manager.shutdown().await;
+        self.manager.drain_and_shutdown().await;
         self.stores.inventory.sync().await?;
         Ok(())
     }

@@ -63,6 +63,63 @@ fn put_get_ls_stat_rm_status_and_restart() {
     server.stop();
 }
 
+/// A program under `labios run --async`, with no `labios serve` running
+/// (so `labios run` runs the runtime itself), writes and exits without
+/// closing its file: each write returned once its label was published,
+/// and every byte is there afterwards, as README promises. (The stop of
+/// the runtime once dropped labels still in its in-memory queues; the
+/// test that catches that is `pipeline::a_clean_stop_loses_no_published_write`,
+/// whose client publishes faster than this program can.)
+#[test]
+fn a_program_exiting_without_close_keeps_its_async_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // Small writes, each its own label; every store call waits up to 2 ms
+    // (an injected delay), and a label takes more of them to run than to
+    // publish, so many are still queued when the program exits.
+    let blocks = 1500;
+    let block = 4096;
+    let config = dir.path().join("labios.toml");
+    std::fs::write(
+        &config,
+        "[faults]\nseed = 7\ndelay_ppm = 1000000\nmax_delay_ms = 2\n",
+    )
+    .unwrap();
+    let program = format!(
+        "import os\n\
+         fd = os.open('/labios/x', os.O_WRONLY | os.O_CREAT, 0o644)\n\
+         for i in range({blocks}):\n    os.write(fd, bytes([i % 256]) * {block})\n\
+         os._exit(0)\n"
+    );
+    let labios_run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("run")
+            .args(args)
+            .env("LABIOS_DATA_DIR", &data)
+            .env_remove("LABIOS_ENDPOINT")
+            .env("LABIOS_CONFIG", &config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "labios run {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    labios_run(&["--async", "--", "python3", "-c", &program]);
+    let back = labios_run(&["--", "cat", "/labios/x"]);
+    let want: Vec<u8> = (0..blocks)
+        .flat_map(|i| vec![(i % 256) as u8; block])
+        .collect();
+    assert_eq!(
+        back.len(),
+        want.len(),
+        "bytes back after the program exited"
+    );
+    assert!(back == want, "the bytes differ");
+}
+
 #[test]
 fn clear_errors_for_bad_input() {
     let dir = tempfile::tempdir().unwrap();

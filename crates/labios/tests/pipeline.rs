@@ -30,6 +30,7 @@ both!(
     every_policy_spreads_load_and_suspended_workers_wake,
     completed_label_metadata_is_reclaimed_under_sustained_load,
     restart_reads_back_every_completed_file,
+    a_clean_stop_loses_no_published_write,
     a_full_queue_pushes_back_instead_of_growing,
     remove_rename_flush_and_rooms,
     sync_mode_config_and_label_size_settings_are_honoured,
@@ -374,6 +375,63 @@ async fn restart_reads_back_every_completed_file(kind: Kind) {
         .await
         .unwrap();
     assert!(client.read("/keep/0").await.unwrap() == data(0, 1));
+    d.shutdown().await;
+}
+
+/// A write published asynchronously and never waited for (a program
+/// under `labios run --async` that exits without closing its file) is
+/// acknowledged: a clean stop runs it before it stops. The embedded
+/// runtime's stop once ended its dispatchers and workers with labels still
+/// in its in-memory queues (the client's and the workers'), and they were
+/// gone after the restart. On the cluster the queues are durable and the
+/// labels run after the restart.
+async fn a_clean_stop_loses_no_published_write(kind: Kind) {
+    let files = 24u64;
+    let size = 256 << 10;
+    // Workers that take one task at a time, each store call waiting up to
+    // 10 ms (an injected delay) and a label making more calls to run than
+    // to publish: most of what is dispatched waits in the workers' queues
+    // at the stop.
+    let mut d = Deployed::start(kind, |config| {
+        config.worker.threads = 1;
+        config.worker.pull_batch = 1;
+        if kind == Kind::Embedded {
+            config.faults = labios_store::faults::FaultConfig {
+                seed: 7,
+                delay_ppm: 1_000_000,
+                max_delay_ms: 10,
+                ..Default::default()
+            };
+        }
+    })
+    .await;
+    {
+        let client = d.client().await;
+        for i in 0..files {
+            client
+                .write_at_async(&format!("/published/{i}"), 0, data(i, size))
+                .await
+                .unwrap();
+        }
+    }
+    d.restart().await;
+    let client = d.client().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in 0..files {
+        let path = format!("/published/{i}");
+        loop {
+            let got = client.read(&path).await.unwrap_or_default();
+            if got == data(i, size) {
+                break;
+            }
+            assert!(
+                kind == Kind::Cluster && Instant::now() < deadline,
+                "{path}: {} of {size} bytes back after a clean stop",
+                got.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     d.shutdown().await;
 }
 

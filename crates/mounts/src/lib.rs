@@ -61,7 +61,10 @@ pub struct MountConfig {
     /// Relaxed metadata and merged writes: how long, in milliseconds, the
     /// workers' process may keep them in memory before storing them
     /// (default [`DEFAULT_HOLD_MS`]). What a crash of that process can
-    /// lose; a clean stop stores everything first.
+    /// lose; a clean stop stores everything first. With relaxed metadata
+    /// it is also how long the workers trust a file's metadata they read
+    /// before reading it again, so how late they see another writer's
+    /// changes.
     #[serde(default)]
     pub hold_ms: Option<u64>,
 }

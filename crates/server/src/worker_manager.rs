@@ -272,6 +272,17 @@ impl WorkerManager {
     /// Stops load balancing and shuts every worker down (each finishes the
     /// tasks it already took).
     pub async fn shutdown(&self) {
+        self.stop(false).await
+    }
+
+    /// As [`Self::shutdown`], each worker first running every task queued
+    /// for it ([`WorkerHandle::drain_and_shutdown`]): for queues in memory,
+    /// once nothing dispatches any more.
+    pub async fn drain_and_shutdown(&self) {
+        self.stop(true).await
+    }
+
+    async fn stop(&self, drain: bool) {
         self.inner.stopping.store(true, Ordering::Release);
         self.inner.stop.notify_one();
         let balancer = self.balancer.lock().take();
@@ -281,7 +292,14 @@ impl WorkerManager {
             }
         }
         let handles: Vec<WorkerHandle> = self.inner.handles.lock().values().cloned().collect();
-        futures::future::join_all(handles.iter().map(|h| h.shutdown())).await;
+        futures::future::join_all(handles.iter().map(|h| async move {
+            if drain {
+                h.drain_and_shutdown().await
+            } else {
+                h.shutdown().await
+            }
+        }))
+        .await;
         let mut view = self.inner.view.write();
         for h in &handles {
             view.set(h.status());

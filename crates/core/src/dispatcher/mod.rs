@@ -54,6 +54,9 @@ const NO_WORKERS_GRACE: Duration = Duration::from_secs(10);
 /// How often a dispatcher serving a queue prefix looks for new queues (an
 /// application's queue appears with its first label).
 const QUEUE_REFRESH: Duration = Duration::from_millis(200);
+/// The longest a draining dispatcher ([`Dispatcher::draining`]) goes on
+/// after a stop: a stop must end even if workers no longer take tasks.
+pub const DRAIN_MAX: Duration = Duration::from_secs(60);
 /// Inventory lookups (read locality, failure records) in flight at once.
 const INVENTORY_CONCURRENCY: usize = 32;
 
@@ -124,6 +127,9 @@ pub struct Dispatcher {
     /// catch. A read run twice so put a result nobody takes (the model
     /// checker under injected faults saw a 1 MiB result held for good).
     recent: RecentIds,
+    /// Whether a stop first dispatches what the client queues hold
+    /// ([`Dispatcher::draining`]).
+    drain: bool,
 }
 
 /// Label ids a dispatcher remembers (as a worker does).
@@ -146,7 +152,18 @@ impl Dispatcher {
             scheduler,
             stats: Arc::default(),
             recent: RecentIds::new(RECENT_LABELS),
+            drain: false,
         })
+    }
+
+    /// At a stop, goes on until the client queues are empty (for at most
+    /// [`DRAIN_MAX`]): for queues that live in memory (the embedded
+    /// runtime), where a label left in them at the stop is lost although
+    /// its client was told it was published. A dispatcher of durable queues
+    /// stops at once; its labels wait in the queue for the next one.
+    pub fn draining(mut self) -> Self {
+        self.drain = true;
+        self
     }
 
     /// Schedules labels without checking their signatures: only for
@@ -160,15 +177,26 @@ impl Dispatcher {
         self.stats.clone()
     }
 
-    /// Serves `queues` in turn until `shutdown` holds `true`. Every label
-    /// pulled ends up either in a worker queue or marked failed in the
-    /// inventory before it is acknowledged.
+    /// Serves `queues` in turn until `shutdown` holds `true` (and, when
+    /// [`Dispatcher::draining`], until they are empty). Every label pulled
+    /// ends up either in a worker queue or marked failed in the inventory
+    /// before it is acknowledged.
     pub async fn run(mut self, queues: Queues, shutdown: watch::Receiver<bool>) {
         let mut names: Vec<String> = Vec::new();
         let mut under_load: HashMap<String, bool> = HashMap::new();
         let mut listed: Option<Instant> = None;
         let mut turn = 0usize;
-        while !*shutdown.borrow() {
+        let mut stopping: Option<Instant> = None;
+        loop {
+            if *shutdown.borrow() {
+                let since = *stopping.get_or_insert_with(|| {
+                    listed = None;
+                    Instant::now()
+                });
+                if !self.drain || self.drained(&queues, since).await {
+                    return;
+                }
+            }
             match &queues {
                 Queues::Named(fixed) => names.clone_from(fixed),
                 Queues::Prefix(prefix) => {
@@ -207,6 +235,37 @@ impl Dispatcher {
                 self.dispatch(&queue, batch).await;
             }
         }
+    }
+
+    /// Whether a draining stop that began at `since` may end: every queue
+    /// is empty, or [`DRAIN_MAX`] has passed (what is left is logged, and
+    /// lost with the process).
+    async fn drained(&self, queues: &Queues, since: Instant) -> bool {
+        let names = match queues {
+            Queues::Named(fixed) => fixed.clone(),
+            Queues::Prefix(prefix) => match self.stores.labels.queues(prefix).await {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::error!("dispatcher: listing queues {prefix}* at the stop: {e}");
+                    return true;
+                }
+            },
+        };
+        let mut left = 0;
+        for name in &names {
+            match self.stores.labels.depth(name).await {
+                Ok(n) => left += n,
+                Err(e) => tracing::warn!("dispatcher: depth of {name} at the stop: {e}"),
+            }
+        }
+        if left > 0 && since.elapsed() >= DRAIN_MAX {
+            tracing::error!(
+                "dispatcher: stopping with {left} labels still queued after {DRAIN_MAX:?}; \
+                 they are lost"
+            );
+            return true;
+        }
+        left == 0
     }
 
     /// One batch from `queue`. Returns as soon as anything is available,

@@ -107,7 +107,7 @@ use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisError, RedisFuture, Sc
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -228,7 +228,11 @@ struct Link {
 struct Heard {
     epoch: Instant,
     at: AtomicU64,
-    /// Closings of the watching connection ([`watch_server`]): a restart
+    /// Whether the watching connection ([`watch_server`]) is up: while it
+    /// is not, a restart could pass unseen, and every change PINGs first.
+    /// Always true on a link nothing watches (the cluster client's).
+    watching: AtomicBool,
+    /// Closings and openings of the watching connection: a restart
     /// of the server closes it with the link's own.
     lost: AtomicU64,
     /// `lost` as of the last PING answered after it.
@@ -250,6 +254,7 @@ impl Heard {
         Arc::new(Heard {
             epoch: Instant::now(),
             at: AtomicU64::new(0),
+            watching: AtomicBool::new(true),
             lost: AtomicU64::new(0),
             checked: AtomicU64::new(0),
             watcher: Mutex::new(None),
@@ -274,8 +279,9 @@ impl Heard {
 /// first once its watching connection closed ([`watch_server`]), however
 /// recently it was heard: a restart shorter than this left such commands
 /// to the dead connection (CI, `cluster_faults`: a read label failed on
-/// the put of its result 0.5 s after Redis was back). This bound remains
-/// for the cluster client, which has no watcher.
+/// the put of its result 0.5 s after Redis was back). This bound still
+/// covers what a watcher cannot see (a connection gone silent without
+/// closing) and the cluster client, which has no watcher.
 const QUIET: Duration = Duration::from_millis(500);
 
 /// The longest pause between two tries of a watcher to reach a server
@@ -286,12 +292,16 @@ const WATCH_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// closings in `heard.lost`: a restart of the server closes it as it
 /// closes the link's connection, whose manager (over RESP2) would only
 /// find out with the next command, by a broken pipe that may not be
-/// resent. The connection subscribes to `channel`, on which nobody
-/// publishes, so that the server's idle `timeout` spares it; refused the
-/// subscription (an ACL without the channel), it watches unsubscribed.
-/// After a closing it connects again at once, then at pauses growing from
-/// [`RESEND_PAUSE_MAX`] to [`WATCH_PAUSE_MAX`] while the server is away.
+/// resent. Between a closing and the next opening `heard.watching` is
+/// false, and an opening counts too: a restart while nothing watched
+/// cannot pass unseen. The connection subscribes to `channel`, on which
+/// nobody publishes, so that the server's idle `timeout` spares it;
+/// refused the subscription (an ACL without the channel), it watches
+/// unsubscribed. After a closing it connects again at once, then at pauses
+/// growing from [`RESEND_PAUSE_MAX`] to [`WATCH_PAUSE_MAX`] while the
+/// server is away.
 fn watch_server(client: redis::Client, channel: String, heard: &Arc<Heard>, timeout: Duration) {
+    heard.watching.store(false, Ordering::Release);
     let weak = Arc::downgrade(heard);
     let task = tokio::spawn(async move {
         let mut pause = Duration::ZERO;
@@ -301,16 +311,20 @@ fn watch_server(client: redis::Client, channel: String, heard: &Arc<Heard>, time
                     if let Err(e) = ps.subscribe(&channel).await {
                         tracing::debug!("watching a Redis server unsubscribed: {e}");
                     }
+                    let Some(heard) = weak.upgrade() else { return };
+                    heard.lost.fetch_add(1, Ordering::AcqRel);
+                    heard.watching.store(true, Ordering::Release);
+                    drop(heard);
                     let mut closed = ps.on_message();
                     while closed.next().await.is_some() {}
                     pause = Duration::ZERO;
                 }
                 _ => pause = (pause * 2).clamp(RESEND_PAUSE_MAX, WATCH_PAUSE_MAX),
             }
-            match weak.upgrade() {
-                Some(heard) => heard.lost.fetch_add(1, Ordering::AcqRel),
-                None => return,
-            };
+            let Some(heard) = weak.upgrade() else { return };
+            heard.watching.store(false, Ordering::Release);
+            heard.lost.fetch_add(1, Ordering::AcqRel);
+            drop(heard);
             tokio::time::sleep(pause).await;
         }
     });
@@ -367,9 +381,10 @@ fn map_err(addr: &str, e: RedisError) -> Error {
 ///   use: never sent) and for one in flight when the server closed it
 ///   (perhaps applied, its answer lost). Sent again, a warehouse put
 ///   counted its bytes twice and a take found its own result gone. A
-///   command that changes something is sent only on a link heard from
-///   within [`QUIET`], which keeps the first case rare; its broken pipe
-///   is an error naming the server.
+///   command that changes something goes after a PING unless the link was
+///   heard from within [`QUIET`] and its watcher saw no closing since
+///   ([`Heard`]), which leaves only the second case; its broken pipe is an
+///   error naming the server.
 fn unsent(e: &RedisError, read_only: bool) -> bool {
     e.is_connection_refusal()
         || e.kind() == redis::ErrorKind::BusyLoadingError
@@ -439,8 +454,9 @@ impl Link {
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        let watching = self.heard.watching.load(Ordering::Acquire);
         let lost = self.heard.lost.load(Ordering::Acquire);
-        let unchecked = lost != self.heard.checked.load(Ordering::Acquire);
+        let unchecked = !watching || lost != self.heard.checked.load(Ordering::Acquire);
         if !read_only && (unchecked || self.heard.quiet_for() >= QUIET) {
             let ping = redis::cmd("PING");
             let pinged = resending(self.timeout, self.timeout, true, || {

@@ -153,6 +153,9 @@ struct Shared {
     suspended: AtomicBool,
     decommissioned: AtomicBool,
     stopping: AtomicBool,
+    /// A stop first runs every task still queued for the worker
+    /// ([`WorkerHandle::drain_and_shutdown`]).
+    draining: AtomicBool,
     /// When `wake()` was called on a suspended worker, until served.
     wake_requested: Mutex<Option<Instant>>,
     /// Wakes the loop for wake/suspend/decommission/shutdown.
@@ -312,6 +315,7 @@ impl Worker {
             suspended: AtomicBool::new(false),
             decommissioned: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             wake_requested: Mutex::new(None),
             signal: Notify::new(),
             depth: AtomicU32::new(0),
@@ -455,6 +459,16 @@ impl WorkerHandle {
             .is_ok_and(|r| r.is_ok())
     }
 
+    /// Runs every task queued for the worker, then stops as
+    /// [`Self::shutdown`] does: for a queue that lives in memory (the
+    /// embedded runtime), where a task left in it at the stop is lost
+    /// although its client was told its labels were published. Call it
+    /// once nothing dispatches to the worker any more.
+    pub async fn drain_and_shutdown(&self) {
+        self.shared.draining.store(true, Ordering::Release);
+        self.shutdown().await;
+    }
+
     /// Stops pulling, finishes the tasks already taken (their labels reach
     /// a final status and are acknowledged) and publishes a final status:
     /// Suspended, since tasks queued for it wait for its restart. Later
@@ -583,6 +597,9 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
             dispatch(&shared, &lanes, deliveries, config.threads).await;
         }
     }
+    if shared.draining.load(Ordering::Acquire) {
+        drain(&shared, &lanes, &config).await;
+    }
     drop(lanes);
     for task in lane_tasks {
         if let Err(e) = task.await {
@@ -620,6 +637,41 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
     shared.suspended.store(true, Ordering::Release);
     shared.refresh_depth().await;
     shared.publish(true).await;
+}
+
+/// Hands every task still queued for the worker to its lanes; see
+/// [`WorkerHandle::drain_and_shutdown`].
+async fn drain(shared: &Shared, lanes: &[mpsc::Sender<Delivery<Task>>], config: &WorkerConfig) {
+    let mut ran = 0;
+    loop {
+        match shared
+            .stores
+            .tasks
+            .pull(&shared.queue, config.pull_batch, Duration::ZERO)
+            .await
+        {
+            Ok(deliveries) if deliveries.is_empty() => {
+                if ran > 0 {
+                    tracing::info!(
+                        worker = shared.spec.id,
+                        "ran {ran} tasks still queued at the stop"
+                    );
+                }
+                return;
+            }
+            Ok(deliveries) => {
+                ran += deliveries.len();
+                dispatch(shared, lanes, deliveries, config.threads).await
+            }
+            Err(e) => {
+                tracing::error!(
+                    worker = shared.spec.id,
+                    "tasks queued at the stop are not run: {e}"
+                );
+                return;
+            }
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

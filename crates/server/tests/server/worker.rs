@@ -990,3 +990,47 @@ async fn an_aggregated_task_over_the_room_left_lands_what_fits() {
     assert!(rig.result(&back[0]).await == data[..2 * PIECE]);
     w.shutdown().await;
 }
+
+/// A draining stop (the embedded runtime's, whose queues live in its
+/// memory) runs every task still queued for the worker before it stops;
+/// a plain stop (a worker of durable queues) leaves them queued for its
+/// restart. The embedded runtime once stopped its workers plainly, and
+/// what waited in their queues was lost with the process although the
+/// clients had been told it was published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_stop_runs_every_queued_task_first() {
+    let rig = Rig::new();
+    // One task at a time: nearly all wait in the queue at the stop.
+    let one_at_a_time = WorkerConfig {
+        threads: 1,
+        pull_batch: 1,
+        ..config()
+    };
+    for (id, drain) in [(1, false), (2, true)] {
+        let w = start(&rig, id, 64 * MB, one_at_a_time.clone()).await;
+        let f = rig.file(&format!("/drain/{id}")).await;
+        let mut labels = Vec::new();
+        for i in 0..40u64 {
+            labels.push(rig.write(&f, i * 4096, &pattern(4096, i as u8)).await);
+        }
+        let ids: Vec<_> = labels.iter().map(|l| l.id).collect();
+        rig.push(id, labels.into_iter().map(Task::single).collect())
+            .await;
+        if drain {
+            w.drain_and_shutdown().await;
+        } else {
+            w.shutdown().await;
+        }
+        let queue = labios_store::worker_queue(id);
+        let left = rig.stores.tasks.depth(&queue).await.unwrap();
+        if drain {
+            assert_eq!(left, 0, "tasks left queued after a draining stop");
+            complete(&rig.wait(&ids).await);
+            let on_disk = std::fs::read(local(&rig.worker_dir(id), f.id)).unwrap();
+            let want: Vec<u8> = (0..40u64).flat_map(|i| pattern(4096, i as u8)).collect();
+            assert!(on_disk == want, "the bytes differ");
+        } else {
+            assert!(left > 0, "a plain stop ran every queued task");
+        }
+    }
+}
