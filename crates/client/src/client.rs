@@ -112,9 +112,33 @@ struct SmallWrites {
 struct InFlight {
     by_file: HashMap<FileId, HashSet<LabelId>>,
     count: usize,
+    /// Failures of labels no wait asked for yet, for the wait that does
+    /// (or [`Client::wait_all`]).
     failures: Vec<(LabelId, String)>,
+    /// More than [`FAILURES_KEPT`] failures came: which labels the others
+    /// were is not known, so a wait for a label no longer tracked cannot
+    /// say it succeeded, until [`Client::wait_all`] reports it.
+    overflowed: bool,
     /// Labels a wait of this client is collecting the statuses of.
     collecting: HashSet<LabelId>,
+}
+
+impl InFlight {
+    /// Keeps the failure of label `id` for the wait that asks for it.
+    fn failed(&mut self, id: LabelId, reason: String) {
+        if self.failures.len() < FAILURES_KEPT {
+            self.failures.push((id, reason));
+        } else {
+            self.overflowed = true;
+        }
+    }
+
+    fn tracked(&self) -> HashSet<LabelId> {
+        self.by_file
+            .values()
+            .flat_map(|s| s.iter().copied())
+            .collect()
+    }
 }
 
 /// A wait's claim on the labels it collects, released however the wait
@@ -465,10 +489,7 @@ impl Client {
             drop(permit);
             // Reported by the next wait that covers this label.
             if let Err(e) = published {
-                let mut flight = this.inner.flight.lock();
-                if flight.failures.len() < FAILURES_KEPT {
-                    flight.failures.push((id, e.to_string()));
-                }
+                this.inner.flight.lock().failed(id, e.to_string());
             }
         }
         .boxed()
@@ -541,16 +562,14 @@ impl Client {
     async fn publish_tracked(&self, file: FileId, labels: Vec<labios_label::Label>) -> Result<()> {
         let over = self.inner.flight.lock().count + labels.len() > self.config().max_in_flight;
         if over {
-            // An old failure found here belongs to an earlier call: keep it
-            // for the next wait instead of failing this unrelated write.
-            if let Err(Error::LabelFailed { label, reason }) = self.drain_in_flight().await {
-                let mut flight = self.inner.flight.lock();
-                if flight.failures.len() < FAILURES_KEPT {
-                    flight
-                        .failures
-                        .push((LabelId::default(), format!("label {label}: {reason}")));
-                }
-            }
+            // Room for these labels. The failures found belong to earlier
+            // calls: each is kept for the wait that asks for its label,
+            // instead of failing this unrelated write. (They were once
+            // kept as one failure of no label: a wait for another label
+            // that had failed then found nothing and returned Ok.) A wait
+            // that itself fails leaves the labels in flight.
+            let ids: Vec<LabelId> = self.inner.flight.lock().tracked().into_iter().collect();
+            let _ = self.collect(&ids, &HashSet::new()).await;
         }
         let ids: Vec<LabelId> = labels.iter().map(|l| l.id).collect();
         {
@@ -615,27 +634,41 @@ impl Client {
         for f in files {
             self.flush_small(f).await?;
         }
-        self.drain_in_flight().await?;
-        let failures = std::mem::take(&mut self.inner.flight.lock().failures);
-        match failures.into_iter().next() {
-            Some((id, reason)) => Err(Error::LabelFailed {
+        // A failure of the wait itself (not of a label) leaves the kept
+        // failures for the next call.
+        let drained = match self.drain_in_flight().await {
+            Err(e @ Error::LabelFailed { .. }) => Some(e),
+            Err(e) => return Err(e),
+            Ok(()) => None,
+        };
+        let (failures, overflowed) = {
+            let mut flight = self.inner.flight.lock();
+            let overflowed = std::mem::take(&mut flight.overflowed);
+            (std::mem::take(&mut flight.failures), overflowed)
+        };
+        let kept = failures
+            .into_iter()
+            .next()
+            .map(|(id, reason)| Error::LabelFailed {
                 label: id.to_string(),
                 reason,
+            });
+        match (drained.or(kept), overflowed) {
+            (None, false) => Ok(()),
+            (Some(Error::LabelFailed { label, reason }), true) => Err(Error::LabelFailed {
+                label,
+                reason: format!("{reason} (and more than {FAILURES_KEPT} other labels failed)"),
             }),
-            None => Ok(()),
+            (Some(e), _) => Err(e),
+            (None, true) => Err(Error::Storage(format!(
+                "more than {FAILURES_KEPT} labels of this client failed"
+            ))),
         }
     }
 
-    /// Waits for every published label (bounding what is in flight).
+    /// Waits for every published label.
     async fn drain_in_flight(&self) -> Result<()> {
-        let ids: Vec<LabelId> = self
-            .inner
-            .flight
-            .lock()
-            .by_file
-            .values()
-            .flat_map(|s| s.iter().copied())
-            .collect();
+        let ids: Vec<LabelId> = self.inner.flight.lock().tracked().into_iter().collect();
         self.wait_ids(&ids).await
     }
 
@@ -665,14 +698,40 @@ impl Client {
     /// goes on when it is done; a failure is reported to that wait.
     async fn wait_ids(&self, ids: &[LabelId]) -> Result<()> {
         let wanted: HashSet<&LabelId> = ids.iter().collect();
-        let seen_failure = {
+        let (seen_failure, unknown) = {
             let mut flight = self.inner.flight.lock();
             let pos = flight
                 .failures
                 .iter()
                 .position(|(id, _)| wanted.contains(id));
-            pos.map(|p| flight.failures.remove(p))
+            let seen = pos.map(|p| flight.failures.remove(p));
+            // A label settled earlier, whose failure may be one of those
+            // not kept.
+            let tracked = flight.tracked();
+            let unknown = flight.overflowed && ids.iter().any(|id| !tracked.contains(id));
+            (seen, unknown)
         };
+        let result = self.collect(ids, &wanted).await;
+        if let Some((id, reason)) = seen_failure {
+            return Err(Error::LabelFailed {
+                label: id.to_string(),
+                reason,
+            });
+        }
+        if unknown && result.is_ok() {
+            return Err(Error::Storage(format!(
+                "more than {FAILURES_KEPT} labels of this client failed before a wait asked \
+                 for them, and which they were is not known: wait_all reports them"
+            )));
+        }
+        result
+    }
+
+    /// Collects the final statuses of `ids` still in flight (or waits for
+    /// the wait of this client that collects them); the first failure among
+    /// those collected here is returned, failures of labels not `wanted`
+    /// are kept for the wait that asks for them.
+    async fn collect(&self, ids: &[LabelId], wanted: &HashSet<&LabelId>) -> Result<()> {
         let mut result = Ok(());
         loop {
             let (mine, theirs) = self.claim(ids);
@@ -682,22 +741,20 @@ impl Client {
                     ids: &mine,
                 };
                 let statuses = self.inner.labels.wait(&mine).await?;
-                self.settled(&statuses, &wanted);
+                self.settled(&statuses, wanted);
                 drop(claim);
                 if result.is_ok() {
-                    result = first_failure(&statuses);
+                    let asked: Vec<LabelStatus> = statuses
+                        .into_iter()
+                        .filter(|s| wanted.contains(&s.id))
+                        .collect();
+                    result = first_failure(&asked);
                 }
             }
             if theirs.is_empty() {
                 break;
             }
             self.until_collected(&theirs).await;
-        }
-        if let Some((id, reason)) = seen_failure {
-            return Err(Error::LabelFailed {
-                label: id.to_string(),
-                reason,
-            });
         }
         result
     }
@@ -706,11 +763,7 @@ impl Client {
     /// collects (claimed) and those another wait is collecting.
     fn claim(&self, ids: &[LabelId]) -> (Vec<LabelId>, Vec<LabelId>) {
         let mut flight = self.inner.flight.lock();
-        let tracked: HashSet<LabelId> = flight
-            .by_file
-            .values()
-            .flat_map(|s| s.iter().copied())
-            .collect();
+        let tracked = flight.tracked();
         let (mut mine, mut theirs) = (Vec::new(), Vec::new());
         for &id in ids.iter().filter(|id| tracked.contains(id)) {
             if flight.collecting.insert(id) {
@@ -759,13 +812,8 @@ impl Client {
         flight.by_file.retain(|_, s| !s.is_empty());
         flight.count = flight.by_file.values().map(|s| s.len()).sum();
         for s in statuses {
-            if s.state == LabelState::Failed
-                && !wanted.contains(&s.id)
-                && flight.failures.len() < FAILURES_KEPT
-            {
-                flight
-                    .failures
-                    .push((s.id, s.error.clone().unwrap_or_default()));
+            if s.state == LabelState::Failed && !wanted.contains(&s.id) {
+                flight.failed(s.id, s.error.clone().unwrap_or_default());
             }
         }
     }

@@ -435,6 +435,112 @@ async fn a_clean_stop_loses_no_published_write(kind: Kind) {
     d.shutdown().await;
 }
 
+/// A failed asynchronous write is reported by the wait for it even when
+/// the client collected its status earlier, to make room for more labels
+/// (`client.max_in_flight`). Such failures were once kept as one failure
+/// of no label: the wait for the failed write found nothing and returned
+/// Ok, and only `wait_all` said something had failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_write_collected_to_make_room_is_reported_by_its_wait() {
+    let d = Deployed::start(Kind::Embedded, |config| {
+        config.client.max_in_flight = 2;
+        // Plain files everywhere: a `tier` acknowledges from memory.
+        for w in &mut config.workers {
+            w.stack = labios_stack::Spec::try_from(vec!["file".to_string()]).unwrap();
+        }
+    })
+    .await;
+    let client = d.client().await;
+    let bad = "/room/bad";
+    client.catalog().open_or_create(bad, 0o644).await.unwrap();
+    let id = client.catalog().stat(bad).await.unwrap().id;
+    // A device that refuses every write of this one file, on every worker.
+    for dir in d.worker_dirs() {
+        let files = dir.join("files");
+        std::fs::create_dir_all(&files).unwrap();
+        std::os::unix::fs::symlink("/dev/full", files.join(format!("{id:016x}"))).unwrap();
+    }
+    let size = 128 << 10;
+    let failed = client.write_at_async(bad, 0, data(1, size)).await.unwrap();
+    // Each of these finds the in-flight bound reached and collects what
+    // is in flight, the failed write first.
+    let mut good = Vec::new();
+    for i in 0..4u64 {
+        let path = format!("/room/good{i}");
+        good.push(
+            client
+                .write_at_async(&path, 0, data(10 + i, size))
+                .await
+                .unwrap(),
+        );
+    }
+    let err = client
+        .wait(&failed)
+        .await
+        .expect_err("the wait for a failed write must fail");
+    assert!(err.to_string().contains("space"), "{err}");
+    client.wait_many(&good).await.unwrap();
+    client.wait_all().await.unwrap();
+    for i in 0..4u64 {
+        let back = client.read(&format!("/room/good{i}")).await.unwrap();
+        assert!(back == data(10 + i, size), "/room/good{i}");
+    }
+    d.shutdown().await;
+}
+
+/// More failed writes than the client keeps the reasons of, before any
+/// wait asks for them: a wait for one whose reason was not kept cannot say
+/// it succeeded (it once said Ok, the failure dropped), and `wait_all`
+/// says how many were lost to the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failures_past_those_kept_never_read_as_success() {
+    let d = Deployed::start(Kind::Embedded, |config| {
+        config.client.max_in_flight = 1;
+        config.client.min_label_size = 0;
+        config.worker.retries = 0;
+        for w in &mut config.workers {
+            w.stack = labios_stack::Spec::try_from(vec!["file".to_string()]).unwrap();
+        }
+    })
+    .await;
+    let client = d.client().await;
+    let bad = "/kept/bad";
+    client.catalog().open_or_create(bad, 0o644).await.unwrap();
+    let id = client.catalog().stat(bad).await.unwrap().id;
+    for dir in d.worker_dirs() {
+        let files = dir.join("files");
+        std::fs::create_dir_all(&files).unwrap();
+        std::os::unix::fs::symlink("/dev/full", files.join(format!("{id:016x}"))).unwrap();
+    }
+    // Each write collects the one before it (the in-flight bound is 1),
+    // whose failure is kept for its wait: 1,024 are, the rest are counted.
+    let mut handles = Vec::new();
+    for i in 0..1100u64 {
+        handles.push(
+            client
+                .write_at_async(bad, i * 512, data(i, 512))
+                .await
+                .unwrap(),
+        );
+    }
+    let first = client.wait(&handles[0]).await.unwrap_err().to_string();
+    assert!(first.contains("space"), "{first}");
+    let dropped = client.wait(&handles[1090]).await.unwrap_err().to_string();
+    assert!(
+        dropped.contains("which they were is not known"),
+        "{dropped}"
+    );
+    let all = client.wait_all().await.unwrap_err().to_string();
+    assert!(all.contains("more than 1024 other labels failed"), "{all}");
+    // Reported once: the client starts afresh.
+    client
+        .write_at_sync("/kept/good", 0, data(7, 512))
+        .await
+        .unwrap();
+    client.wait_all().await.unwrap();
+    d.shutdown().await;
+}
+
 async fn a_full_queue_pushes_back_instead_of_growing(kind: Kind) {
     let bound = 8;
     let d = Deployed::start(kind, |config| {
