@@ -62,8 +62,11 @@ int labios_write(labios_t *h, const char *path, uint64_t offset,
 int labios_read(labios_t *h, const char *path, uint64_t offset, void *buf,
                 size_t len, size_t *nread);
 
-/* Asynchronous: creates and publishes the write's labels, then returns.
- * The bytes are copied; buf may be reused at once. */
+/* Asynchronous: returns once the write's labels are published, or, for a
+ * write smaller than the client's min_label_size, cached to be merged with
+ * the next small writes of the file (as a stdio stream buffers). The bytes
+ * are copied; buf may be reused at once. A wait, labios_disconnect, or the
+ * process's exit() publishes and lands them. */
 int labios_write_async(labios_t *h, const char *path, uint64_t offset,
                        const void *buf, size_t len, labios_ticket_t *ticket);
 int labios_wait(labios_t *h, labios_ticket_t ticket);

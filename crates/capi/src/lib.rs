@@ -113,10 +113,49 @@ unsafe fn open(options: ConnectOptions, out: *mut *mut Session) -> c_int {
         if out.is_null() {
             return Err(arg("out"));
         }
-        let s = Session::connect(options)?;
-        *out = Box::into_raw(Box::new(s));
+        let s = Box::into_raw(Box::new(Session::connect(options)?));
+        open_at_exit(s);
+        *out = s;
         Ok(())
     })
+}
+
+/// The handles not yet disconnected, by address, with the process that
+/// opened them, which its exit waits for ([`wait_at_exit`]).
+static OPEN: std::sync::Mutex<Vec<(u32, usize)>> = std::sync::Mutex::new(Vec::new());
+
+/// Registers `s` for [`wait_at_exit`], and that handler once.
+fn open_at_exit(s: *mut Session) {
+    static HOOKED: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain `extern "C" fn()` with the C library.
+    HOOKED.call_once(|| unsafe {
+        libc::atexit(wait_at_exit);
+    });
+    OPEN.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((std::process::id(), s as usize));
+}
+
+/// At `exit()`, lands what handles the program never disconnected hold:
+/// asynchronous writes (and small writes still cached to be aggregated)
+/// were acknowledged to it, as a stdio stream's buffered bytes are, which
+/// `exit()` writes too. Errors have nobody to go to. On a thread of its
+/// own: the exiting thread's thread-locals, which the session's runtime
+/// uses, are gone by now. A forked child skips its parent's handles, whose
+/// runtime threads it does not have.
+extern "C" fn wait_at_exit() {
+    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let me = std::process::id();
+    std::thread::scope(|scope| {
+        for &(_, h) in open.iter().filter(|(pid, _)| *pid == me) {
+            scope.spawn(move || {
+                // SAFETY: `h` is registered from `labios_connect*` until
+                // `labios_disconnect` takes it out under this lock, which
+                // this handler holds.
+                let _ = unsafe { &*(h as *const Session) }.wait_all();
+            });
+        }
+    });
 }
 
 /// Connects with `options` completed by the given C strings (NULL: keep).
@@ -193,6 +232,9 @@ pub unsafe extern "C" fn labios_disconnect(h: *mut Session) -> c_int {
     if h.is_null() {
         return LABIOS_OK;
     }
+    OPEN.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&(_, p)| p != h as usize);
     let s = Box::from_raw(h);
     guard(|| s.wait_all())
 }

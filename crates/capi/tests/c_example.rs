@@ -445,6 +445,69 @@ fn assert_ok(r: &Run, what: &str) -> String {
     out
 }
 
+/// A C program whose asynchronous writes (small ones cached to be merged,
+/// a large one published) are not waited for and whose handle is never
+/// disconnected, exiting with `exit(0)`: the library's exit handler lands
+/// them, as `exit()` writes a stdio stream's buffered bytes. A child it
+/// forks, which has no share in its parent's handle, exits at once. The
+/// small writes were once lost: they never left the process.
+#[test]
+fn a_program_exiting_without_disconnect_keeps_its_async_writes() {
+    let tmp = TempDir::new("exit");
+    let src = tmp.0.join("exit_early.c");
+    std::fs::write(
+        &src,
+        r#"#include <labios.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(void) {
+    labios_t *h = NULL;
+    labios_ticket_t t;
+    static char big[1 << 20];
+    char line[32];
+    int i, status;
+    if (labios_connect(NULL, NULL, NULL, &h) != LABIOS_OK) {
+        fprintf(stderr, "connect: %s\n", labios_last_error());
+        return 1;
+    }
+    for (i = 0; i < 10; i++) {
+        snprintf(line, sizeof line, "line %02d\n", i);
+        if (labios_write_async(h, "/exit/small", (uint64_t)i * 8, line, 8, &t) != LABIOS_OK) {
+            fprintf(stderr, "write: %s\n", labios_last_error());
+            return 1;
+        }
+    }
+    memset(big, 'x', sizeof big);
+    if (labios_write_async(h, "/exit/big", 0, big, sizeof big, &t) != LABIOS_OK) {
+        fprintf(stderr, "write: %s\n", labios_last_error());
+        return 1;
+    }
+    if (fork() == 0) {
+        exit(0);
+    }
+    wait(&status);
+    exit(0);
+}
+"#,
+    )
+    .unwrap();
+    let examples = Examples::build(&tmp.0, &[(Lang::C, src.to_str().unwrap())]);
+    let server = Server::start(&tmp.0);
+    let r = server.run(&examples.exe("exit_early"), &[], None, "exit-early");
+    assert_ok(&r, "exit_early");
+    let small: String = (0..10).map(|i| format!("line {i:02}\n")).collect();
+    assert_eq!(
+        String::from_utf8(server.labios(&["get", "/exit/small", "-"])).unwrap(),
+        small
+    );
+    assert!(server.labios(&["get", "/exit/big", "-"]) == vec![b'x'; 1 << 20]);
+    server.stop();
+}
+
 #[test]
 fn c_checkpoint_example_round_trips_through_labios_serve() {
     let tmp = TempDir::new("checkpoint");

@@ -132,9 +132,12 @@ impl Client {
             secret: secret.or(env.secret),
             ..ConnectOptions::default()
         };
-        let session = py.detach(|| Session::connect(options)).map_err(py_err)?;
+        let session = Arc::new(py.detach(|| Session::connect(options)).map_err(py_err)?);
+        let mut open = OPEN.lock();
+        open.retain(|s| s.strong_count() > 0);
+        open.push(Arc::downgrade(&session));
         Ok(Client {
-            session: RwLock::new(Some(Arc::new(session))),
+            session: RwLock::new(Some(session)),
         })
     }
 
@@ -154,8 +157,11 @@ impl Client {
         Ok(len)
     }
 
-    /// Publishes the write's labels and returns a `Ticket` at once; the
-    /// buffer must stay unchanged until the ticket is waited on.
+    /// Publishes the write's labels (a write under the client's
+    /// `min_label_size` is cached to be merged with the file's next small
+    /// writes) and returns a `Ticket` at once; the buffer must stay
+    /// unchanged until the ticket is waited on. A wait, `close`, or the
+    /// interpreter's exit lands them.
     #[pyo3(signature = (path, data, offset=0))]
     fn write_async(
         slf: &Bound<'_, Self>,
@@ -396,9 +402,33 @@ impl Ticket {
     }
 }
 
+/// The sessions of clients not yet dropped, which the interpreter's exit
+/// waits for ([`wait_at_exit`]).
+static OPEN: parking_lot::Mutex<Vec<std::sync::Weak<Session>>> =
+    parking_lot::const_mutex(Vec::new());
+
+/// Run by `atexit` as the interpreter exits: lands the asynchronous
+/// writes (and small writes cached to be merged) of clients never closed,
+/// as a file object's buffer is written at exit. A client dropped during
+/// the interpreter's finalization cannot wait (there is no attaching any
+/// more), and a module-level client is dropped only then: its writes were
+/// lost. Errors have nobody to go to.
+#[pyfunction]
+fn wait_at_exit(py: Python<'_>) {
+    let open: Vec<Arc<Session>> = OPEN.lock().iter().filter_map(|s| s.upgrade()).collect();
+    py.detach(move || {
+        for session in open {
+            let _ = session.wait_all();
+        }
+    });
+}
+
 #[pymodule]
 fn _labios(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<Ticket>()?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (wrap_pyfunction!(wait_at_exit, m)?,))?;
     Ok(())
 }

@@ -5,6 +5,8 @@ every buffer kind, asynchronous publish and wait, the namespace, and errors."""
 import errno
 import os
 import socket
+import subprocess
+import sys
 import threading
 import tracemalloc
 
@@ -89,6 +91,29 @@ def test_close_lands_unwaited_async_writes(deployment, client, root):
     assert client.read(f"{root}/late") == b"x" * 100
     with pytest.raises(ValueError, match="closed"):
         other.read(f"{root}/late")
+
+
+def test_a_script_ending_without_close_lands_its_async_writes(client, root):
+    # A client never closed lands its asynchronous writes (small ones still
+    # in its cache) when the script ends: dropped then, or, when a daemon
+    # thread still holds it (never dropped: the interpreter stops such
+    # threads where they are), by the module's atexit hook. The latter
+    # were lost.
+    daemon = "threading.Thread(target=hold, args=(c,), daemon=True).start()\n"
+    for name, holder in [("dropped", ""), ("held", daemon)]:
+        path = f"{root}/{name}"
+        script = (
+            "import labios, threading, time\n"
+            "def hold(c):\n"
+            "    time.sleep(3600)\n"
+            "c = labios.Client()\n"
+            f"c.write_async({path!r}, b'y' * 100)\n"
+            f"c.write_async({path!r}, b'z' * 50, offset=100)\n"
+            f"{holder}"
+            "del c\n"
+        )
+        subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+        assert client.read(path) == b"y" * 100 + b"z" * 50, name
 
 
 def test_writes_lend_the_buffer(client, root):
