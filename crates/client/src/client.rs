@@ -630,9 +630,12 @@ impl Client {
         self.join_flushes().await;
         // A cache another task is publishing is no longer listed below.
         drop(self.inner.in_transit.lock().await);
+        // Every file's cache is published, whichever fails: one file's
+        // failure must not keep the others' acknowledged writes back.
         let files: Vec<FileId> = self.inner.small.lock().keys().copied().collect();
+        let mut published = Ok(());
         for f in files {
-            self.flush_small(f).await?;
+            published = published.and(self.flush_small(f).await.map(|_| ()));
         }
         // A failure of the wait itself (not of a label) leaves the kept
         // failures for the next call.
@@ -653,7 +656,7 @@ impl Client {
                 label: id.to_string(),
                 reason,
             });
-        match (drained.or(kept), overflowed) {
+        match (published.err().or(drained).or(kept), overflowed) {
             (None, false) => Ok(()),
             (Some(Error::LabelFailed { label, reason }), true) => Err(Error::LabelFailed {
                 label,
