@@ -435,6 +435,32 @@ async fn a_clean_stop_loses_no_published_write(kind: Kind) {
     d.shutdown().await;
 }
 
+/// An embedded deployment (`tweak`ed) whose workers store plain files (a
+/// `tier` acknowledges from memory), where every write of the file at
+/// `bad` fails on every worker's device (ENOSPC: `/dev/full` in its
+/// place), and a client.
+async fn with_a_refusing_file(
+    bad: &str,
+    tweak: impl FnOnce(&mut labios::Config),
+) -> (Deployed, labios_client::Client) {
+    let d = Deployed::start(Kind::Embedded, |config| {
+        for w in &mut config.workers {
+            w.stack = labios_stack::Spec::try_from(vec!["file".to_string()]).unwrap();
+        }
+        tweak(config);
+    })
+    .await;
+    let client = d.client().await;
+    client.catalog().open_or_create(bad, 0o644).await.unwrap();
+    let id = client.catalog().stat(bad).await.unwrap().id;
+    for dir in d.worker_dirs() {
+        let files = dir.join("files");
+        std::fs::create_dir_all(&files).unwrap();
+        std::os::unix::fs::symlink("/dev/full", files.join(format!("{id:016x}"))).unwrap();
+    }
+    (d, client)
+}
+
 /// A failed asynchronous write is reported by the wait for it even when
 /// the client collected its status earlier, to make room for more labels
 /// (`client.max_in_flight`). Such failures were once kept as one failure
@@ -442,24 +468,11 @@ async fn a_clean_stop_loses_no_published_write(kind: Kind) {
 /// Ok, and only `wait_all` said something had failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_write_collected_to_make_room_is_reported_by_its_wait() {
-    let d = Deployed::start(Kind::Embedded, |config| {
+    let (d, client) = with_a_refusing_file("/room/bad", |config| {
         config.client.max_in_flight = 2;
-        // Plain files everywhere: a `tier` acknowledges from memory.
-        for w in &mut config.workers {
-            w.stack = labios_stack::Spec::try_from(vec!["file".to_string()]).unwrap();
-        }
     })
     .await;
-    let client = d.client().await;
     let bad = "/room/bad";
-    client.catalog().open_or_create(bad, 0o644).await.unwrap();
-    let id = client.catalog().stat(bad).await.unwrap().id;
-    // A device that refuses every write of this one file, on every worker.
-    for dir in d.worker_dirs() {
-        let files = dir.join("files");
-        std::fs::create_dir_all(&files).unwrap();
-        std::os::unix::fs::symlink("/dev/full", files.join(format!("{id:016x}"))).unwrap();
-    }
     let size = 128 << 10;
     let failed = client.write_at_async(bad, 0, data(1, size)).await.unwrap();
     // Each of these finds the in-flight bound reached and collects what
@@ -494,24 +507,13 @@ async fn a_failed_write_collected_to_make_room_is_reported_by_its_wait() {
 /// says how many were lost to the count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_past_those_kept_never_read_as_success() {
-    let d = Deployed::start(Kind::Embedded, |config| {
+    let (d, client) = with_a_refusing_file("/kept/bad", |config| {
         config.client.max_in_flight = 1;
         config.client.min_label_size = 0;
         config.worker.retries = 0;
-        for w in &mut config.workers {
-            w.stack = labios_stack::Spec::try_from(vec!["file".to_string()]).unwrap();
-        }
     })
     .await;
-    let client = d.client().await;
     let bad = "/kept/bad";
-    client.catalog().open_or_create(bad, 0o644).await.unwrap();
-    let id = client.catalog().stat(bad).await.unwrap().id;
-    for dir in d.worker_dirs() {
-        let files = dir.join("files");
-        std::fs::create_dir_all(&files).unwrap();
-        std::os::unix::fs::symlink("/dev/full", files.join(format!("{id:016x}"))).unwrap();
-    }
     // Each write collects the one before it (the in-flight bound is 1),
     // whose failure is kept for its wait: 1,024 are, the rest are counted.
     let mut handles = Vec::new();
