@@ -136,14 +136,19 @@ fn open_at_exit(s: *mut Session) {
         .push((std::process::id(), s as usize));
 }
 
-/// At `exit()`, lands what handles the program never disconnected hold:
+/// At `exit()`, lands what handles the program never disconnected hold
+/// (for at most [`labios_connect::session::AT_EXIT`] each, side by side):
 /// asynchronous writes (and small writes still cached to be aggregated)
 /// were acknowledged to it, as a stdio stream's buffered bytes are, which
-/// `exit()` writes too. Errors have nobody to go to. On a thread of its
-/// own: the exiting thread's thread-locals, which the session's runtime
-/// uses, are gone by now. A forked child skips its parent's handles, whose
-/// runtime threads it does not have.
+/// `exit()` writes too. On threads of their own: the exiting thread's
+/// thread-locals, which the session's runtime uses, are gone by now. A
+/// forked child skips its parent's handles, whose runtime threads it does
+/// not have. A panic stays here: it must not unwind into the C library.
 extern "C" fn wait_at_exit() {
+    let _ = std::panic::catch_unwind(wait_for_open);
+}
+
+fn wait_for_open() {
     let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     let me = std::process::id();
     std::thread::scope(|scope| {
@@ -152,7 +157,7 @@ extern "C" fn wait_at_exit() {
                 // SAFETY: `h` is registered from `labios_connect*` until
                 // `labios_disconnect` takes it out under this lock, which
                 // this handler holds.
-                let _ = unsafe { &*(h as *const Session) }.wait_all();
+                unsafe { &*(h as *const Session) }.wait_all_at_exit();
             });
         }
     });

@@ -489,7 +489,10 @@ int main(void) {
     if (fork() == 0) {
         exit(0);
     }
-    wait(&status);
+    if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "the forked child did not exit cleanly\n");
+        return 1;
+    }
     exit(0);
 }
 "#,

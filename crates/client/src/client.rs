@@ -115,10 +115,11 @@ struct InFlight {
     /// Failures of labels no wait asked for yet, for the wait that does
     /// (or [`Client::wait_all`]).
     failures: Vec<(LabelId, String)>,
-    /// More than [`FAILURES_KEPT`] failures came: which labels the others
-    /// were is not known, so a wait for a label no longer tracked cannot
-    /// say it succeeded, until [`Client::wait_all`] reports it.
-    overflowed: bool,
+    /// Past [`FAILURES_KEPT`], the failures are not kept: the largest
+    /// label among them. A wait for a label up to it that it did not
+    /// collect itself cannot say it succeeded, until [`Client::wait_all`]
+    /// reports them (a client's labels are numbered in the order issued).
+    dropped: Option<LabelId>,
     /// Labels a wait of this client is collecting the statuses of.
     collecting: HashSet<LabelId>,
 }
@@ -129,7 +130,7 @@ impl InFlight {
         if self.failures.len() < FAILURES_KEPT {
             self.failures.push((id, reason));
         } else {
-            self.overflowed = true;
+            self.dropped = self.dropped.max(Some(id));
         }
     }
 
@@ -646,7 +647,7 @@ impl Client {
         };
         let (failures, overflowed) = {
             let mut flight = self.inner.flight.lock();
-            let overflowed = std::mem::take(&mut flight.overflowed);
+            let overflowed = flight.dropped.take().is_some();
             (std::mem::take(&mut flight.failures), overflowed)
         };
         let kept = failures
@@ -701,21 +702,29 @@ impl Client {
     /// goes on when it is done; a failure is reported to that wait.
     async fn wait_ids(&self, ids: &[LabelId]) -> Result<()> {
         let wanted: HashSet<&LabelId> = ids.iter().collect();
-        let (seen_failure, unknown) = {
+        let (result, collected) = self.collect(ids, &wanted).await;
+        // Failures of the labels asked for that were kept: collected
+        // before this wait, or beside it to make room (this wait's own
+        // collection keeps none of them). All go: one write's several
+        // labels are reported once.
+        let (kept, unknown) = {
             let mut flight = self.inner.flight.lock();
-            let pos = flight
-                .failures
-                .iter()
-                .position(|(id, _)| wanted.contains(id));
-            let seen = pos.map(|p| flight.failures.remove(p));
-            // A label settled earlier, whose failure may be one of those
-            // not kept.
-            let tracked = flight.tracked();
-            let unknown = flight.overflowed && ids.iter().any(|id| !tracked.contains(id));
-            (seen, unknown)
+            let mut kept = None;
+            flight.failures.retain(|(id, reason)| {
+                let asked = wanted.contains(id);
+                if asked && kept.is_none() {
+                    kept = Some((*id, reason.clone()));
+                }
+                !asked
+            });
+            // A label collected elsewhere whose failure may be one of
+            // those not kept.
+            let unknown = flight
+                .dropped
+                .is_some_and(|last| ids.iter().any(|id| *id <= last && !collected.contains(id)));
+            (kept, unknown)
         };
-        let result = self.collect(ids, &wanted).await;
-        if let Some((id, reason)) = seen_failure {
+        if let Some((id, reason)) = kept {
             return Err(Error::LabelFailed {
                 label: id.to_string(),
                 reason,
@@ -732,10 +741,16 @@ impl Client {
 
     /// Collects the final statuses of `ids` still in flight (or waits for
     /// the wait of this client that collects them); the first failure among
-    /// those collected here is returned, failures of labels not `wanted`
-    /// are kept for the wait that asks for them.
-    async fn collect(&self, ids: &[LabelId], wanted: &HashSet<&LabelId>) -> Result<()> {
+    /// those collected here is returned, with the labels collected here;
+    /// failures of labels not `wanted` are kept for the wait that asks for
+    /// them.
+    async fn collect(
+        &self,
+        ids: &[LabelId],
+        wanted: &HashSet<&LabelId>,
+    ) -> (Result<()>, HashSet<LabelId>) {
         let mut result = Ok(());
+        let mut collected = HashSet::new();
         loop {
             let (mine, theirs) = self.claim(ids);
             if !mine.is_empty() {
@@ -743,9 +758,13 @@ impl Client {
                     client: self,
                     ids: &mine,
                 };
-                let statuses = self.inner.labels.wait(&mine).await?;
+                let statuses = match self.inner.labels.wait(&mine).await {
+                    Ok(statuses) => statuses,
+                    Err(e) => return (Err(e), collected),
+                };
                 self.settled(&statuses, wanted);
                 drop(claim);
+                collected.extend(mine.iter().copied());
                 if result.is_ok() {
                     let asked: Vec<LabelStatus> = statuses
                         .into_iter()
@@ -759,7 +778,7 @@ impl Client {
             }
             self.until_collected(&theirs).await;
         }
-        result
+        (result, collected)
     }
 
     /// Splits the labels of `ids` still in flight into those this wait now

@@ -57,6 +57,10 @@ impl ConnectOptions {
 /// Outstanding asynchronous writes, named by a number C and Python can hold.
 pub type Ticket = u64;
 
+/// How long a process's exit waits for what a session it never closed has
+/// in flight ([`Session::wait_all_at_exit`]).
+pub const AT_EXIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub struct Session {
     runtime: tokio::runtime::Runtime,
     client: Client,
@@ -186,6 +190,23 @@ impl Session {
     pub fn wait_all(&self) -> Result<()> {
         self.tickets.lock().clear();
         self.run(self.client.wait_all())
+    }
+
+    /// [`Session::wait_all`] as a process exits: for at most [`AT_EXIT`],
+    /// so that a program whose service is gone (the usual reason to exit
+    /// on an error) is not held for the whole wait timeout. Errors have
+    /// nobody to go to; what was not landed in time is said on stderr.
+    pub fn wait_all_at_exit(&self) {
+        // The timer is made inside the runtime, which it needs.
+        let waited =
+            self.run(async { tokio::time::timeout(AT_EXIT, self.client.wait_all()).await });
+        match waited {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("labios: at exit: {e}"),
+            Err(_) => eprintln!(
+                "labios: at exit: writes still in flight after {AT_EXIT:?} are not waited for"
+            ),
+        }
     }
 
     /// Up to `len` bytes at `offset`; fewer only at end of file.

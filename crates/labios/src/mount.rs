@@ -85,7 +85,7 @@ pub async fn mount(mut config: Config, opts: MountOptions) -> anyhow::Result<()>
     }
     .await;
     if let Some(s) = served {
-        s.shutdown().await?;
+        signals.interruptible("labios mount", s.shutdown()).await?;
     }
     mounted
 }

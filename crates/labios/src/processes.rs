@@ -52,10 +52,20 @@ impl StopSignal {
         stopping: impl std::future::Future<Output = anyhow::Result<T>>,
     ) -> anyhow::Result<T> {
         eprintln!("{what}: stopping (a second signal stops at once)");
+        self.interruptible(what, stopping).await
+    }
+
+    /// `stopping`, unless a signal comes first: then at once, with an
+    /// error saying what was not finished.
+    pub async fn interruptible<T>(
+        &mut self,
+        what: &str,
+        stopping: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
         tokio::select! {
             done = stopping => done,
             _ = self.recv() => anyhow::bail!(
-                "{what}: stopped at once by a second signal; labels in progress were not finished"
+                "{what}: stopped at once by a signal; labels in progress were not finished"
             ),
         }
     }

@@ -156,8 +156,10 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<ExitStatus>
         }
     }
     .await;
+    // The stop runs what the program published and never waited for; a
+    // signal (Ctrl-C) ends it at once.
     if let Some(s) = served {
-        s.shutdown().await?;
+        signals.interruptible("labios run", s.shutdown()).await?;
     }
     status
 }

@@ -24,7 +24,12 @@ pub struct Runtime {
     pub manager: Arc<WorkerManager>,
     pub dispatch_stats: Vec<Arc<DispatcherStats>>,
     shutdown: watch::Sender<bool>,
+    /// The dispatchers.
     tasks: Vec<JoinHandle<()>>,
+    /// The periodic inventory sync, stopped last: a draining stop may take
+    /// a while, and its changes keep the usual bound on what a machine
+    /// crash loses.
+    sync: (watch::Sender<bool>, JoinHandle<()>),
 }
 
 impl Runtime {
@@ -84,11 +89,12 @@ impl Runtime {
                 shutdown.subscribe(),
             )));
         }
-        tasks.push(tokio::spawn(sync_inventory(
+        let (sync_stop, sync_stopped) = watch::channel(false);
+        let sync = tokio::spawn(sync_inventory(
             inventory,
             Duration::from_millis(config.inventory.sync_interval_ms),
-            shutdown.subscribe(),
-        )));
+            sync_stopped,
+        ));
         Ok(Runtime {
             config,
             stores,
@@ -97,6 +103,7 @@ impl Runtime {
             dispatch_stats,
             shutdown,
             tasks,
+            sync: (sync_stop, sync),
         })
     }
 
@@ -131,6 +138,9 @@ impl Runtime {
             let _ = t.await;
         }
         self.manager.drain_and_shutdown().await;
+        let (stop, sync) = self.sync;
+        let _ = stop.send(true);
+        let _ = sync.await;
         self.stores.inventory.sync().await?;
         Ok(())
     }

@@ -474,9 +474,13 @@ async fn a_failed_write_collected_to_make_room_is_reported_by_its_wait() {
     .await;
     let bad = "/room/bad";
     let size = 128 << 10;
-    let failed = client.write_at_async(bad, 0, data(1, size)).await.unwrap();
-    // Each of these finds the in-flight bound reached and collects what
-    // is in flight, the failed write first.
+    // Three labels (over the 1 MiB label size), all failing: reported once.
+    let failed = client
+        .write_at_async(bad, 0, data(1, (2 << 20) + 1))
+        .await
+        .unwrap();
+    // The first of these finds the in-flight bound reached and collects
+    // what is in flight, the failed write's labels among it.
     let mut good = Vec::new();
     for i in 0..4u64 {
         let path = format!("/room/good{i}");

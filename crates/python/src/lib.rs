@@ -90,6 +90,9 @@ fn file_info<'py>(py: Python<'py>, meta: &FileMeta) -> PyResult<Bound<'py, PyDic
 #[pyclass(module = "labios", frozen)]
 struct Client {
     session: RwLock<Option<Arc<Session>>>,
+    /// The process that connected: a forked child inherits the client but
+    /// not its runtime's threads.
+    pid: u32,
 }
 
 impl Client {
@@ -101,12 +104,24 @@ impl Client {
         T: Send,
         F: FnOnce(&Session) -> Result<T, Error> + Send,
     {
+        self.here()?;
         let session = self
             .session
             .read()
             .clone()
             .ok_or_else(|| PyValueError::new_err("I/O operation on a closed LABIOS client"))?;
         py.detach(move || work(&session)).map_err(py_err)
+    }
+
+    /// Refuses a client inherited through `fork`: its runtime's threads
+    /// stayed in the parent, and a call would never end.
+    fn here(&self) -> PyResult<()> {
+        if self.pid == std::process::id() {
+            return Ok(());
+        }
+        Err(PyValueError::new_err(
+            "this LABIOS client belongs to the process that forked this one: connect a new client here",
+        ))
     }
 }
 
@@ -134,10 +149,11 @@ impl Client {
         };
         let session = Arc::new(py.detach(|| Session::connect(options)).map_err(py_err)?);
         let mut open = OPEN.lock();
-        open.retain(|s| s.strong_count() > 0);
-        open.push(Arc::downgrade(&session));
+        open.retain(|(_, s)| s.strong_count() > 0);
+        open.push((std::process::id(), Arc::downgrade(&session)));
         Ok(Client {
             session: RwLock::new(Some(session)),
+            pid: std::process::id(),
         })
     }
 
@@ -341,6 +357,12 @@ impl Client {
         let Some(session) = self.session.write().take() else {
             return Ok(());
         };
+        if self.here().is_err() {
+            // The parent's to close; dropping it here would join threads
+            // this process does not have.
+            std::mem::forget(session);
+            return Ok(());
+        }
         py.detach(move || session.wait_all()).map_err(py_err)
     }
 
@@ -366,6 +388,13 @@ impl Drop for Client {
     /// interpreter is finalizing there is no attaching, and no Python left
     /// to wait for.
     fn drop(&mut self) {
+        // In a forked child the session's runtime has no threads: waiting
+        // on it, or dropping it (which joins them), would never end. Its
+        // writes are the parent's to land.
+        if self.pid != std::process::id() {
+            std::mem::forget(self.session.get_mut().take());
+            return;
+        }
         if let Some(session) = self.session.get_mut().take() {
             Python::try_attach(move |py| {
                 py.detach(move || {
@@ -402,23 +431,30 @@ impl Ticket {
     }
 }
 
-/// The sessions of clients not yet dropped, which the interpreter's exit
-/// waits for ([`wait_at_exit`]).
-static OPEN: parking_lot::Mutex<Vec<std::sync::Weak<Session>>> =
+/// The sessions of clients not yet dropped, with the process that made
+/// them, which the interpreter's exit waits for ([`wait_at_exit`]).
+static OPEN: parking_lot::Mutex<Vec<(u32, std::sync::Weak<Session>)>> =
     parking_lot::const_mutex(Vec::new());
 
 /// Run by `atexit` as the interpreter exits: lands the asynchronous
 /// writes (and small writes cached to be merged) of clients never closed,
-/// as a file object's buffer is written at exit. A client dropped during
-/// the interpreter's finalization cannot wait (there is no attaching any
-/// more), and a module-level client is dropped only then: its writes were
-/// lost. Errors have nobody to go to.
+/// as a file object's buffer is written at exit, for at most
+/// [`labios_connect::session::AT_EXIT`] each. A client still held by a
+/// thread the interpreter stops where it is (a daemon thread) is never
+/// dropped, so never waited for otherwise. A forked child skips its
+/// parent's clients, whose runtime threads it does not have.
 #[pyfunction]
 fn wait_at_exit(py: Python<'_>) {
-    let open: Vec<Arc<Session>> = OPEN.lock().iter().filter_map(|s| s.upgrade()).collect();
+    let me = std::process::id();
+    let open: Vec<Arc<Session>> = OPEN
+        .lock()
+        .iter()
+        .filter(|(pid, _)| *pid == me)
+        .filter_map(|(_, s)| s.upgrade())
+        .collect();
     py.detach(move || {
         for session in open {
-            let _ = session.wait_all();
+            session.wait_all_at_exit();
         }
     });
 }

@@ -116,6 +116,35 @@ def test_a_script_ending_without_close_lands_its_async_writes(client, root):
         assert client.read(path) == b"y" * 100 + b"z" * 50, name
 
 
+def test_a_forked_child_exits_without_waiting_for_its_parents_client(client, root):
+    # The atexit hook runs in a forked child that exits normally too; the
+    # parent's client is not the child's to use or wait for (its runtime
+    # has no threads there): a call is refused with a clear error, the
+    # child exits at once, and the parent's writes land once, when the
+    # parent exits. Such a child once hung at exit, waiting on it.
+    path = f"{root}/forked"
+    script = (
+        "import labios, os, sys\n"
+        "c = labios.Client()\n"
+        f"c.write_async({path!r}, b'p' * 100)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        c.read('/x')\n"
+        "        sys.exit(3)\n"
+        "    except ValueError as e:\n"
+        "        sys.exit(0 if 'connect a new client' in str(e) else 4)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "assert os.waitstatus_to_exitcode(status) == 0, status\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"labios: at exit" not in done.stderr, done.stderr
+    assert client.read(path) == b"p" * 100
+
+
 def test_writes_lend_the_buffer(client, root):
     """Zero copy: writing a numpy array allocates no Python-side copy of it
     (tracemalloc sees every Python and numpy allocation, not the client's

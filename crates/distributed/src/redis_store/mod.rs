@@ -299,7 +299,7 @@ const WATCH_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// refused the subscription (an ACL without the channel), it watches
 /// unsubscribed. After a closing it connects again at once, then at pauses
 /// growing from [`RESEND_PAUSE_MAX`] to [`WATCH_PAUSE_MAX`] while the
-/// server is away.
+/// server is away (or closes the connection as soon as it is made).
 fn watch_server(client: redis::Client, channel: String, heard: &Arc<Heard>, timeout: Duration) {
     heard.watching.store(false, Ordering::Release);
     let weak = Arc::downgrade(heard);
@@ -315,9 +315,17 @@ fn watch_server(client: redis::Client, channel: String, heard: &Arc<Heard>, time
                     heard.lost.fetch_add(1, Ordering::AcqRel);
                     heard.watching.store(true, Ordering::Release);
                     drop(heard);
+                    let opened = tokio::time::Instant::now();
                     let mut closed = ps.on_message();
                     while closed.next().await.is_some() {}
-                    pause = Duration::ZERO;
+                    // Again at once after a watch that lasted; a connection
+                    // closed as soon as made (a server at `maxclients`)
+                    // backs off as a refused one does.
+                    pause = if opened.elapsed() >= WATCH_PAUSE_MAX {
+                        Duration::ZERO
+                    } else {
+                        (pause * 2).clamp(RESEND_PAUSE_MAX, WATCH_PAUSE_MAX)
+                    };
                 }
                 _ => pause = (pause * 2).clamp(RESEND_PAUSE_MAX, WATCH_PAUSE_MAX),
             }

@@ -639,11 +639,25 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
     shared.publish(true).await;
 }
 
-/// Hands every task still queued for the worker to its lanes; see
-/// [`WorkerHandle::drain_and_shutdown`].
+/// The longest a draining worker ([`WorkerHandle::drain_and_shutdown`])
+/// goes on taking queued tasks: a stop must end even if a lane is stuck
+/// (an external store that times out every call).
+pub const DRAIN_MAX: Duration = Duration::from_secs(60);
+
+/// Hands every task still queued for the worker to its lanes, for at most
+/// [`DRAIN_MAX`]; see [`WorkerHandle::drain_and_shutdown`].
 async fn drain(shared: &Shared, lanes: &[mpsc::Sender<Delivery<Task>>], config: &WorkerConfig) {
     let mut ran = 0;
+    let deadline = Instant::now() + DRAIN_MAX;
     loop {
+        if Instant::now() >= deadline {
+            let left = shared.stores.tasks.depth(&shared.queue).await.unwrap_or(0);
+            tracing::error!(
+                worker = shared.spec.id,
+                "stopping with {left} tasks still queued after {DRAIN_MAX:?}; they are lost"
+            );
+            return;
+        }
         match shared
             .stores
             .tasks
