@@ -52,7 +52,7 @@ impl StopSignal {
         stopping: impl std::future::Future<Output = anyhow::Result<T>>,
     ) -> anyhow::Result<T> {
         eprintln!("{what}: stopping (a second signal stops at once)");
-        self.interruptible(what, stopping).await
+        self.until_signal(what, "a second signal", stopping).await
     }
 
     /// `stopping`, unless a signal comes first: then at once, with an
@@ -62,10 +62,19 @@ impl StopSignal {
         what: &str,
         stopping: impl std::future::Future<Output = anyhow::Result<T>>,
     ) -> anyhow::Result<T> {
+        self.until_signal(what, "a signal", stopping).await
+    }
+
+    async fn until_signal<T>(
+        &mut self,
+        what: &str,
+        signal: &str,
+        stopping: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
         tokio::select! {
             done = stopping => done,
             _ = self.recv() => anyhow::bail!(
-                "{what}: stopped at once by a signal; labels in progress were not finished"
+                "{what}: stopped at once by {signal}; labels in progress were not finished"
             ),
         }
     }
