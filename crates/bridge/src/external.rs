@@ -11,6 +11,7 @@ pub use labios_mounts::{
 };
 use opendal::Operator;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Cache blocks unless a mount says otherwise.
@@ -46,6 +47,40 @@ impl External {
 pub struct Mounts {
     table: MountTable,
     mounts: BTreeMap<String, Mount>,
+    /// Workers of this process serving these mounts ([`Mounts::serving`]).
+    serving: Arc<AtomicUsize>,
+}
+
+/// One worker's use of a process's mounts. The last of them to stop
+/// stores what the mounts held back, once for the process
+/// ([`Serving::stop`]); one dropped without stopping only leaves the count.
+#[derive(Debug)]
+pub struct Serving {
+    mounts: Mounts,
+    stopped: AtomicBool,
+}
+
+impl Serving {
+    /// Leaves the count of serving workers; the last to leave stores what
+    /// the mounts held back ([`Mounts::settle`]). Later calls do nothing.
+    pub async fn stop(&self) -> Result<()> {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        match self.mounts.serving.fetch_sub(1, Ordering::AcqRel) {
+            0 => unreachable!("more workers stopped than served these mounts"),
+            1 => self.mounts.settle().await,
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if !self.stopped.swap(true, Ordering::AcqRel) {
+            self.mounts.serving.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl Mounts {
@@ -68,7 +103,21 @@ impl Mounts {
                 },
             );
         }
-        Ok(Mounts { table, mounts })
+        Ok(Mounts {
+            table,
+            mounts,
+            serving: Arc::default(),
+        })
+    }
+
+    /// Counts a worker of this process among those serving these mounts,
+    /// until its [`Serving::stop`].
+    pub fn serving(&self) -> Serving {
+        self.serving.fetch_add(1, Ordering::AcqRel);
+        Serving {
+            mounts: self.clone(),
+            stopped: AtomicBool::new(false),
+        }
     }
 
     /// The process's one instance of these mounts: every worker and

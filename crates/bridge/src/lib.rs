@@ -34,7 +34,7 @@ pub use aggregator::Aggregator;
 pub use cached::Cached;
 pub use containers::ContainerOptions;
 pub use external::{
-    is_external, External, MountConfig, MountTable, Mounts, DEFAULT_HOLD_MS, MAX_HOLD_MS,
+    is_external, External, MountConfig, MountTable, Mounts, Serving, DEFAULT_HOLD_MS, MAX_HOLD_MS,
 };
 pub use mapping::{Entry, FileMapper, Mapping, Stat};
 pub use object_mapping::{object_mapper, ObjectInfo, ObjectMapper, ObjectMapping};

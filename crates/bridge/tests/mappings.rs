@@ -527,6 +527,53 @@ async fn mapped_files_are_reachable_through_a_mount() {
     assert_eq!(m.stat("data/x").await.unwrap().unwrap().size, 7);
 }
 
+/// Several workers of one process share its mounts: what the mounts hold
+/// back is stored once, when the last of them stops, and not before.
+#[tokio::test]
+async fn the_last_worker_to_stop_stores_what_the_mounts_held_back() {
+    use labios_bridge::{MountConfig, Mounts};
+    let dir = tempfile::tempdir().unwrap();
+    let declared = std::collections::BTreeMap::from([(
+        "wlog".to_string(),
+        MountConfig {
+            uri: format!("fs://{}", dir.path().display()),
+            mapping: Mapping::WriteOptimized,
+            aggregate_bytes: 1 << 20,
+            hold_ms: Some(labios_bridge::MAX_HOLD_MS),
+            ..Default::default()
+        },
+    )]);
+    let mounts = Mounts::new(&declared).unwrap();
+    let (first, last) = (mounts.serving(), mounts.serving());
+    let e = mounts.resolve("wlog:/events.log").unwrap();
+    e.mapper()
+        .write(&e.path, 0, Bytes::from_static(b"held back"))
+        .await
+        .unwrap();
+    // What the store holds is what a fresh process would read.
+    let stored = || async {
+        let fresh = Mounts::new(&declared).unwrap();
+        let e = fresh.resolve("wlog:/events.log").unwrap();
+        match e.mapper().stat(&e.path).await.unwrap() {
+            Some(_) => Some(e.mapper().read(&e.path, 0, 100).await.unwrap()),
+            None => None,
+        }
+    };
+    first.stop().await.unwrap();
+    assert_eq!(stored().await, None, "stored while a worker still served");
+    last.stop().await.unwrap();
+    assert_eq!(stored().await.unwrap(), &b"held back"[..]);
+    // A worker stopped twice is counted once.
+    last.stop().await.unwrap();
+    let again = mounts.serving();
+    e.mapper()
+        .write(&e.path, 9, Bytes::from_static(b", again"))
+        .await
+        .unwrap();
+    again.stop().await.unwrap();
+    assert_eq!(stored().await.unwrap(), &b"held back, again"[..]);
+}
+
 /// Requests that reach the store, by kind.
 #[derive(Debug, Clone, Default)]
 struct Requests(Arc<parking_lot::Mutex<std::collections::HashMap<&'static str, u64>>>);

@@ -340,11 +340,7 @@ async fn a_client_in_another_process_sees_what_the_workers_mount_holds() {
 
     let mut log = Vec::new();
     for i in 0..3u32 {
-        let line = format!("event {i:04}\n");
-        c.write_at_sync("wlog:/x.log", log.len() as u64, Bytes::from(line.clone()))
-            .await
-            .unwrap();
-        log.extend_from_slice(line.as_bytes());
+        append_event(&c, "wlog:/x.log", &mut log, i).await;
         assert_eq!(
             c.stat("wlog:/x.log").await.unwrap().size,
             log.len() as u64,
@@ -504,11 +500,7 @@ async fn a_clean_stop_stores_what_the_mounts_held_back() {
 
     let mut log = Vec::new();
     for i in 0..3u32 {
-        let line = format!("event {i:04}\n");
-        c.write_at_sync("wlog:/x.log", log.len() as u64, Bytes::from(line.clone()))
-            .await
-            .unwrap();
-        log.extend_from_slice(line.as_bytes());
+        append_event(&c, "wlog:/x.log", &mut log, i).await;
     }
     // Created by the first write (stored at once), extended by the second
     // (held): the end of the file is only in the server's memory.
@@ -656,4 +648,14 @@ fn cp_stages_in_and_out() {
     let err = server.err(None, &["cp", big_s.to_str().unwrap(), "s3://other/x"]);
     assert!(err.contains("no mount declares the bucket"), "{err}");
     server.stop();
+}
+
+/// Appends line `i` of an event log to `path` synchronously, and to `log`,
+/// what the file must then hold.
+async fn append_event(c: &labios_client::Client, path: &str, log: &mut Vec<u8>, i: u32) {
+    let line = format!("event {i:04}\n");
+    c.write_at_sync(path, log.len() as u64, Bytes::from(line.clone()))
+        .await
+        .unwrap();
+    log.extend_from_slice(line.as_bytes());
 }

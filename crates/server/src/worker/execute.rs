@@ -65,6 +65,8 @@ pub struct Executor {
     compute: Arc<super::Compute>,
     /// External storage this worker reaches.
     mounts: labios_bridge::Mounts,
+    /// This worker among those of the process serving `mounts`.
+    serving: labios_bridge::Serving,
 }
 
 /// A label-level failure: the label is Failed with this text, the worker
@@ -89,6 +91,7 @@ impl Executor {
             timeout_ms: config.function_timeout_ms,
         });
         let sandbox = limits.map(Sandbox::new).transpose()?.map(Arc::new);
+        let mounts = labios_bridge::Mounts::shared(&config.mounts)?;
         Ok(Executor {
             id,
             space: Space::new(capacity),
@@ -100,14 +103,16 @@ impl Executor {
             stores,
             sandbox,
             compute,
-            mounts: labios_bridge::Mounts::shared(&config.mounts)?,
+            serving: mounts.serving(),
+            mounts,
         })
     }
 
-    /// Stores what the external mounts acknowledged but hold in memory
-    /// ([`labios_bridge::Mounts::settle`]), before the worker says it stopped.
+    /// Once the process's last worker stops, stores what the external
+    /// mounts acknowledged but hold in memory
+    /// ([`labios_bridge::Serving::stop`]), before the worker says it stopped.
     pub async fn settle_mounts(&self) -> Result<()> {
-        self.mounts.settle().await
+        self.serving.stop().await
     }
 
     /// The outbox of space to give back on other workers, whose sender the

@@ -615,8 +615,8 @@ async fn serve(shared: Arc<Shared>, executor: Arc<Executor>, config: WorkerConfi
         );
     }
     // What external mounts acknowledged from memory (merged writes,
-    // relaxed metadata) reaches their store before the worker says it
-    // stopped: the next process would not see it.
+    // relaxed metadata) reaches their store before the process's last
+    // worker says it stopped: the next process would not see it.
     if let Err(e) = executor.settle_mounts().await {
         tracing::error!(
             worker = shared.spec.id,
