@@ -29,3 +29,7 @@ cargo build --workspace
 # h5py) is also the Python the real-program tests run.
 bash scripts/python-tests.sh -q
 cargo test --workspace --no-fail-fast
+# Programs of a local client again, with their puts over the socket alone
+# (README "Shared memory"), the path of TCP clients and the fallback.
+LABIOS_CLIENT__SHARED_MEMORY=false cargo test -p labios --test cli --test bridge --test tenants
+LABIOS_CLIENT__SHARED_MEMORY=false cargo test -p labios-capi --test c_example

@@ -36,6 +36,10 @@ pub struct ClientConfig {
     /// checker holds LABIOS to. With a lease another client's change shows
     /// after at most this, the process's own at once.
     pub attr_cache_ms: u64,
+    /// Puts write data through a memory region shared with a `labios
+    /// serve` on the same host (a Unix socket endpoint) instead of the
+    /// socket: one copy, none of the bytes on the socket.
+    pub shared_memory: bool,
     /// External storage the client may name (the configuration's top-level
     /// `[mounts.NAME]` tables, shared with the workers).
     #[serde(skip)]
@@ -52,6 +56,7 @@ impl Default for ClientConfig {
             max_in_flight: 8192,
             read_retries: 8,
             attr_cache_ms: 0,
+            shared_memory: true,
             mounts: BTreeMap::new(),
         }
     }

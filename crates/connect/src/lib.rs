@@ -21,7 +21,7 @@ use labios_core::administrator::{Administrator, DEFAULT_APP};
 use labios_distributed::nats_queue::JetStreamQueue;
 use labios_distributed::redis_store::{RedisInventory, RedisLocks, RedisWarehouse};
 use labios_label::{Label, Task, WorkerStatus};
-use labios_store::remote::{connect, Endpoint};
+use labios_store::remote::{connect, connect_sharing, Endpoint};
 use labios_store::{Inventory, Stores};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,7 +58,8 @@ pub async fn connect_client(
         }
         _ => {
             let endpoint = Endpoint::parse(&config.endpoint())?;
-            let (stores, session) = connect(&endpoint, key, secret).await?;
+            let shared = config.client.shared_memory;
+            let (stores, session) = connect_sharing(&endpoint, key, secret, shared).await?;
             Ok(Client::with_secret(
                 stores,
                 session.app,

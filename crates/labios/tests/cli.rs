@@ -3,7 +3,8 @@
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::serve::{Server, BIN};
 
@@ -118,6 +119,52 @@ fn a_program_exiting_without_close_keeps_its_async_writes() {
         "bytes back after the program exited"
     );
     assert!(back == want, "the bytes differ");
+}
+
+/// A client killed with `kill -9` while the server reads the bytes it put
+/// through its shared region (README "Shared memory"): the server lets go
+/// of the region once the labels it published ran and what it staged for
+/// labels it never published is dropped, and serves on.
+#[test]
+fn a_killed_client_leaves_no_shared_region_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let local = dir.path().join("big.bin");
+    let bytes = common::data(9, 256 << 20);
+    std::fs::write(&local, &bytes).unwrap();
+    let mut client = server
+        .command(None, &["put", local.to_str().unwrap(), "/big.bin"])
+        .env("LABIOS_CLIENT__SHARED_MEMORY", "true")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = |what: &str, done: &dyn Fn(&[u64]) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let regions = server.shared_regions();
+            if done(&regions) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {regions:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    until("the server reads from the client's region", &|r| {
+        r.iter().any(|&touched| touched > 0)
+    });
+    client.kill().unwrap();
+    client.wait().unwrap();
+    until("the server still maps the killed client's region", &|r| {
+        r.is_empty()
+    });
+    let small = dir.path().join("small.bin");
+    std::fs::write(&small, &bytes[..(3 << 20) + 1]).unwrap();
+    server.ok(None, &["put", small.to_str().unwrap(), "/small.bin"]);
+    let back = dir.path().join("back.bin");
+    server.ok(None, &["get", "/small.bin", back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap() == bytes[..(3 << 20) + 1]);
+    server.stop();
 }
 
 #[test]

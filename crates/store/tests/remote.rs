@@ -575,3 +575,76 @@ async fn small_read_results_come_back_with_their_statuses() {
     assert_eq!(w.get("a7/r/again").await.unwrap(), None);
     assert!(!w.delete("a7/r/again").await.unwrap());
 }
+
+/// Write data a connection staged for a label it never pushed (its client
+/// was killed between the two) is dropped when the connection closes; data
+/// a pushed label names stays for the label's worker, and so does what
+/// is not a write label's data.
+#[tokio::test]
+async fn a_closed_connection_drops_the_write_data_no_label_names() {
+    use labios_label::{Label, LabelId, LabelKind, Pointer};
+    use labios_store::remote::proto::{frame, QueueOp, Request, RequestFrame};
+    let dir = tempfile::tempdir().unwrap();
+    let (ep, _stop) = start(Endpoint::Unix(dir.path().join("s.sock"))).await;
+    let Endpoint::Unix(path) = &ep else {
+        unreachable!()
+    };
+    let mut named = Label::new(LabelId::from_u128(2), LabelKind::Write, 7);
+    named.source = Pointer::Warehouse {
+        key: "a7/w/2".into(),
+        len: 1,
+    };
+    let put = |key: &str| Request::Put {
+        key: key.into(),
+        data: Bytes::from_static(b"x"),
+    };
+    let requests = [
+        Request::Hello {
+            key: Some("k".into()),
+            secret: Some("s".into()),
+        },
+        put("a7/w/1"),
+        put("a7/w/2"),
+        put("a7/x/3"),
+        Request::Labels(QueueOp::Push {
+            queue: "q".into(),
+            items: vec![named],
+        }),
+    ];
+    let mut raw = tokio::net::UnixStream::connect(path).await.unwrap();
+    for (id, request) in requests.into_iter().enumerate() {
+        let bytes = frame(
+            &RequestFrame {
+                id: id as u64 + 1,
+                request,
+            },
+            0,
+        )
+        .unwrap();
+        raw.write_all(&bytes).await.unwrap();
+    }
+    // Every request answered, then the client is gone.
+    let mut answered = 0;
+    while answered < 5 {
+        let body = labios_store::remote::proto::read_frame(&mut raw)
+            .await
+            .unwrap()
+            .unwrap();
+        let r: labios_store::remote::proto::ResponseFrame =
+            labios_store::remote::proto::decode_frame(&body).unwrap();
+        assert!(r.result.is_ok(), "{:?}", r.result);
+        answered += 1;
+    }
+    drop(raw);
+    let (s, _) = connect(&ep, Some("k".into()), Some("s".into()))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.warehouse.get("a7/w/1").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "unnamed write data stayed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut kept = s.warehouse.keys("a7/").await.unwrap();
+    kept.sort();
+    assert_eq!(kept, ["a7/w/2", "a7/x/3"]);
+}

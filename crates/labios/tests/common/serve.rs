@@ -78,6 +78,17 @@ impl Server {
     }
 
     pub fn run(&self, creds: Creds, args: &[&str]) -> Output {
+        self.command(creds, args).output().unwrap()
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A `labios` command as [`Server::run`] runs it: this server's
+    /// endpoint, configuration and settings.
+    pub fn command(&self, creds: Creds, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
         if let Some((k, s)) = creds {
             cmd.args(["--key", k, "--secret", s]);
@@ -92,9 +103,29 @@ impl Server {
         cmd.args(args)
             .env("LABIOS_ENDPOINT", &self.endpoint)
             .env_remove("LABIOS_KEY")
-            .env_remove("LABIOS_SECRET")
-            .output()
-            .unwrap()
+            .env_remove("LABIOS_SECRET");
+        cmd
+    }
+
+    /// The shared regions of clients (README "Shared memory") the server
+    /// maps, each with the bytes of it the server has touched (its
+    /// resident set in the mapping).
+    pub fn shared_regions(&self) -> Vec<u64> {
+        let smaps =
+            std::fs::read_to_string(format!("/proc/{}/smaps", self.pid())).unwrap_or_default();
+        let mut regions = Vec::new();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some(kb) = line.strip_prefix("Rss:").filter(|_| inside) {
+                let kb = kb.trim().trim_end_matches("kB").trim();
+                regions.push(kb.parse::<u64>().unwrap() * 1024);
+            }
+            // A mapping's first line: an address range, then its file.
+            if line.contains('-') && line.split_whitespace().count() >= 5 {
+                inside = line.contains("memfd:labios-region");
+            }
+        }
+        regions
     }
 
     pub fn ok(&self, creds: Creds, args: &[&str]) -> String {

@@ -4,6 +4,7 @@ use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
     ResponseFrame, Session, INLINE_BUDGET_MAX, INLINE_MAX,
 };
+use super::region::{send_with_fd, ClientRegion};
 use super::Endpoint;
 use crate::access::Cred;
 use crate::inventory::{
@@ -43,6 +44,9 @@ struct Conn {
     results: std::sync::OnceLock<String>,
     /// Read results that came back with their statuses, until taken.
     inlined: Mutex<Inlined>,
+    /// The region shared with a server on this host, through which puts
+    /// send their bytes (`super::region`).
+    region: Option<ClientRegion>,
 }
 
 /// Read results held for the warehouse calls that take them.
@@ -124,24 +128,48 @@ macro_rules! expect {
 }
 
 /// Opens one connection to `labios serve` at `endpoint`, authenticates and
-/// returns the four stores, all sharing it.
+/// returns the four stores, all sharing it; over a Unix socket, puts go
+/// through a shared region ([`connect_sharing`]).
 pub async fn connect(
     endpoint: &Endpoint,
     key: Option<String>,
     secret: Option<String>,
+) -> Result<(Stores, Session)> {
+    connect_sharing(endpoint, key, secret, true).await
+}
+
+/// [`connect`], with puts through a region shared with the server if
+/// `shared` and the endpoint is a Unix socket (`super::region`), else over
+/// the socket.
+pub async fn connect_sharing(
+    endpoint: &Endpoint,
+    key: Option<String>,
+    secret: Option<String>,
+    shared: bool,
 ) -> Result<(Stores, Session)> {
     let unreachable = |e: std::io::Error| {
         Error::Unavailable(format!(
             "cannot reach LABIOS at {endpoint}: {e}; is `labios serve` running?"
         ))
     };
-    let conn = match endpoint {
+    let hello = frame(
+        &RequestFrame {
+            id: HELLO,
+            request: Request::Hello { key, secret },
+        },
+        0,
+    )?;
+    let (conn, hello) = match endpoint {
         Endpoint::Unix(path) => {
             let s = tokio::net::UnixStream::connect(path)
                 .await
                 .map_err(unreachable)?;
+            let region = shared.then(shared_region).flatten();
+            send_with_fd(&s, &hello, region.as_ref().map(ClientRegion::fd))
+                .await
+                .map_err(unreachable)?;
             let (r, w) = s.into_split();
-            start(endpoint, r, w)
+            start(endpoint, r, w, region)
         }
         Endpoint::Tcp(addr) => {
             let s = tokio::net::TcpStream::connect(addr)
@@ -149,11 +177,13 @@ pub async fn connect(
                 .map_err(unreachable)?;
             s.set_nodelay(true).map_err(unreachable)?;
             let (r, w) = s.into_split();
-            start(endpoint, r, w)
+            let (conn, answer) = start(endpoint, r, w, None);
+            conn.outbox.send(hello).await.map_err(|_| conn.gone())?;
+            (conn, answer)
         }
     };
-    let session =
-        expect!(conn.call(Request::Hello { key, secret }).await?, Reply::Session(s) => s)?;
+    let hello = hello.await.unwrap_or_else(|_| Err(conn.gone()))?;
+    let session = expect!(hello, Reply::Session(s) => s)?;
     let _ = conn.results.set(format!("a{}/r/", session.app));
     let stores = Stores {
         labels: Arc::new(RemoteQueue::<Label>::new(conn.clone())),
@@ -165,19 +195,40 @@ pub async fn connect(
     Ok((stores, session))
 }
 
-fn start<R, W>(endpoint: &Endpoint, r: R, w: W) -> Arc<Conn>
+/// The id of the Hello, the first request of every connection, whose
+/// answer [`start`] waits for from the moment it reads.
+const HELLO: u64 = 1;
+
+/// A region to share with `labios serve` on this host; one that cannot be
+/// made (no memfd) leaves puts on the socket.
+fn shared_region() -> Option<ClientRegion> {
+    ClientRegion::create()
+        .inspect_err(|e| tracing::warn!("puts go over the socket: {e}"))
+        .ok()
+}
+
+/// Starts the connection's reader and writer, with the answer to its
+/// Hello (id [`HELLO`], sent by the caller) expected.
+fn start<R, W>(
+    endpoint: &Endpoint,
+    r: R,
+    w: W,
+    region: Option<ClientRegion>,
+) -> (Arc<Conn>, oneshot::Receiver<Result<Reply>>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (outbox, rx) = mpsc::channel::<Vec<u8>>(OUTBOX);
+    let (hello, answer) = oneshot::channel();
     let conn = Arc::new(Conn {
         endpoint: endpoint.to_string(),
         outbox,
-        pending: Mutex::new(Some(HashMap::new())),
-        next_id: AtomicU64::new(1),
+        pending: Mutex::new(Some(HashMap::from([(HELLO, hello)]))),
+        next_id: AtomicU64::new(HELLO + 1),
         results: std::sync::OnceLock::new(),
         inlined: Mutex::new(Inlined::default()),
+        region,
     });
     tokio::spawn(write_frames(w, rx));
     let reader_conn = conn.clone();
@@ -208,7 +259,7 @@ where
         };
         conn.close(err);
     });
-    conn
+    (conn, answer)
 }
 
 /// A queue item type that has its own family of requests.
@@ -299,15 +350,23 @@ struct RemoteWarehouse(Arc<Conn>);
 
 #[async_trait]
 impl Warehouse for RemoteWarehouse {
+    /// Through a slot of the shared region when there is one and a slot
+    /// is free: the bytes are copied once, into the slot, and the server
+    /// takes them from there.
     async fn put(&self, key: &str, data: Bytes) -> Result<()> {
-        let r = self
-            .0
-            .call(Request::Put {
+        let slot = self.0.region.as_ref().and_then(|r| r.place(&data));
+        let request = match slot {
+            Some(slot) => Request::PutShared {
+                key: key.into(),
+                slot,
+                len: data.len() as u64,
+            },
+            None => Request::Put {
                 key: key.into(),
                 data,
-            })
-            .await?;
-        expect!(r, Reply::Unit => ())
+            },
+        };
+        expect!(self.0.call(request).await?, Reply::Unit => ())
     }
     /// A process reaching the warehouse through the server is an
     /// application, never a worker (workers run beside the stores): it

@@ -11,9 +11,11 @@ mod payload;
 /// server's frame reader and decoder untrusted bytes; not an API.
 #[doc(hidden)]
 pub mod proto;
+mod region;
 mod server;
+mod staging;
 
-pub use client::{acting_as, connect};
+pub use client::{acting_as, connect, connect_sharing};
 pub use proto::{Session, MAX_FRAME};
 pub use server::{serve, AuthFn, Grant, Listener};
 

@@ -232,6 +232,14 @@ pub enum Request {
         budget: u64,
         prefix: String,
     },
+    /// A [`Request::Put`] whose `len` bytes lie in slot `slot` of the
+    /// connection's shared region (`super::region`), which the server
+    /// turns into the `Put` itself before any check.
+    PutShared {
+        key: String,
+        slot: u32,
+        len: u64,
+    },
 }
 
 /// The largest read result [`Request::WaitInline`] brings back with its

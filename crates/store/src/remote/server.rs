@@ -6,6 +6,8 @@ use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
     ResponseFrame, Session,
 };
+use super::region::{first_chunk, ServerRegion};
+use super::staging::Staging;
 use super::Endpoint;
 use crate::access::{Cred, EXEC, READ, WRITE};
 use crate::label_queue::LabelQueue;
@@ -14,7 +16,7 @@ use crate::{FileKind, Named, RenameHow};
 use labios_label::{AppId, Error, Label, LabelKind, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -129,11 +131,9 @@ pub async fn serve(
         tokio::select! {
             changed = shutdown.changed() => if changed.is_err() { break },
             accepted = accept(&listener) => match accepted {
-                Ok((r, w, peer)) => {
+                Ok(accepted) => {
                     conns.spawn(connection(
-                        r,
-                        w,
-                        peer,
+                        accepted,
                         stores.clone(),
                         auth.clone(),
                         origins.clone(),
@@ -153,31 +153,68 @@ pub async fn serve(
     Ok(())
 }
 
-/// A connection's two halves and, on a Unix socket, the user of the
-/// process at the other end (SO_PEERCRED: the kernel's word, not the
-/// client's).
-type Accepted = (
-    Box<dyn AsyncRead + Unpin + Send>,
-    Box<dyn AsyncWrite + Unpin + Send>,
-    Option<Cred>,
-);
+/// An accepted connection; on a Unix socket, with the user of the process
+/// at the other end (SO_PEERCRED: the kernel's word, not the client's).
+enum Accepted {
+    Unix(tokio::net::UnixStream, Cred),
+    Tcp(tokio::net::TcpStream),
+}
 
 async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
     Ok(match listener {
         Listener::Unix(l, _) => {
             let (s, _) = l.accept().await?;
             let c = s.peer_cred()?;
-            let peer = Cred::of_process(c.uid(), c.gid(), c.pid());
-            let (r, w) = s.into_split();
-            (Box::new(r), Box::new(w), Some(peer))
+            Accepted::Unix(s, Cred::of_process(c.uid(), c.gid(), c.pid()))
         }
         Listener::Tcp(l) => {
             let (s, _) = l.accept().await?;
             s.set_nodelay(true)?;
-            let (r, w) = s.into_split();
-            (Box::new(r), Box::new(w), None)
+            Accepted::Tcp(s)
         }
     })
+}
+
+/// A connection's two halves, the user at the other end of a Unix socket,
+/// and the shared region its client handed over with its first bytes
+/// (refused if it is not a sound one: the Hello is answered with why).
+type Opening = (
+    Box<dyn AsyncRead + Unpin + Send>,
+    Box<dyn AsyncWrite + Unpin + Send>,
+    Option<Cred>,
+    Option<Result<Arc<ServerRegion>>>,
+);
+
+async fn opening(accepted: Accepted) -> std::io::Result<Opening> {
+    Ok(match accepted {
+        Accepted::Unix(s, peer) => {
+            let (first, fd) = first_chunk(&s).await?;
+            let region = fd.map(ServerRegion::open);
+            let (r, w) = s.into_split();
+            let r = std::io::Cursor::new(first).chain(r);
+            (Box::new(r), Box::new(w), Some(peer), region)
+        }
+        Accepted::Tcp(s) => {
+            let (r, w) = s.into_split();
+            (Box::new(r), Box::new(w), None, None)
+        }
+    })
+}
+
+/// A [`Request::PutShared`] as the [`Request::Put`] of its slot's bytes.
+fn unshared(request: Request, region: Option<&Arc<ServerRegion>>) -> Result<Request> {
+    match request {
+        Request::PutShared { key, slot, len } => match region {
+            Some(r) => Ok(Request::Put {
+                key,
+                data: r.take(slot, len)?,
+            }),
+            None => Err(Error::InvalidArgument(
+                "a put from a shared region on a connection that handed over none".into(),
+            )),
+        },
+        request => Ok(request),
+    }
 }
 
 /// The POSIX user a connection's requests act as (README "Permissions").
@@ -267,15 +304,25 @@ fn respond(id: u64, result: Result<Reply>) -> Vec<u8> {
 
 #[allow(clippy::too_many_arguments)]
 async fn connection(
-    r: Box<dyn AsyncRead + Unpin + Send>,
-    w: Box<dyn AsyncWrite + Unpin + Send>,
-    peer: Option<Cred>,
+    accepted: Accepted,
     stores: Stores,
     auth: AuthFn,
     origins: Origins,
     order: CheckOrder,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let opened = tokio::select! {
+        _ = shutdown.changed() => return,
+        opened = opening(accepted) => opened,
+    };
+    let Ok((r, w, peer, region)) = opened else {
+        return;
+    };
+    let (region, mut refused) = match region {
+        Some(Err(e)) => (None, Some(e)),
+        Some(Ok(r)) => (Some(r), None),
+        None => (None, None),
+    };
     let (outbox, rx) = mpsc::channel::<Vec<u8>>(OUTBOX);
     let writer = tokio::spawn(write_frames(w, rx));
     let mut r = BufReader::with_capacity(64 << 10, r);
@@ -287,6 +334,7 @@ async fn connection(
     let mut peer = peer;
     let mut own_origin = None;
     let opened = Arc::new(Opened::default());
+    let mut staging = Staging::default();
     loop {
         let body = tokio::select! {
             _ = shutdown.changed() => break,
@@ -306,6 +354,7 @@ async fn connection(
         if hello {
             hello = false;
             let reply = match frame.request {
+                Request::Hello { .. } if refused.is_some() => Err(refused.take().expect("checked")),
                 Request::Hello { key, secret } => match auth(key, secret).await {
                     Ok(g) => match stores.inventory.next_id("origin").await {
                         Ok(origin) => {
@@ -358,6 +407,14 @@ async fn connection(
             },
             request => (acting.clone(), request),
         };
+        let request = match unshared(request, region.as_ref()) {
+            Ok(request) => request,
+            Err(e) => {
+                let _ = outbox.send(respond(frame.id, Err(e))).await;
+                continue;
+            }
+        };
+        staging.saw(&request);
         let request = own_session(request, own_origin.unwrap_or_default());
         tasks.spawn(async move {
             let turn = order
@@ -384,8 +441,10 @@ async fn connection(
         });
         while tasks.try_join_next().is_some() {}
     }
-    // The client is gone or misbehaved: drop what it still waits for.
+    // The client is gone or misbehaved: drop what it still waits for,
+    // and the write data it staged for labels it never pushed.
     tasks.shutdown().await;
+    staging.sweep(stores.warehouse.as_ref()).await;
     // Its labels' ids carry an origin no later session is given, and only
     // its own requests may ask after them: the entry would only grow the
     // map, connection after connection.
@@ -462,6 +521,11 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
     let (w, i) = (&s.warehouse, &s.inventory);
     Ok(match request {
         Request::Hello { .. } => return Err(Error::Protocol("Hello sent twice".into())),
+        Request::PutShared { .. } => {
+            return Err(Error::Protocol(
+                "a shared put reached the stores unresolved".into(),
+            ))
+        }
         Request::As { .. } => {
             return Err(Error::Protocol(
                 "a request on behalf of a user inside another".into(),
