@@ -578,17 +578,35 @@ async fn small_read_results_come_back_with_their_statuses() {
 
 /// Write data a connection staged for a label it never pushed (its client
 /// was killed between the two) is dropped when the connection closes; data
-/// a pushed label names stays for the label's worker, and so does what
-/// is not a write label's data.
+/// a pushed label names stays for the label's worker, and so does what is
+/// not a write label's data, and what the connection's puts did not store
+/// (another application's entry, which a tenant may not put).
 #[tokio::test]
 async fn a_closed_connection_drops_the_write_data_no_label_names() {
     use labios_label::{Label, LabelId, LabelKind, Pointer};
     use labios_store::remote::proto::{frame, QueueOp, Request, RequestFrame};
     let dir = tempfile::tempdir().unwrap();
-    let (ep, _stop) = start(Endpoint::Unix(dir.path().join("s.sock"))).await;
-    let Endpoint::Unix(path) = &ep else {
-        unreachable!()
-    };
+    let listener = Listener::bind(&Endpoint::Unix(dir.path().join("s.sock")))
+        .await
+        .unwrap();
+    let ep = listener.endpoint().unwrap();
+    let auth: AuthFn = Arc::new(|key, _| {
+        Box::pin(async move {
+            match key.as_deref() {
+                Some("tenant") => Ok(Grant::tenant(7, "s7")),
+                _ => Ok(Grant::service(0)),
+            }
+        })
+    });
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve(listener, stores(), auth, rx));
+    let (service, _) = connect(&ep, None, None).await.unwrap();
+    service
+        .warehouse
+        .put("a4/w/9", Bytes::from_static(b"theirs"))
+        .await
+        .unwrap();
+
     let mut named = Label::new(LabelId::from_u128(2), LabelKind::Write, 7);
     named.source = Pointer::Warehouse {
         key: "a7/w/2".into(),
@@ -600,17 +618,21 @@ async fn a_closed_connection_drops_the_write_data_no_label_names() {
     };
     let requests = [
         Request::Hello {
-            key: Some("k".into()),
-            secret: Some("s".into()),
+            key: Some("tenant".into()),
+            secret: None,
         },
         put("a7/w/1"),
         put("a7/w/2"),
         put("a7/x/3"),
+        put("a4/w/9"),
         Request::Labels(QueueOp::Push {
-            queue: "q".into(),
+            queue: labios_store::client_queue(7),
             items: vec![named],
         }),
     ];
+    let Endpoint::Unix(path) = &ep else {
+        unreachable!()
+    };
     let mut raw = tokio::net::UnixStream::connect(path).await.unwrap();
     for (id, request) in requests.into_iter().enumerate() {
         let bytes = frame(
@@ -624,27 +646,25 @@ async fn a_closed_connection_drops_the_write_data_no_label_names() {
         raw.write_all(&bytes).await.unwrap();
     }
     // Every request answered, then the client is gone.
-    let mut answered = 0;
-    while answered < 5 {
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 6 {
         let body = labios_store::remote::proto::read_frame(&mut raw)
             .await
             .unwrap()
             .unwrap();
         let r: labios_store::remote::proto::ResponseFrame =
             labios_store::remote::proto::decode_frame(&body).unwrap();
-        assert!(r.result.is_ok(), "{:?}", r.result);
-        answered += 1;
+        answers.insert(r.id, r.result.is_ok());
     }
+    let ok: Vec<bool> = answers.into_values().collect();
+    assert_eq!(ok, [true, true, true, true, false, true], "a4/w/9 refused");
     drop(raw);
-    let (s, _) = connect(&ep, Some("k".into()), Some("s".into()))
-        .await
-        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while s.warehouse.get("a7/w/1").await.unwrap().is_some() {
+    while service.warehouse.get("a7/w/1").await.unwrap().is_some() {
         assert!(Instant::now() < deadline, "unnamed write data stayed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let mut kept = s.warehouse.keys("a7/").await.unwrap();
+    let mut kept = service.warehouse.keys("a").await.unwrap();
     kept.sort();
-    assert_eq!(kept, ["a7/w/2", "a7/x/3"]);
+    assert_eq!(kept, ["a4/w/9", "a7/w/2", "a7/x/3"]);
 }

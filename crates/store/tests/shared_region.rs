@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
 use labios_store::remote::{connect, connect_sharing, serve, AuthFn, Endpoint, Grant, Listener};
-use labios_store::Stores;
+use labios_store::{Stores, Warehouse};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,11 +39,37 @@ async fn until_mapped(n: usize, what: &str) {
     }
 }
 
-/// A client not sharing maps nothing. More puts at once than a region has slots, of every size up to a slot
-/// and past it: every value comes back whole and kept apart from the
-/// others, whether it went through a slot or over the socket; and once the
-/// client is gone and its values dropped, the server maps its region no
-/// more.
+/// Address ranges of the shared regions mapped in this process.
+fn regions() -> Vec<(usize, usize)> {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("memfd:labios-region"))
+        .map(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (a, b) = range.split_once('-').unwrap();
+            let hex = |x: &str| usize::from_str_radix(x, 16).unwrap();
+            (hex(a), hex(b))
+        })
+        .collect()
+}
+
+/// Whether the server's entry `key` lies in a shared region: the put
+/// went through a slot, and the server took its bytes without a copy.
+async fn in_a_region(server: &dyn Warehouse, key: &str) -> bool {
+    let data = server.get(key).await.unwrap().unwrap();
+    let at = data.as_ptr() as usize;
+    regions()
+        .iter()
+        .any(|&(a, b)| a <= at && at + data.len() <= b)
+}
+
+/// A client not sharing maps nothing. A sharing one puts write data
+/// through its region's slots (the server's entries are the slots' bytes)
+/// until all are held, then over the socket; other entries and puts larger
+/// than a slot go over the socket; every value comes back whole and kept
+/// apart; slots freed by dropped entries serve later puts; and once the
+/// client is gone and its values dropped, nothing stays mapped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn puts_go_through_the_shared_region_and_it_is_given_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -53,39 +79,65 @@ async fn puts_go_through_the_shared_region_and_it_is_given_back() {
     let endpoint = listener.endpoint().unwrap();
     let auth: AuthFn = Arc::new(|_, _| Box::pin(async { Ok(Grant::service(7)) }));
     let (stop, rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(serve(listener, stores(), auth, rx));
+    let stores = stores();
+    let server_w = stores.warehouse.clone();
+    let server = tokio::spawn(serve(listener, stores, auth, rx));
     assert_eq!(mapped(), 0);
 
     // A client told not to share memory puts over the socket.
     let (plain, _) = connect_sharing(&endpoint, None, None, false).await.unwrap();
     let v = Bytes::from(vec![3u8; SLOT]);
-    plain.warehouse.put("plain", v.clone()).await.unwrap();
-    assert_eq!(plain.warehouse.take("plain").await.unwrap(), Some(v));
+    plain.warehouse.put("a7/w/plain", v.clone()).await.unwrap();
+    assert_eq!(plain.warehouse.take("a7/w/plain").await.unwrap(), Some(v));
     assert_eq!(mapped(), 0, "a client not sharing mapped a region");
 
     let (s, _) = connect(&endpoint, None, None).await.unwrap();
     assert_eq!(mapped(), 2, "the client's mapping and the server's");
-    let values: Vec<(String, Bytes)> = (0..48u32)
+    let value = |i: u32, len: usize| -> Bytes {
+        (0..len)
+            .map(|b| (b as u32 ^ i) as u8)
+            .collect::<Vec<u8>>()
+            .into()
+    };
+    // Every slot, at once, with sizes from one byte to a whole slot.
+    let slots: Vec<(String, Bytes)> = (0..32u32)
         .map(|i| {
-            let len = [SLOT, 4096, SLOT + 1, 1][i as usize % 4];
-            let fill: Vec<u8> = (0..len).map(|b| (b as u32 ^ i) as u8).collect();
-            (format!("k{i}"), Bytes::from(fill))
+            (
+                format!("a7/w/{i}"),
+                value(i, [SLOT, 4096, 1, 777][i as usize % 4]),
+            )
         })
         .collect();
-    futures::future::try_join_all(values.iter().map(|(k, v)| s.warehouse.put(k, v.clone())))
+    futures::future::try_join_all(slots.iter().map(|(k, v)| s.warehouse.put(k, v.clone())))
         .await
         .unwrap();
-    for (k, v) in &values {
+    for (k, _) in &slots {
+        assert!(in_a_region(server_w.as_ref(), k).await, "{k} not in a slot");
+    }
+    // None free: over the socket; so are other entries and larger puts.
+    let others = [
+        ("a7/w/full".to_string(), value(90, 5000)),
+        ("room/7/share".to_string(), value(91, 5000)),
+        ("a7/w/large".to_string(), value(92, SLOT + 1)),
+    ];
+    for (k, v) in &others {
+        s.warehouse.put(k, v.clone()).await.unwrap();
+        assert!(!in_a_region(server_w.as_ref(), k).await, "{k} in a slot");
+    }
+    for (k, v) in slots.iter().chain(&others) {
         assert_eq!(s.warehouse.get(k).await.unwrap().as_ref(), Some(v), "{k}");
     }
-    // Slots freed by dropped values serve later puts.
-    for (k, _) in &values {
+    // Dropped entries give their slots back.
+    for (k, _) in slots.iter().chain(&others) {
         assert!(s.warehouse.delete(k).await.unwrap());
     }
-    for round in 0..3u8 {
-        let v = Bytes::from(vec![round; SLOT]);
-        s.warehouse.put("again", v.clone()).await.unwrap();
-        assert_eq!(s.warehouse.take("again").await.unwrap(), Some(v));
+    for (k, v) in &slots {
+        s.warehouse.put(k, v.clone()).await.unwrap();
+        assert!(
+            in_a_region(server_w.as_ref(), k).await,
+            "{k} not in a slot again"
+        );
+        assert_eq!(s.warehouse.take(k).await.unwrap().as_ref(), Some(v));
     }
 
     stop.send(true).unwrap();

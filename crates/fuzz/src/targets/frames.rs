@@ -65,6 +65,11 @@ fn seeds() -> Vec<Vec<u8>> {
         Request::Get {
             key: "a3/w/1".into(),
         },
+        Request::PutShared {
+            key: "a3/w/2".into(),
+            slot: 31,
+            len: 1 << 20,
+        },
         Request::Create {
             path: "/data/f".into(),
             kind: FileKind::File,

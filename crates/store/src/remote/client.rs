@@ -5,6 +5,7 @@ use super::proto::{
     ResponseFrame, Session, INLINE_BUDGET_MAX, INLINE_MAX,
 };
 use super::region::{send_with_fd, ClientRegion};
+use super::staging::is_write_data;
 use super::Endpoint;
 use crate::access::Cred;
 use crate::inventory::{
@@ -44,9 +45,9 @@ struct Conn {
     results: std::sync::OnceLock<String>,
     /// Read results that came back with their statuses, until taken.
     inlined: Mutex<Inlined>,
-    /// The region shared with a server on this host, through which puts
-    /// send their bytes (`super::region`).
-    region: Option<ClientRegion>,
+    /// The region handed to a server on this host, through which puts
+    /// send their bytes once the server said it maps it (`super::region`).
+    region: std::sync::OnceLock<ClientRegion>,
 }
 
 /// Read results held for the warehouse calls that take them.
@@ -76,6 +77,12 @@ impl Conn {
     }
 
     async fn call(&self, request: Request) -> Result<Reply> {
+        let answer = self.send(request).await?;
+        answer.await.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Queues `request` for the writer; its answer comes on the receiver.
+    async fn send(&self, request: Request) -> Result<oneshot::Receiver<Result<Reply>>> {
         let request = match CALLER.try_with(Cred::clone) {
             Ok(cred) => Request::As {
                 cred,
@@ -101,7 +108,7 @@ impl Conn {
             }
             return Err(self.gone());
         }
-        rx.await.unwrap_or_else(|_| Err(self.gone()))
+        Ok(rx)
     }
 
     /// Fails every pending call with `err` and refuses new ones.
@@ -159,7 +166,7 @@ pub async fn connect_sharing(
         },
         0,
     )?;
-    let (conn, hello) = match endpoint {
+    let conn = match endpoint {
         Endpoint::Unix(path) => {
             let s = tokio::net::UnixStream::connect(path)
                 .await
@@ -169,7 +176,8 @@ pub async fn connect_sharing(
                 .await
                 .map_err(unreachable)?;
             let (r, w) = s.into_split();
-            start(endpoint, r, w, region)
+            let (conn, answer) = start(endpoint, r, w);
+            (conn, answer, region)
         }
         Endpoint::Tcp(addr) => {
             let s = tokio::net::TcpStream::connect(addr)
@@ -177,13 +185,17 @@ pub async fn connect_sharing(
                 .map_err(unreachable)?;
             s.set_nodelay(true).map_err(unreachable)?;
             let (r, w) = s.into_split();
-            let (conn, answer) = start(endpoint, r, w, None);
+            let (conn, answer) = start(endpoint, r, w);
             conn.outbox.send(hello).await.map_err(|_| conn.gone())?;
-            (conn, answer)
+            (conn, answer, None)
         }
     };
+    let (conn, hello, region) = conn;
     let hello = hello.await.unwrap_or_else(|_| Err(conn.gone()))?;
     let session = expect!(hello, Reply::Session(s) => s)?;
+    if let Some(region) = region.filter(|_| session.shared) {
+        let _ = conn.region.set(region);
+    }
     let _ = conn.results.set(format!("a{}/r/", session.app));
     let stores = Stores {
         labels: Arc::new(RemoteQueue::<Label>::new(conn.clone())),
@@ -209,12 +221,7 @@ fn shared_region() -> Option<ClientRegion> {
 
 /// Starts the connection's reader and writer, with the answer to its
 /// Hello (id [`HELLO`], sent by the caller) expected.
-fn start<R, W>(
-    endpoint: &Endpoint,
-    r: R,
-    w: W,
-    region: Option<ClientRegion>,
-) -> (Arc<Conn>, oneshot::Receiver<Result<Reply>>)
+fn start<R, W>(endpoint: &Endpoint, r: R, w: W) -> (Arc<Conn>, oneshot::Receiver<Result<Reply>>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -228,7 +235,7 @@ where
         next_id: AtomicU64::new(HELLO + 1),
         results: std::sync::OnceLock::new(),
         inlined: Mutex::new(Inlined::default()),
-        region,
+        region: std::sync::OnceLock::new(),
     });
     tokio::spawn(write_frames(w, rx));
     let reader_conn = conn.clone();
@@ -348,25 +355,61 @@ impl<T: Wire + serde::Serialize> LabelQueue<T> for RemoteQueue<T> {
 
 struct RemoteWarehouse(Arc<Conn>);
 
+/// A slot filled for a put, given back unless its request was sent (a put
+/// dropped or failed before that would otherwise keep it for good).
+struct Placed<'a> {
+    region: &'a ClientRegion,
+    slot: u32,
+    sent: bool,
+}
+
+impl<'a> Placed<'a> {
+    fn new(region: &'a ClientRegion, data: &[u8]) -> Option<Placed<'a>> {
+        let slot = region.place(data)?;
+        Some(Placed {
+            region,
+            slot,
+            sent: false,
+        })
+    }
+
+    fn sent(mut self) {
+        self.sent = true;
+    }
+}
+
+impl Drop for Placed<'_> {
+    fn drop(&mut self) {
+        if !self.sent {
+            self.region.unplace(self.slot);
+        }
+    }
+}
+
 #[async_trait]
 impl Warehouse for RemoteWarehouse {
-    /// Through a slot of the shared region when there is one and a slot
-    /// is free: the bytes are copied once, into the slot, and the server
-    /// takes them from there.
+    /// A write's data through a slot of the shared region when there is
+    /// one and a slot is free: the bytes are copied once, into the slot,
+    /// and the server takes them from there. Other entries (a room share
+    /// may wait long to be taken) go over the socket.
     async fn put(&self, key: &str, data: Bytes) -> Result<()> {
-        let slot = self.0.region.as_ref().and_then(|r| r.place(&data));
-        let request = match slot {
-            Some(slot) => Request::PutShared {
-                key: key.into(),
-                slot,
-                len: data.len() as u64,
-            },
-            None => Request::Put {
+        let region = self.0.region.get().filter(|_| is_write_data(key));
+        let Some(placed) = region.and_then(|r| Placed::new(r, &data)) else {
+            let request = Request::Put {
                 key: key.into(),
                 data,
-            },
+            };
+            return expect!(self.0.call(request).await?, Reply::Unit => ());
         };
-        expect!(self.0.call(request).await?, Reply::Unit => ())
+        let request = Request::PutShared {
+            key: key.into(),
+            slot: placed.slot,
+            len: data.len() as u64,
+        };
+        let answer = self.0.send(request).await?;
+        // Sent: the server frees the slot from now on, whatever happens.
+        placed.sent();
+        expect!(answer.await.unwrap_or_else(|_| Err(self.0.gone()))?, Reply::Unit => ())
     }
     /// A process reaching the warehouse through the server is an
     /// application, never a worker (workers run beside the stores): it

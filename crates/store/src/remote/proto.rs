@@ -29,6 +29,10 @@ pub struct Session {
     /// presented, or, for a local session without credentials, the default
     /// application's (README "Tenants").
     pub secret: String,
+    /// Whether the server maps the shared region the client handed over
+    /// with its Hello (`super::region`): until it says so, the client's
+    /// puts go over the socket.
+    pub shared: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

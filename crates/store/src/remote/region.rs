@@ -169,6 +169,12 @@ impl ClientRegion {
         Some(slot as u32)
     }
 
+    /// Gives back a slot [`Self::place`] filled whose request was never
+    /// sent (so the server never took it).
+    pub fn unplace(&self, slot: u32) {
+        self.map.owner(slot as usize).store(FREE, Ordering::Release);
+    }
+
     /// Slots now filled and not yet freed by the server.
     #[cfg(test)]
     pub fn in_use(&self) -> usize {
@@ -306,11 +312,14 @@ pub async fn send_with_fd(
     Ok(())
 }
 
-/// The first bytes a Unix client sent, with the descriptor it handed over
-/// with them, if any (only the first is kept: the kernel closes others).
-pub async fn first_chunk(
-    s: &tokio::net::UnixStream,
-) -> std::io::Result<(Vec<u8>, Option<OwnedFd>)> {
+/// The most descriptors one message can carry (the kernel's SCM_MAX_FD):
+/// room for all of them, so that none a client sends is left open
+/// unowned in the server by a truncated control message.
+const MAX_FDS: usize = 253;
+
+/// The first bytes a Unix client sent, with the descriptors it handed over
+/// with them (each owned, so closed when dropped).
+pub async fn first_chunk(s: &tokio::net::UnixStream) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     use std::os::fd::FromRawFd;
     let raw = s.as_raw_fd();
@@ -319,7 +328,7 @@ pub async fn first_chunk(
         s.readable().await?;
         let got = s.try_io(tokio::io::Interest::READABLE, || {
             let mut iov = [std::io::IoSliceMut::new(&mut buf)];
-            let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+            let mut space = nix::cmsg_space!([std::os::fd::RawFd; MAX_FDS]);
             let msg = recvmsg::<()>(raw, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
             let mut fds = Vec::new();
             for c in msg.cmsgs()? {
@@ -333,12 +342,12 @@ pub async fn first_chunk(
                     );
                 }
             }
-            Ok((msg.bytes, fds.into_iter().next()))
+            Ok((msg.bytes, fds))
         });
         match got {
-            Ok((n, fd)) => {
+            Ok((n, fds)) => {
                 buf.truncate(n);
-                return Ok((buf, fd));
+                return Ok((buf, fds));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),

@@ -7,7 +7,7 @@ use super::proto::{
     ResponseFrame, Session,
 };
 use super::region::{first_chunk, ServerRegion};
-use super::staging::Staging;
+use super::staging::{is_write_data, write_data, Staging};
 use super::Endpoint;
 use crate::access::{Cred, EXEC, READ, WRITE};
 use crate::label_queue::LabelQueue;
@@ -177,7 +177,7 @@ async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
 
 /// A connection's two halves, the user at the other end of a Unix socket,
 /// and the shared region its client handed over with its first bytes
-/// (refused if it is not a sound one: the Hello is answered with why).
+/// (or why it was refused: the client then puts over the socket).
 type Opening = (
     Box<dyn AsyncRead + Unpin + Send>,
     Box<dyn AsyncWrite + Unpin + Send>,
@@ -188,8 +188,15 @@ type Opening = (
 async fn opening(accepted: Accepted) -> std::io::Result<Opening> {
     Ok(match accepted {
         Accepted::Unix(s, peer) => {
-            let (first, fd) = first_chunk(&s).await?;
-            let region = fd.map(ServerRegion::open);
+            let (first, mut fds) = first_chunk(&s).await?;
+            let region = match (fds.pop(), fds.len()) {
+                (None, _) => None,
+                (Some(fd), 0) => Some(ServerRegion::open(fd)),
+                (Some(_), n) => Some(Err(Error::InvalidArgument(format!(
+                    "shared region refused: {} descriptors sent, not one",
+                    n + 1
+                )))),
+            };
             let (r, w) = s.into_split();
             let r = std::io::Cursor::new(first).chain(r);
             (Box::new(r), Box::new(w), Some(peer), region)
@@ -201,18 +208,29 @@ async fn opening(accepted: Accepted) -> std::io::Result<Opening> {
     })
 }
 
-/// A [`Request::PutShared`] as the [`Request::Put`] of its slot's bytes.
+/// A [`Request::PutShared`] (alone or on behalf of a user) as the
+/// [`Request::Put`] of its slot's bytes. Only write data, which its label's
+/// worker soon drops, keeps the slot: anything else (a room share may wait
+/// long to be taken) is copied out and the slot freed at once.
 fn unshared(request: Request, region: Option<&Arc<ServerRegion>>) -> Result<Request> {
     match request {
         Request::PutShared { key, slot, len } => match region {
-            Some(r) => Ok(Request::Put {
-                key,
-                data: r.take(slot, len)?,
-            }),
+            Some(r) => {
+                let held = r.take(slot, len)?;
+                let data = match is_write_data(&key) {
+                    true => held,
+                    false => bytes::Bytes::copy_from_slice(&held),
+                };
+                Ok(Request::Put { key, data })
+            }
             None => Err(Error::InvalidArgument(
                 "a put from a shared region on a connection that handed over none".into(),
             )),
         },
+        Request::As { cred, request } => Ok(Request::As {
+            cred,
+            request: Box::new(unshared(*request, region)?),
+        }),
         request => Ok(request),
     }
 }
@@ -318,10 +336,15 @@ async fn connection(
     let Ok((r, w, peer, region)) = opened else {
         return;
     };
-    let (region, mut refused) = match region {
-        Some(Err(e)) => (None, Some(e)),
-        Some(Ok(r)) => (Some(r), None),
-        None => (None, None),
+    // A region refused leaves the client's puts on the socket; the
+    // session tells it which.
+    let region = match region {
+        Some(Err(e)) => {
+            tracing::warn!("a client's puts go over the socket: {e}");
+            None
+        }
+        Some(Ok(r)) => Some(r),
+        None => None,
     };
     let (outbox, rx) = mpsc::channel::<Vec<u8>>(OUTBOX);
     let writer = tokio::spawn(write_frames(w, rx));
@@ -354,7 +377,6 @@ async fn connection(
         if hello {
             hello = false;
             let reply = match frame.request {
-                Request::Hello { .. } if refused.is_some() => Err(refused.take().expect("checked")),
                 Request::Hello { key, secret } => match auth(key, secret).await {
                     Ok(g) => match stores.inventory.next_id("origin").await {
                         Ok(origin) => {
@@ -364,6 +386,7 @@ async fn connection(
                                 app: g.app,
                                 origin,
                                 secret: g.secret.clone(),
+                                shared: region.is_some(),
                             };
                             acting = Arc::new(Acting::of(peer.take(), &g));
                             grant = Some(Arc::new(g));
@@ -392,7 +415,15 @@ async fn connection(
             opened.clone(),
             order.clone(),
         );
-        let (acting, request) = match frame.request {
+        // First, so that a request refused below frees its slot.
+        let request = match unshared(frame.request, region.as_ref()) {
+            Ok(request) => request,
+            Err(e) => {
+                let _ = outbox.send(respond(frame.id, Err(e))).await;
+                continue;
+            }
+        };
+        let (acting, request) = match request {
             Request::As { cred, request } => match acting.as_ref() {
                 Acting::Trusted if cred.is_root() => (acting.clone(), *request),
                 Acting::Trusted => (Arc::new(Acting::User(cred)), *request),
@@ -407,14 +438,17 @@ async fn connection(
             },
             request => (acting.clone(), request),
         };
-        let request = match unshared(request, region.as_ref()) {
-            Ok(request) => request,
-            Err(e) => {
-                let _ = outbox.send(respond(frame.id, Err(e))).await;
-                continue;
+        // In the order the client sent them: a label is pushed after the
+        // put of its data.
+        staging.named(&request);
+        if let Some(key) = write_data(&request) {
+            let may = grant
+                .as_ref()
+                .is_none_or(|g| !g.confined || own_key(g.app, &key, true));
+            if may {
+                staging.stored(key);
             }
-        };
-        staging.saw(&request);
+        }
         let request = own_session(request, own_origin.unwrap_or_default());
         tasks.spawn(async move {
             let turn = order

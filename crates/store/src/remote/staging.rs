@@ -2,9 +2,12 @@
 //! a label it pushed. A client killed between the two (or one that never
 //! pushes) would leave those entries forever, held against the warehouse's
 //! bound, and with them the memory of its shared region (`super::region`):
-//! the server deletes them when the connection closes. Data a pushed label
-//! names is left to the label's worker, which releases it once the label
-//! ran, so an acknowledged or published write is never touched.
+//! the server deletes them when the connection closes. Puts and pushes are
+//! noted in the order the connection sent them (a label is pushed after
+//! the put of its data), as they are read: a put of a key the connection
+//! may not put (another application's) is not noted, and data a pushed
+//! label names is forgotten before the push runs. A published write's
+//! data is left to its worker, which releases it once the label ran.
 
 use super::proto::{QueueOp, Request};
 use crate::Warehouse;
@@ -15,24 +18,22 @@ use std::collections::HashSet;
 pub struct Staging(HashSet<String>);
 
 impl Staging {
-    /// Notes what `request` stages or names, in the order the connection
-    /// sent its requests (a label is pushed after the put of its data was
-    /// answered).
-    pub fn saw(&mut self, request: &Request) {
-        match request {
-            Request::Put { key, .. } if is_write_data(key) => {
-                self.0.insert(key.clone());
+    /// Notes that this connection puts `key`.
+    pub fn stored(&mut self, key: String) {
+        self.0.insert(key);
+    }
+
+    /// Forgets the data the labels `request` pushes name, in the order the
+    /// connection sent its requests.
+    pub fn named(&mut self, request: &Request) {
+        if let Request::Labels(QueueOp::Push { items, .. }) = request {
+            for key in items.iter().filter_map(|l| l.staged_key()) {
+                self.0.remove(key);
             }
-            Request::Labels(QueueOp::Push { items, .. }) => {
-                for key in items.iter().filter_map(|l| l.staged_key()) {
-                    self.0.remove(key);
-                }
-            }
-            _ => {}
         }
     }
 
-    /// Deletes the entries staged and never named; what fails to go is
+    /// Deletes the entries stored and never named; what fails to go is
     /// logged.
     pub async fn sweep(self, w: &dyn Warehouse) {
         for key in self.0 {
@@ -43,8 +44,16 @@ impl Staging {
     }
 }
 
+/// The key of the write data `request` puts, if it puts any.
+pub fn write_data(request: &Request) -> Option<String> {
+    match request {
+        Request::Put { key, .. } if is_write_data(key) => Some(key.clone()),
+        _ => None,
+    }
+}
+
 /// A write label's data as clients name it: `a<app>/w/<label>`.
-fn is_write_data(key: &str) -> bool {
+pub fn is_write_data(key: &str) -> bool {
     key.strip_prefix('a')
         .and_then(|rest| rest.split_once('/'))
         .is_some_and(|(app, rest)| {
@@ -56,27 +65,26 @@ fn is_write_data(key: &str) -> bool {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use labios_label::{Label, LabelKind, Pointer};
-
-    fn put(key: &str) -> Request {
-        Request::Put {
-            key: key.into(),
-            data: Bytes::from_static(b"x"),
-        }
-    }
+    use labios_label::{Label, LabelId, LabelKind, Pointer};
 
     #[test]
     fn only_write_data_no_pushed_label_names_is_left() {
         let mut s = Staging::default();
         for key in ["a3/w/1", "a3/w/2", "a3/r/9", "room/3/x", "ab/w/1", "a/w/1"] {
-            s.saw(&put(key));
+            let put = Request::Put {
+                key: key.into(),
+                data: Bytes::from_static(b"x"),
+            };
+            if let Some(key) = write_data(&put) {
+                s.stored(key);
+            }
         }
-        let mut label = Label::new(labios_label::LabelId::from_u128(1), LabelKind::Write, 3);
+        let mut label = Label::new(LabelId::from_u128(1), LabelKind::Write, 3);
         label.source = Pointer::Warehouse {
             key: "a3/w/1".into(),
             len: 1,
         };
-        s.saw(&Request::Labels(QueueOp::Push {
+        s.named(&Request::Labels(QueueOp::Push {
             queue: "q".into(),
             items: vec![label],
         }));

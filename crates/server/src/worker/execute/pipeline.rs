@@ -24,7 +24,10 @@ impl Executor {
             return Err(bad_pointer(label, "source", "a warehouse entry"));
         };
         let (file, offset, _) = file_of(label, &label.destination, "destination")?;
-        let data = self.staged(label, key, *len).await?;
+        // A copy: staged bytes may lie in a client's shared region, which
+        // the client can still write, and functions parse their input (a
+        // byte changed after a UTF-8 check would break the check's word).
+        let data = Bytes::copy_from_slice(&self.staged(label, key, *len).await?);
         let out = self.apply(label, data).await?;
         let ranges = [Range {
             file_offset: offset,
