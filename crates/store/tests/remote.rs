@@ -1,3 +1,5 @@
+mod common;
+
 use bytes::Bytes;
 use labios_label::Error;
 use labios_store::conformance::*;
@@ -31,6 +33,30 @@ fn auth() -> AuthFn {
             }
         })
     })
+}
+
+/// A server at the Unix socket `path` whose clients with the key `one`,
+/// `two` or `seven` are tenants of applications 1, 2 and 7, and any other
+/// the service; it serves until the test ends.
+async fn with_tenants(path: &std::path::Path) -> Endpoint {
+    let listener = Listener::bind(&Endpoint::Unix(path.into())).await.unwrap();
+    let ep = listener.endpoint().unwrap();
+    let auth: AuthFn = Arc::new(|key, _| {
+        Box::pin(async move {
+            match key.as_deref() {
+                Some("one") => Ok(Grant::tenant(1, "s1")),
+                Some("two") => Ok(Grant::tenant(2, "s2")),
+                Some("seven") => Ok(Grant::tenant(7, "s7")),
+                _ => Ok(Grant::service(0)),
+            }
+        })
+    });
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _running = stop;
+        serve(listener, stores(), auth, rx).await
+    });
+    ep
 }
 
 async fn start(endpoint: Endpoint) -> (Endpoint, tokio::sync::watch::Sender<bool>) {
@@ -174,21 +200,7 @@ async fn bad_frames_close_only_their_connection() {
 #[tokio::test]
 async fn tenants_set_only_their_own_files_xattrs() {
     let dir = tempfile::tempdir().unwrap();
-    let listener = Listener::bind(&Endpoint::Unix(dir.path().join("t.sock")))
-        .await
-        .unwrap();
-    let ep = listener.endpoint().unwrap();
-    let auth: AuthFn = Arc::new(|key, _| {
-        Box::pin(async move {
-            match key.as_deref() {
-                Some("one") => Ok(Grant::tenant(1, "s1")),
-                Some("two") => Ok(Grant::tenant(2, "s2")),
-                _ => Ok(Grant::service(0)),
-            }
-        })
-    });
-    let (_stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(serve(listener, stores(), auth, rx));
+    let ep = with_tenants(&dir.path().join("t.sock")).await;
     let (one, _) = connect(&ep, Some("one".into()), None).await.unwrap();
     let (two, _) = connect(&ep, Some("two".into()), None).await.unwrap();
     let (one, two) = (one.inventory, two.inventory);
@@ -584,22 +596,9 @@ async fn small_read_results_come_back_with_their_statuses() {
 #[tokio::test]
 async fn a_closed_connection_drops_the_write_data_no_label_names() {
     use labios_label::{Label, LabelId, LabelKind, Pointer};
-    use labios_store::remote::proto::{frame, QueueOp, Request, RequestFrame};
+    use labios_store::remote::proto::{QueueOp, Request};
     let dir = tempfile::tempdir().unwrap();
-    let listener = Listener::bind(&Endpoint::Unix(dir.path().join("s.sock")))
-        .await
-        .unwrap();
-    let ep = listener.endpoint().unwrap();
-    let auth: AuthFn = Arc::new(|key, _| {
-        Box::pin(async move {
-            match key.as_deref() {
-                Some("tenant") => Ok(Grant::tenant(7, "s7")),
-                _ => Ok(Grant::service(0)),
-            }
-        })
-    });
-    let (_stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(serve(listener, stores(), auth, rx));
+    let ep = with_tenants(&dir.path().join("s.sock")).await;
     let (service, _) = connect(&ep, None, None).await.unwrap();
     service
         .warehouse
@@ -618,7 +617,7 @@ async fn a_closed_connection_drops_the_write_data_no_label_names() {
     };
     let requests = [
         Request::Hello {
-            key: Some("tenant".into()),
+            key: Some("seven".into()),
             secret: None,
         },
         put("a7/w/1"),
@@ -634,29 +633,9 @@ async fn a_closed_connection_drops_the_write_data_no_label_names() {
         unreachable!()
     };
     let mut raw = tokio::net::UnixStream::connect(path).await.unwrap();
-    for (id, request) in requests.into_iter().enumerate() {
-        let bytes = frame(
-            &RequestFrame {
-                id: id as u64 + 1,
-                request,
-            },
-            0,
-        )
-        .unwrap();
-        raw.write_all(&bytes).await.unwrap();
-    }
     // Every request answered, then the client is gone.
-    let mut answers = std::collections::BTreeMap::new();
-    while answers.len() < 6 {
-        let body = labios_store::remote::proto::read_frame(&mut raw)
-            .await
-            .unwrap()
-            .unwrap();
-        let r: labios_store::remote::proto::ResponseFrame =
-            labios_store::remote::proto::decode_frame(&body).unwrap();
-        answers.insert(r.id, r.result.is_ok());
-    }
-    let ok: Vec<bool> = answers.into_values().collect();
+    let answers = common::exchange(&mut raw, requests.into()).await;
+    let ok: Vec<bool> = answers.values().map(Result::is_ok).collect();
     assert_eq!(ok, [true, true, true, true, false, true], "a4/w/9 refused");
     drop(raw);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -2,6 +2,8 @@
 //! "Shared memory"). A test process of its own: it counts the process's
 //! mappings of regions, the client's and the server's.
 
+mod common;
+
 use bytes::Bytes;
 use labios_store::embedded::{MemoryQueue, MemoryWarehouse, RedbInventory};
 use labios_store::remote::{connect, connect_sharing, serve, AuthFn, Endpoint, Grant, Listener};
@@ -152,8 +154,7 @@ async fn puts_go_through_the_shared_region_and_it_is_given_back() {
 /// and the connection serves on.
 #[tokio::test]
 async fn a_shared_put_without_a_region_is_refused() {
-    use labios_store::remote::proto::{frame, read_frame, Request, RequestFrame, ResponseFrame};
-    use tokio::io::AsyncWriteExt;
+    use labios_store::remote::proto::Request;
     let listener = Listener::bind(&Endpoint::Tcp("127.0.0.1:0".into()))
         .await
         .unwrap();
@@ -177,24 +178,8 @@ async fn a_shared_put_without_a_region_is_refused() {
         },
         Request::Usage,
     ];
-    for (id, request) in requests.into_iter().enumerate() {
-        let bytes = frame(
-            &RequestFrame {
-                id: id as u64 + 1,
-                request,
-            },
-            0,
-        )
-        .unwrap();
-        raw.write_all(&bytes).await.unwrap();
-    }
-    let mut answers = Vec::new();
-    for _ in 0..3 {
-        let body = read_frame(&mut raw).await.unwrap().unwrap();
-        let r: ResponseFrame = labios_store::remote::proto::decode_frame(&body).unwrap();
-        answers.push((r.id, format!("{:?}", r.result)));
-    }
-    answers.sort();
-    assert!(answers[1].1.contains("handed over none"), "{answers:?}");
-    assert!(answers[2].1.contains("Count(0)"), "{answers:?}");
+    let answers = common::exchange(&mut raw, requests.into()).await;
+    let answers: Vec<String> = answers.values().map(|r| format!("{r:?}")).collect();
+    assert!(answers[1].contains("handed over none"), "{answers:?}");
+    assert!(answers[2].contains("Count(0)"), "{answers:?}");
 }
