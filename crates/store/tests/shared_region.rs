@@ -141,6 +141,47 @@ async fn puts_go_through_the_shared_region_and_it_is_given_back() {
         );
         assert_eq!(s.warehouse.take(k).await.unwrap().as_ref(), Some(v));
     }
+    // Puts and answers share the slots: many at once, each value its own.
+    let s = Arc::new(s);
+    let rounds = futures::future::join_all((0..12u32).map(|t| {
+        let s = s.clone();
+        async move {
+            for round in 0..8u32 {
+                let (k, v) = (
+                    format!("a7/w/t{t}"),
+                    value(t * 100 + round, SLOT - t as usize),
+                );
+                s.warehouse
+                    .put(&k, v.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if s.warehouse
+                    .get(&k)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .as_ref()
+                    != Some(&v)
+                {
+                    return Err(format!("{k} round {round}: get gave other bytes"));
+                }
+                if s.warehouse
+                    .take(&k)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .as_ref()
+                    != Some(&v)
+                {
+                    return Err(format!("{k} round {round}: take gave other bytes"));
+                }
+            }
+            Ok::<_, String>(())
+        }
+    }))
+    .await;
+    for r in rounds {
+        r.unwrap();
+    }
+    let s = Arc::into_inner(s).unwrap();
 
     stop.send(true).unwrap();
     server.await.unwrap().unwrap();

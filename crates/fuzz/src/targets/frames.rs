@@ -170,6 +170,13 @@ fn seeds() -> Vec<Vec<u8>> {
             )),
         },
         ResponseFrame {
+            id: 4,
+            result: Ok(Reply::DataShared {
+                slot: 3,
+                len: 1 << 20,
+            }),
+        },
+        ResponseFrame {
             id: 0,
             result: Err(labios_label::Error::Protocol("bad frame".into())),
         },

@@ -78,7 +78,15 @@ impl Conn {
 
     async fn call(&self, request: Request) -> Result<Reply> {
         let answer = self.send(request).await?;
-        answer.await.unwrap_or_else(|_| Err(self.gone()))
+        match answer.await.unwrap_or_else(|_| Err(self.gone()))? {
+            Reply::DataShared { slot, len } => match self.region.get() {
+                Some(r) => Ok(Reply::Data(Some(r.receive(slot, len)?))),
+                None => Err(Error::Protocol(
+                    "the server answered in a shared region this client did not hand over".into(),
+                )),
+            },
+            reply => Ok(reply),
+        }
     }
 
     /// Queues `request` for the writer; its answer comes on the receiver.
@@ -261,7 +269,13 @@ where
                 .as_mut()
                 .and_then(|p| p.remove(&resp.id));
             if let Some(tx) = tx {
-                let _ = tx.send(resp.result);
+                // An answer in a slot that no one waits for any more (its
+                // call was dropped) gives the slot back.
+                if let Err(Ok(Reply::DataShared { slot, .. })) = tx.send(resp.result) {
+                    if let Some(r) = conn.region.get() {
+                        r.drop_answer(slot);
+                    }
+                }
             }
         };
         conn.close(err);

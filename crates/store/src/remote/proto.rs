@@ -286,6 +286,13 @@ pub enum Reply {
     ReadPlan(Option<ReadPlan>),
     /// Statuses, and the results taken for [`Request::WaitInline`] by key.
     Waited(Vec<LabelStatus>, Vec<(String, Bytes)>),
+    /// A [`Reply::Data`] whose `len` bytes the server wrote into slot
+    /// `slot` of the connection's shared region (`super::region`); the
+    /// client copies them out and gives the slot back.
+    DataShared {
+        slot: u32,
+        len: u64,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]

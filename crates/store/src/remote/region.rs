@@ -46,6 +46,8 @@ pub const LEN: usize = HEADER + SLOTS * SLOT;
 const FREE: u32 = 0;
 /// A slot the client filled or is filling.
 const CLIENT: u32 = 1;
+/// A slot the server filled for the client to read.
+const SERVER: u32 = 2;
 
 /// A mapping of a region, shared by whoever holds it.
 struct Mapping {
@@ -175,6 +177,39 @@ impl ClientRegion {
         self.map.owner(slot as usize).store(FREE, Ordering::Release);
     }
 
+    /// Copies out the `len` bytes the server wrote into slot `slot` and
+    /// gives the slot back.
+    pub fn receive(&self, slot: u32, len: u64) -> Result<Bytes> {
+        let s = slot as usize;
+        if s >= SLOTS || len > SLOT as u64 {
+            return Err(Error::Protocol(format!(
+                "the server named shared slot {slot} of {len} bytes"
+            )));
+        }
+        let owner = self.map.owner(s);
+        if owner.load(Ordering::Acquire) != SERVER {
+            return Err(Error::Protocol(format!(
+                "the server named shared slot {slot}, which it did not fill"
+            )));
+        }
+        // SAFETY: the slot is the client's to read until it stores FREE
+        // below; the server wrote it before answering.
+        let data = Bytes::copy_from_slice(unsafe {
+            std::slice::from_raw_parts(self.map.slot_ptr(s), len as usize)
+        });
+        owner.store(FREE, Ordering::Release);
+        Ok(data)
+    }
+
+    /// Gives back a slot the server filled for an answer no one waits for
+    /// any more.
+    pub fn drop_answer(&self, slot: u32) {
+        if (slot as usize) < SLOTS {
+            let owner = self.map.owner(slot as usize);
+            let _ = owner.compare_exchange(SERVER, FREE, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
     /// Slots now filled and not yet freed by the server.
     #[cfg(test)]
     pub fn in_use(&self) -> usize {
@@ -190,6 +225,8 @@ pub struct ServerRegion {
     /// The slots whose bytes the server holds: its own record, never the
     /// client's word.
     held: [AtomicBool; SLOTS],
+    /// Where the next search for a slot to answer in starts.
+    next: AtomicUsize,
 }
 
 impl ServerRegion {
@@ -219,6 +256,7 @@ impl ServerRegion {
         Ok(Arc::new(ServerRegion {
             map,
             held: std::array::from_fn(|_| AtomicBool::new(false)),
+            next: AtomicUsize::new(0),
         }))
     }
 
@@ -242,6 +280,30 @@ impl ServerRegion {
             slot: s,
             len: len as usize,
         }))
+    }
+
+    /// Copies `data` into a free slot for the client to read, or `None`
+    /// when it does not fit one or none is free. Never a slot the server
+    /// holds, whatever the client's word says.
+    pub fn give(&self, data: &[u8]) -> Option<u32> {
+        if data.len() > SLOT {
+            return None;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = (0..SLOTS).map(|i| (start + i) % SLOTS).find(|&s| {
+            !self.held[s].load(Ordering::Acquire)
+                && self
+                    .map
+                    .owner(s)
+                    .compare_exchange(FREE, SERVER, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        })?;
+        // SAFETY: a slot the server just claimed and does not hold; an
+        // honest client does not touch it until it read the answer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.slot_ptr(slot), data.len())
+        };
+        Some(slot as u32)
     }
 
     /// Slots whose bytes the server still holds.
@@ -378,6 +440,32 @@ mod tests {
         assert!(again.contains("still held"), "{again}");
         drop(clone);
         assert_eq!((client.in_use(), server.held()), (0, 0));
+    }
+
+    #[test]
+    fn an_answer_in_a_slot_is_read_once_and_the_slot_given_back() {
+        let client = ClientRegion::create().unwrap();
+        let server = server_of(&client);
+        let put = client.place(b"put").unwrap();
+        let held = server.take(put, 3).unwrap();
+        let slot = server.give(b"answer").unwrap();
+        assert_ne!(slot, put, "a held slot is never answered in");
+        assert_eq!(&client.receive(slot, 6).unwrap()[..], b"answer");
+        let again = client.receive(slot, 6).unwrap_err().to_string();
+        assert!(again.contains("did not fill"), "{again}");
+        assert_eq!(client.in_use(), 1, "only the put's slot");
+        // An answer no one waits for gives its slot back.
+        let lost = server.give(b"lost").unwrap();
+        client.drop_answer(lost);
+        drop(held);
+        assert_eq!(client.in_use(), 0);
+        // Every free slot answers; then the socket does.
+        let all: Vec<u32> = (0..SLOTS).map(|_| server.give(b"x").unwrap()).collect();
+        assert_eq!(server.give(b"x"), None);
+        assert!(server.give(&vec![0; SLOT + 1]).is_none());
+        for s in all {
+            client.receive(s, 1).unwrap();
+        }
     }
 
     #[test]

@@ -208,6 +208,25 @@ async fn opening(accepted: Accepted) -> std::io::Result<Opening> {
     })
 }
 
+/// Data answers of at least this many bytes go through the client's shared
+/// region when a slot is free: below it, the socket's copy costs as little.
+const SHARED_ANSWER_MIN: usize = 16 << 10;
+
+/// `result` with its data, if large, in a slot of the client's region
+/// ([`Reply::DataShared`]): one copy, none of the bytes on the socket.
+fn answered_shared(result: Result<Reply>, region: Option<&ServerRegion>) -> Result<Reply> {
+    match (result, region) {
+        (Ok(Reply::Data(Some(d))), Some(r)) if d.len() >= SHARED_ANSWER_MIN => match r.give(&d) {
+            Some(slot) => Ok(Reply::DataShared {
+                slot,
+                len: d.len() as u64,
+            }),
+            None => Ok(Reply::Data(Some(d))),
+        },
+        (result, _) => result,
+    }
+}
+
 /// A [`Request::PutShared`] (alone or on behalf of a user) as the
 /// [`Request::Put`] of its slot's bytes. Only write data, which its label's
 /// worker soon drops, keeps the slot: anything else (a room share may wait
@@ -450,6 +469,7 @@ async fn connection(
             }
         }
         let request = own_session(request, own_origin.unwrap_or_default());
+        let region = region.clone();
         tasks.spawn(async move {
             let turn = order
                 .turn(&request, matches!(acting.as_ref(), Acting::User(_)))
@@ -470,6 +490,7 @@ async fn connection(
             };
             // A client slow to read its answers must not hold up others.
             drop(turn);
+            let result = answered_shared(result, region.as_deref());
             let _ = outbox.send(respond(frame.id, result)).await;
             drop(permit);
         });
