@@ -182,6 +182,24 @@ async fn puts_go_through_the_shared_region_and_it_is_given_back() {
         r.unwrap();
     }
     let s = Arc::into_inner(s).unwrap();
+    // Answers whose calls are dropped before they come back still give
+    // their slots back: afterwards every slot takes a put again.
+    let big = value(7, SLOT);
+    s.warehouse.put("a7/w/big", big.clone()).await.unwrap();
+    for _ in 0..50 {
+        let _ = tokio::time::timeout(Duration::ZERO, s.warehouse.get("a7/w/big")).await;
+    }
+    assert_eq!(s.warehouse.take("a7/w/big").await.unwrap(), Some(big));
+    futures::future::try_join_all(slots.iter().map(|(k, v)| s.warehouse.put(k, v.clone())))
+        .await
+        .unwrap();
+    for (k, _) in &slots {
+        assert!(
+            in_a_region(server_w.as_ref(), k).await,
+            "{k} not in a slot: a slot was lost"
+        );
+        assert!(s.warehouse.delete(k).await.unwrap());
+    }
 
     stop.send(true).unwrap();
     server.await.unwrap().unwrap();

@@ -78,15 +78,7 @@ impl Conn {
 
     async fn call(&self, request: Request) -> Result<Reply> {
         let answer = self.send(request).await?;
-        match answer.await.unwrap_or_else(|_| Err(self.gone()))? {
-            Reply::DataShared { slot, len } => match self.region.get() {
-                Some(r) => Ok(Reply::Data(Some(r.receive(slot, len)?))),
-                None => Err(Error::Protocol(
-                    "the server answered in a shared region this client did not hand over".into(),
-                )),
-            },
-            reply => Ok(reply),
-        }
+        answer.await.unwrap_or_else(|_| Err(self.gone()))
     }
 
     /// Queues `request` for the writer; its answer comes on the receiver.
@@ -268,14 +260,20 @@ where
                 .lock()
                 .as_mut()
                 .and_then(|p| p.remove(&resp.id));
+            // An answer in a slot is copied out here, whether anyone still
+            // waits for it or not, so that its slot is always given back.
+            let result = match resp.result {
+                Ok(Reply::DataShared { slot, len }) => match conn.region.get() {
+                    Some(r) => r.receive(slot, len).map(|d| Reply::Data(Some(d))),
+                    None => Err(Error::Protocol(
+                        "the server answered in a shared region this client did not hand over"
+                            .into(),
+                    )),
+                },
+                result => result,
+            };
             if let Some(tx) = tx {
-                // An answer in a slot that no one waits for any more (its
-                // call was dropped) gives the slot back.
-                if let Err(Ok(Reply::DataShared { slot, .. })) = tx.send(resp.result) {
-                    if let Some(r) = conn.region.get() {
-                        r.drop_answer(slot);
-                    }
-                }
+                let _ = tx.send(result);
             }
         };
         conn.close(err);

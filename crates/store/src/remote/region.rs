@@ -27,7 +27,7 @@ use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Bytes of one slot: a label's bytes (the client splits writes into
@@ -48,6 +48,14 @@ const FREE: u32 = 0;
 const CLIENT: u32 = 1;
 /// A slot the server filled for the client to read.
 const SERVER: u32 = 2;
+/// A slot the server is filling: neither side's to take.
+const FILLING: u32 = 3;
+
+/// The server's own record of a slot (never the client's word): unused,
+/// its bytes held as a put's, or being filled with an answer.
+const IDLE: u8 = 0;
+const HELD: u8 = 1;
+const GIVING: u8 = 2;
 
 /// A mapping of a region, shared by whoever holds it.
 struct Mapping {
@@ -201,15 +209,6 @@ impl ClientRegion {
         Ok(data)
     }
 
-    /// Gives back a slot the server filled for an answer no one waits for
-    /// any more.
-    pub fn drop_answer(&self, slot: u32) {
-        if (slot as usize) < SLOTS {
-            let owner = self.map.owner(slot as usize);
-            let _ = owner.compare_exchange(SERVER, FREE, Ordering::AcqRel, Ordering::Relaxed);
-        }
-    }
-
     /// Slots now filled and not yet freed by the server.
     #[cfg(test)]
     pub fn in_use(&self) -> usize {
@@ -222,9 +221,10 @@ impl ClientRegion {
 /// The server's side of one connection's region.
 pub struct ServerRegion {
     map: Mapping,
-    /// The slots whose bytes the server holds: its own record, never the
-    /// client's word.
-    held: [AtomicBool; SLOTS],
+    /// What the server does with each slot ([`IDLE`], [`HELD`],
+    /// [`GIVING`]): its own record, never the client's word, so that one
+    /// use of a slot excludes the other whatever the client writes.
+    state: [AtomicU8; SLOTS],
     /// Where the next search for a slot to answer in starts.
     next: AtomicUsize,
 }
@@ -255,7 +255,7 @@ impl ServerRegion {
         }
         Ok(Arc::new(ServerRegion {
             map,
-            held: std::array::from_fn(|_| AtomicBool::new(false)),
+            state: std::array::from_fn(|_| AtomicU8::new(IDLE)),
             next: AtomicUsize::new(0),
         }))
     }
@@ -270,9 +270,12 @@ impl ServerRegion {
                 "shared slot {slot} of {len} bytes: a region has {SLOTS} slots of {SLOT} bytes"
             )));
         }
-        if self.held[s].swap(true, Ordering::AcqRel) {
+        if self.state[s]
+            .compare_exchange(IDLE, HELD, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
             return Err(Error::InvalidArgument(format!(
-                "shared slot {slot} is still held for an earlier put"
+                "shared slot {slot} is still held for an earlier put, or in use for an answer"
             )));
         }
         Ok(Bytes::from_owner(Held {
@@ -291,27 +294,40 @@ impl ServerRegion {
         }
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let slot = (0..SLOTS).map(|i| (start + i) % SLOTS).find(|&s| {
-            !self.held[s].load(Ordering::Acquire)
-                && self
-                    .map
-                    .owner(s)
-                    .compare_exchange(FREE, SERVER, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
+            let state = &self.state[s];
+            if state
+                .compare_exchange(IDLE, GIVING, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                return false;
+            }
+            let owner = self.map.owner(s);
+            let claimed = owner
+                .compare_exchange(FREE, FILLING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok();
+            if !claimed {
+                state.store(IDLE, Ordering::Release);
+            }
+            claimed
         })?;
-        // SAFETY: a slot the server just claimed and does not hold; an
-        // honest client does not touch it until it read the answer.
+        // SAFETY: a slot the server neither holds nor fills elsewhere (its
+        // own record says so), claimed from the client's FREE: an honest
+        // client does not touch it until it read the answer.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.slot_ptr(slot), data.len())
         };
+        // The bytes before the word: a client that sees SERVER sees them.
+        self.map.owner(slot).store(SERVER, Ordering::Release);
+        self.state[slot].store(IDLE, Ordering::Release);
         Some(slot as u32)
     }
 
     /// Slots whose bytes the server still holds.
     #[cfg(test)]
     pub fn held(&self) -> usize {
-        self.held
+        self.state
             .iter()
-            .filter(|h| h.load(Ordering::Acquire))
+            .filter(|s| s.load(Ordering::Acquire) == HELD)
             .count()
     }
 }
@@ -334,7 +350,7 @@ impl AsRef<[u8]> for Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.region.held[self.slot].store(false, Ordering::Release);
+        self.region.state[self.slot].store(IDLE, Ordering::Release);
         self.region
             .map
             .owner(self.slot)
@@ -454,9 +470,6 @@ mod tests {
         let again = client.receive(slot, 6).unwrap_err().to_string();
         assert!(again.contains("did not fill"), "{again}");
         assert_eq!(client.in_use(), 1, "only the put's slot");
-        // An answer no one waits for gives its slot back.
-        let lost = server.give(b"lost").unwrap();
-        client.drop_answer(lost);
         drop(held);
         assert_eq!(client.in_use(), 0);
         // Every free slot answers; then the socket does.
