@@ -596,7 +596,7 @@ async fn small_read_results_come_back_with_their_statuses() {
 #[tokio::test]
 async fn a_closed_connection_drops_the_write_data_no_label_names() {
     use labios_label::{Label, LabelId, LabelKind, Pointer};
-    use labios_store::remote::proto::{QueueOp, Request};
+    use labios_store::remote::proto::{QueueOp, Request, PROTOCOL};
     let dir = tempfile::tempdir().unwrap();
     let ep = with_tenants(&dir.path().join("s.sock")).await;
     let (service, _) = connect(&ep, None, None).await.unwrap();
@@ -619,6 +619,7 @@ async fn a_closed_connection_drops_the_write_data_no_label_names() {
         Request::Hello {
             key: Some("seven".into()),
             secret: None,
+            protocol: PROTOCOL,
         },
         put("a7/w/1"),
         put("a7/w/2"),
@@ -646,4 +647,102 @@ async fn a_closed_connection_drops_the_write_data_no_label_names() {
     let mut kept = service.warehouse.keys("a").await.unwrap();
     kept.sort();
     assert_eq!(kept, ["a4/w/9", "a7/w/2", "a7/x/3"]);
+}
+
+/// A client of another release's wire protocol is refused at its Hello with
+/// an error naming both protocols, not left to misread later frames.
+#[tokio::test]
+async fn a_client_of_another_wire_protocol_is_refused_naming_both() {
+    use labios_store::remote::proto::{Request, PROTOCOL};
+    let dir = tempfile::tempdir().unwrap();
+    let ep = with_tenants(&dir.path().join("s.sock")).await;
+    let Endpoint::Unix(path) = &ep else {
+        unreachable!()
+    };
+    let mut raw = tokio::net::UnixStream::connect(path).await.unwrap();
+    let hello = Request::Hello {
+        key: None,
+        secret: None,
+        protocol: PROTOCOL + 1,
+    };
+    let answers = common::exchange(&mut raw, vec![hello]).await;
+    let e = answers[&1].as_ref().expect_err("refused").to_string();
+    assert!(
+        e.contains(&format!("wire protocol {}", PROTOCOL + 1))
+            && e.contains(&format!("speaks {PROTOCOL}")),
+        "{e}"
+    );
+}
+
+/// A Hello of a client from before the protocol number (no `protocol`
+/// field) cannot be decoded; the answer says the client library is older.
+#[tokio::test]
+async fn a_hello_from_an_older_client_library_is_refused_as_such() {
+    use labios_store::remote::proto::{decode_frame, frame, read_frame, ResponseFrame};
+    #[derive(serde::Serialize)]
+    enum OldRequest {
+        Hello {
+            key: Option<String>,
+            secret: Option<String>,
+        },
+    }
+    #[derive(serde::Serialize)]
+    struct OldFrame {
+        id: u64,
+        request: OldRequest,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ep = with_tenants(&dir.path().join("s.sock")).await;
+    let Endpoint::Unix(path) = &ep else {
+        unreachable!()
+    };
+    let mut raw = tokio::net::UnixStream::connect(path).await.unwrap();
+    let old = OldFrame {
+        id: 1,
+        request: OldRequest::Hello {
+            key: None,
+            secret: None,
+        },
+    };
+    raw.write_all(&frame(&old, 0).unwrap()).await.unwrap();
+    let body = read_frame(&mut raw).await.unwrap().unwrap();
+    let answer: ResponseFrame = decode_frame(&body).unwrap();
+    assert_eq!(answer.id, 0, "an unreadable frame is answered as a whole");
+    let e = answer.result.expect_err("refused").to_string();
+    assert!(e.contains("older LABIOS release"), "{e}");
+    assert!(read_frame(&mut raw).await.unwrap().is_none(), "then closed");
+}
+
+/// A server that cannot read this client's Hello (an older `labios serve`)
+/// makes `connect` fail with an error that names this client's protocol and
+/// release beside the server's own words.
+#[tokio::test]
+async fn a_refused_hello_names_the_clients_protocol() {
+    use labios_store::remote::proto::{frame, ResponseFrame, PROTOCOL};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut first = [0u8; 64];
+        let _ = s.read(&mut first).await.unwrap();
+        let refusal = ResponseFrame {
+            id: 0,
+            result: Err(Error::Protocol(
+                "malformed encoding: 4 trailing bytes".into(),
+            )),
+        };
+        s.write_all(&frame(&refusal, 0).unwrap()).await.unwrap();
+    });
+    let e = connect(&Endpoint::Unix(path), None, None)
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains(&format!("wire protocol {PROTOCOL}"))
+            && e.contains(env!("CARGO_PKG_VERSION"))
+            && e.contains("trailing bytes"),
+        "{e}"
+    );
 }

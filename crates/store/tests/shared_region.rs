@@ -213,7 +213,7 @@ async fn puts_go_through_the_shared_region_and_it_is_given_back() {
 /// and the connection serves on.
 #[tokio::test]
 async fn a_shared_put_without_a_region_is_refused() {
-    use labios_store::remote::proto::Request;
+    use labios_store::remote::proto::{Request, PROTOCOL};
     let listener = Listener::bind(&Endpoint::Tcp("127.0.0.1:0".into()))
         .await
         .unwrap();
@@ -229,6 +229,7 @@ async fn a_shared_put_without_a_region_is_refused() {
         Request::Hello {
             key: None,
             secret: None,
+            protocol: PROTOCOL,
         },
         Request::PutShared {
             key: "k".into(),

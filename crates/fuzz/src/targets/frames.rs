@@ -8,7 +8,7 @@ use crate::engine::Target;
 use bytes::Bytes;
 use labios_label::{LabelId, LabelState, LabelStatus, Task};
 use labios_store::remote::proto::{
-    decode_frame, frame, read_frame, QueueOp, Reply, Request, RequestFrame, ResponseFrame,
+    decode_frame, frame, read_frame, QueueOp, Reply, Request, RequestFrame, ResponseFrame, PROTOCOL,
 };
 use labios_store::{AppRecord, Extent, FileKind, Named};
 use std::time::Duration;
@@ -40,6 +40,7 @@ fn seeds() -> Vec<Vec<u8>> {
         Request::Hello {
             key: Some("AKIDFUZZ".into()),
             secret: Some("fuzz application secret".into()),
+            protocol: PROTOCOL,
         },
         Request::Labels(QueueOp::Push {
             queue: "labels.3".into(),

@@ -2,7 +2,7 @@
 
 use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
-    ResponseFrame, Session, INLINE_BUDGET_MAX, INLINE_MAX,
+    ResponseFrame, Session, INLINE_BUDGET_MAX, INLINE_MAX, PROTOCOL,
 };
 use super::region::{send_with_fd, ClientRegion};
 use super::staging::is_write_data;
@@ -162,22 +162,28 @@ pub async fn connect_sharing(
     let hello = frame(
         &RequestFrame {
             id: HELLO,
-            request: Request::Hello { key, secret },
+            request: Request::Hello {
+                key,
+                secret,
+                protocol: PROTOCOL,
+            },
         },
         0,
     )?;
-    let conn = match endpoint {
+    let region = match endpoint {
+        Endpoint::Unix(_) if shared => shared_region(),
+        _ => None,
+    };
+    let (conn, hello) = match endpoint {
         Endpoint::Unix(path) => {
             let s = tokio::net::UnixStream::connect(path)
                 .await
                 .map_err(unreachable)?;
-            let region = shared.then(shared_region).flatten();
             send_with_fd(&s, &hello, region.as_ref().map(ClientRegion::fd))
                 .await
                 .map_err(unreachable)?;
             let (r, w) = s.into_split();
-            let (conn, answer) = start(endpoint, r, w);
-            (conn, answer, region)
+            start(endpoint, r, w)
         }
         Endpoint::Tcp(addr) => {
             let s = tokio::net::TcpStream::connect(addr)
@@ -187,11 +193,20 @@ pub async fn connect_sharing(
             let (r, w) = s.into_split();
             let (conn, answer) = start(endpoint, r, w);
             conn.outbox.send(hello).await.map_err(|_| conn.gone())?;
-            (conn, answer, None)
+            (conn, answer)
         }
     };
-    let (conn, hello, region) = conn;
-    let hello = hello.await.unwrap_or_else(|_| Err(conn.gone()))?;
+    let hello = hello
+        .await
+        .unwrap_or_else(|_| Err(conn.gone()))
+        .map_err(|e| match e {
+            Error::Protocol(e) => Error::Protocol(format!(
+                "LABIOS at {endpoint} refused this client (wire protocol {PROTOCOL}, \
+                 release {}): {e}",
+                env!("CARGO_PKG_VERSION")
+            )),
+            e => e,
+        })?;
     let session = expect!(hello, Reply::Session(s) => s)?;
     if let Some(region) = region.filter(|_| session.shared) {
         let _ = conn.region.set(region);

@@ -58,6 +58,14 @@ pub enum QueueOp<T> {
     },
 }
 
+/// The wire protocol this build speaks, sent in every Hello: one more each
+/// time a [`Request`], a [`Reply`] or the [`Session`] changes shape. A
+/// client library of another release than `labios serve` is then refused at
+/// its Hello with an error naming both protocols, instead of failing later
+/// on a frame neither side can read. The codec's `VERSION` in every frame
+/// stays apart: it also covers persisted labels.
+pub const PROTOCOL: u32 = 2;
+
 /// New variants (here and in [`Reply`]) go last: a variant is sent as its
 /// index, so appending keeps the meaning of what older peers send.
 #[derive(Debug, Serialize, Deserialize)]
@@ -65,6 +73,9 @@ pub enum Request {
     Hello {
         key: Option<String>,
         secret: Option<String>,
+        /// [`PROTOCOL`] of the client; last, so that a Hello of a client
+        /// from before it fails to decode as a whole.
+        protocol: u32,
     },
     Labels(QueueOp<Label>),
     Tasks(QueueOp<Task>),

@@ -4,7 +4,7 @@ use super::opened::{Gives, Opened};
 use super::order::CheckOrder;
 use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
-    ResponseFrame, Session,
+    ResponseFrame, Session, PROTOCOL,
 };
 use super::region::{first_chunk, ServerRegion};
 use super::staging::{is_write_data, write_data, Staging};
@@ -14,6 +14,7 @@ use crate::label_queue::LabelQueue;
 use crate::Stores;
 use crate::{FileKind, Named, RenameHow};
 use labios_label::{AppId, Error, Label, LabelKind, Result};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
@@ -176,27 +177,38 @@ async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
 }
 
 /// A connection's two halves, the user at the other end of a Unix socket,
-/// and the shared region its client handed over with its first bytes
-/// (or why it was refused: the client then puts over the socket).
+/// and the shared region its client handed over with its first bytes.
 type Opening = (
     Box<dyn AsyncRead + Unpin + Send>,
     Box<dyn AsyncWrite + Unpin + Send>,
     Option<Cred>,
-    Option<Result<Arc<ServerRegion>>>,
+    Option<Arc<ServerRegion>>,
 );
+
+/// The region a client handed over, if it is one the server may map. A
+/// refused region leaves the client's puts on the socket (the session tells
+/// it so); the log says why.
+fn region_of(mut fds: Vec<OwnedFd>) -> Option<Arc<ServerRegion>> {
+    let opened = match (fds.pop(), fds.len()) {
+        (None, _) => return None,
+        (Some(fd), 0) => ServerRegion::open(fd),
+        (Some(_), n) => Err(Error::InvalidArgument(format!(
+            "{} descriptors sent, not one",
+            n + 1
+        ))),
+    };
+    opened
+        .map_err(|e| {
+            tracing::warn!("shared region refused, the client's puts go over the socket: {e}")
+        })
+        .ok()
+}
 
 async fn opening(accepted: Accepted) -> std::io::Result<Opening> {
     Ok(match accepted {
         Accepted::Unix(s, peer) => {
-            let (first, mut fds) = first_chunk(&s).await?;
-            let region = match (fds.pop(), fds.len()) {
-                (None, _) => None,
-                (Some(fd), 0) => Some(ServerRegion::open(fd)),
-                (Some(_), n) => Some(Err(Error::InvalidArgument(format!(
-                    "shared region refused: {} descriptors sent, not one",
-                    n + 1
-                )))),
-            };
+            let (first, fds) = first_chunk(&s).await?;
+            let region = region_of(fds);
             let (r, w) = s.into_split();
             let r = std::io::Cursor::new(first).chain(r);
             (Box::new(r), Box::new(w), Some(peer), region)
@@ -355,16 +367,6 @@ async fn connection(
     let Ok((r, w, peer, region)) = opened else {
         return;
     };
-    // A region refused leaves the client's puts on the socket; the
-    // session tells it which.
-    let region = match region {
-        Some(Err(e)) => {
-            tracing::warn!("a client's puts go over the socket: {e}");
-            None
-        }
-        Some(Ok(r)) => Some(r),
-        None => None,
-    };
     let (outbox, rx) = mpsc::channel::<Vec<u8>>(OUTBOX);
     let writer = tokio::spawn(write_frames(w, rx));
     let mut r = BufReader::with_capacity(64 << 10, r);
@@ -388,6 +390,16 @@ async fn connection(
         }) {
             Ok(Some(f)) => f,
             Ok(None) => break,
+            Err(e) if hello => {
+                let e = Error::Protocol(format!(
+                    "the first request is not a Hello of wire protocol {PROTOCOL} ({e}): \
+                     is this client library (liblabios_preload.so, liblabios_c.so, the \
+                     Python package) of an older LABIOS release than `labios serve` {}?",
+                    env!("CARGO_PKG_VERSION")
+                ));
+                let _ = outbox.send(respond(0, Err(e))).await;
+                break;
+            }
             Err(e) => {
                 let _ = outbox.send(respond(0, Err(e))).await;
                 break;
@@ -396,7 +408,14 @@ async fn connection(
         if hello {
             hello = false;
             let reply = match frame.request {
-                Request::Hello { key, secret } => match auth(key, secret).await {
+                Request::Hello { protocol, .. } if protocol != PROTOCOL => {
+                    Err(Error::Protocol(format!(
+                        "this client speaks wire protocol {protocol} and `labios serve` {} \
+                         speaks {PROTOCOL}: use the client library of the server's release",
+                        env!("CARGO_PKG_VERSION")
+                    )))
+                }
+                Request::Hello { key, secret, .. } => match auth(key, secret).await {
                     Ok(g) => match stores.inventory.next_id("origin").await {
                         Ok(origin) => {
                             origins.lock().insert(origin, g.app);
