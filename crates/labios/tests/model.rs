@@ -130,10 +130,25 @@ async fn embedded() {
     labios_target(Kind::Embedded, 30).await;
 }
 
-/// Every worker of `c` on a stack of named layers: checksums, a cache,
-/// both codecs, meters, schedulers and small tiers, over files, over a
-/// key-value store and over blocks in a mount (`external`, a directory
-/// under the data directory).
+/// Stacks of named layers for a pool of workers: checksums, a cache, both
+/// codecs, meters, schedulers and small tiers, over files, over a
+/// key-value store and over blocks in the mount `pfs` (`external`).
+const LAYERED_STACKS: [&[&str]; 4] = [
+    &[
+        "metrics",
+        "checksum",
+        "cache:8MiB",
+        "zstd",
+        "scheduler:small:2",
+        "file",
+    ],
+    &["tier:1MiB", "lz4", "scheduler", "external:pfs"],
+    &["checksum", "kv"],
+    &["tier:1MiB", "zstd", "file"],
+];
+
+/// Every worker of `c` on one of [`LAYERED_STACKS`], the mount `pfs` a
+/// directory under the data directory.
 fn on_layered_stacks(c: &mut labios::Config) {
     let pfs = c.data_dir.join("pfs");
     std::fs::create_dir_all(&pfs).unwrap();
@@ -144,20 +159,7 @@ fn on_layered_stacks(c: &mut labios::Config) {
             ..Default::default()
         },
     );
-    let stacks = [
-        &[
-            "metrics",
-            "checksum",
-            "cache:8MiB",
-            "zstd",
-            "scheduler:small:2",
-            "file",
-        ][..],
-        &["tier:1MiB", "lz4", "scheduler", "external:pfs"][..],
-        &["checksum", "kv"][..],
-        &["tier:1MiB", "zstd", "file"][..],
-    ];
-    for (w, names) in c.workers.iter_mut().zip(stacks.iter().cycle()) {
+    for (w, names) in c.workers.iter_mut().zip(LAYERED_STACKS.iter().cycle()) {
         w.stack =
             labios_stack::Spec::try_from(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .unwrap();
@@ -292,14 +294,15 @@ async fn iris_mappings() {
 /// of its own once missed acknowledged writes this way.)
 struct Served {
     dir: tempfile::TempDir,
-    /// The configuration file the server reads: the mounts.
+    /// The configuration file the server reads.
     config: PathBuf,
     /// What the clients read of it, and the server's socket.
     settings: labios_connect::Settings,
     server: RwLock<Option<Server>>,
     /// Application A's and B's key and secret.
     apps: [(String, String); 2],
-    mount: String,
+    /// The mount the checker's files are in; LABIOS's namespace if none.
+    mount: Option<String>,
     abilities: Abilities,
 }
 
@@ -309,19 +312,51 @@ impl Served {
     }
 
     /// Starts `labios serve` with `mounts` declared in its configuration
-    /// file (TOML written from each mount's fields).
-    async fn start(mounts: &[(&str, MountConfig)]) -> ClientApi<Served> {
+    /// file (TOML written from each mount's fields), the checker's files
+    /// in the first.
+    async fn on_mounts(mounts: &[(&str, MountConfig)]) -> ClientApi<Served> {
         let dir = tempfile::tempdir().unwrap();
         let mut toml = String::new();
         for (name, mount) in mounts {
-            toml.push_str(&format!("[mounts.{name}]\n"));
-            let serde_json::Value::Object(fields) = serde_json::to_value(mount).unwrap() else {
-                panic!("a mount serializes as a table");
-            };
-            for (field, value) in fields.iter().filter(|(_, v)| !v.is_null()) {
-                toml.push_str(&format!("{field} = {value}\n"));
-            }
+            toml.push_str(&mount_toml(name, mount));
         }
+        let mut target = Served::start(dir, &toml, mounts, Some(mounts[0].0)).await;
+        target.deployment.abilities = external(Abilities::EVERY_OPERATION);
+        target
+    }
+
+    /// Starts `labios serve` with its workers on [`LAYERED_STACKS`], the
+    /// checker's files in LABIOS's namespace.
+    async fn on_layered_stacks() -> ClientApi<Served> {
+        let dir = tempfile::tempdir().unwrap();
+        let pfs = dir.path().join("pfs");
+        std::fs::create_dir_all(&pfs).unwrap();
+        let mounts = [(
+            "pfs",
+            MountConfig {
+                uri: format!("fs://{}", pfs.display()),
+                ..Default::default()
+            },
+        )];
+        let mut toml = mount_toml(mounts[0].0, &mounts[0].1);
+        for (stack, tier) in LAYERED_STACKS.iter().zip(["ram", "nvme", "ssd", "hdd"]) {
+            toml.push_str(&format!(
+                "[[workers]]\ntier = \"{tier}\"\nspeed = 3\nenergy = 3\n\
+                 capacity = 68719476736\nstack = {stack:?}\n"
+            ));
+        }
+        Served::start(dir, &toml, &mounts, None).await
+    }
+
+    /// Starts `labios serve` on the configuration `toml`, in `dir`, its
+    /// clients told of `mounts`, with the checker's files in `mount`
+    /// (LABIOS's namespace if none).
+    async fn start(
+        dir: tempfile::TempDir,
+        toml: &str,
+        mounts: &[(&str, MountConfig)],
+        mount: Option<&str>,
+    ) -> ClientApi<Served> {
         let config = dir.path().join("labios.toml");
         std::fs::write(&config, toml).unwrap();
         let data = dir.path().join("data");
@@ -335,8 +370,8 @@ impl Served {
             .map(|(n, m)| (n.to_string(), m.clone()))
             .collect();
         ClientApi::new(Served {
-            abilities: external(Abilities::EVERY_OPERATION),
-            mount: mounts[0].0.to_string(),
+            abilities: Abilities::EVERY_OPERATION,
+            mount: mount.map(str::to_string),
             server: RwLock::new(Some(server)),
             dir,
             config,
@@ -347,6 +382,18 @@ impl Served {
     }
 }
 
+/// `[mounts.NAME]` with each field of `mount` that is set.
+fn mount_toml(name: &str, mount: &MountConfig) -> String {
+    let mut toml = format!("[mounts.{name}]\n");
+    let serde_json::Value::Object(fields) = serde_json::to_value(mount).unwrap() else {
+        panic!("a mount serializes as a table");
+    };
+    for (field, value) in fields.iter().filter(|(_, v)| !v.is_null()) {
+        toml.push_str(&format!("{field} = {value}\n"));
+    }
+    toml
+}
+
 #[async_trait]
 impl Deployment for Served {
     fn abilities(&self) -> Abilities {
@@ -355,7 +402,10 @@ impl Deployment for Served {
 
     fn path(&self, case: u64, b: bool, file: usize) -> String {
         let app = if b { "b" } else { "a" };
-        format!("{}:/model/c{case}/{app}/f{file}", self.mount)
+        match &self.mount {
+            Some(m) => format!("{m}:/model/c{case}/{app}/f{file}"),
+            None => format!("/model/c{case}/{app}/f{file}"),
+        }
     }
 
     async fn client(&self, b: bool) -> Client {
@@ -366,13 +416,16 @@ impl Deployment for Served {
     }
 
     /// A stop and a start on the same data directory: a crash (SIGKILL)
-    /// where the mount holds nothing back, which must lose nothing
-    /// acknowledged; a clean stop (SIGTERM) where it does (merged writes,
-    /// relaxed metadata), which must store them first. A crash may lose
-    /// those by design (README: `hold_ms`).
+    /// where nothing is held back by design, which must lose nothing
+    /// acknowledged (the workers' stacks' tiers included: README "Worker
+    /// I/O stacks"); a clean stop (SIGTERM) where the mount holds writes
+    /// back (merged writes, relaxed metadata), which must store them
+    /// first. A crash may lose those by design (README: `hold_ms`).
     async fn restart(&self) {
-        let mount = &self.settings.mounts[&self.mount];
-        let holds_back = mount.metadata == MetadataMode::Relaxed || mount.aggregate_bytes > 0;
+        let holds_back = self.mount.as_ref().is_some_and(|m| {
+            let mount = &self.settings.mounts[m];
+            mount.metadata == MetadataMode::Relaxed || mount.aggregate_bytes > 0
+        });
         let mut server = self.server.write().await;
         let running = server.take().expect("a server runs");
         if holds_back {
@@ -412,11 +465,31 @@ async fn served_mappings() {
     // clean stop of merged writes and relaxed metadata, is this target's
     // question: a restart in about one case of 24 steps in two.
     run.restart_one_in = 48;
-    let mut target = Served::start(&mounts).await;
+    let mut target = Served::on_mounts(&mounts).await;
     for (name, _) in &mounts {
-        target.deployment.mount = name.to_string();
+        target.deployment.mount = Some(name.to_string());
         check_target(&format!("served_mappings/{name}"), &target, &run).await;
     }
+    target
+        .deployment
+        .server
+        .into_inner()
+        .expect("a server runs")
+        .stop();
+}
+
+/// `labios serve` in a process of its own with its workers on layered
+/// stacks (tiers journaled in memory, checksums, a cache, codecs, a
+/// key-value store, blocks in a mount), crashed with `kill -9` between
+/// steps: every write acknowledged before a crash reads back after it, as
+/// the model says, whatever layer held it when the server died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn served_on_layered_stacks() {
+    let mut run = Run::from_env(10);
+    // A crash in about one case of 24 steps.
+    run.restart_one_in = 24;
+    let target = Served::on_layered_stacks().await;
+    check_target("served_on_layered_stacks", &target, &run).await;
     target
         .deployment
         .server
