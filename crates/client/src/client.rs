@@ -9,7 +9,7 @@ use crate::config::{ClientConfig, IoMode};
 use crate::content_manager::ContentManager;
 use crate::label_manager::{first_failure, LabelManager};
 use bytes::{Bytes, BytesMut};
-use futures::future::{try_join_all, FutureExt};
+use futures::future::{join_all, FutureExt};
 use labios_label::anatomy::{self, Phase};
 use labios_label::{
     normalize_path, AppId, Error, FileId, LabelId, LabelKind, LabelState, LabelStatus, Result,
@@ -507,7 +507,7 @@ impl Client {
     /// steady writer cannot hold a wait of another task for ever.
     async fn join_flushes(&self) {
         let running: Vec<Flush> = self.inner.flushes.lock().clone();
-        futures::future::join_all(running).await;
+        join_all(running).await;
         self.inner.flushes.lock().retain(|f| f.peek().is_none());
     }
 
@@ -530,10 +530,12 @@ impl Client {
         Ok(Some(id))
     }
 
-    /// Stores each label's bytes in the warehouse, then publishes the
-    /// labels. If either step fails no label will read those entries, so
-    /// they are released (a put whose reply was lost may have stored its
-    /// bytes anyway): left there, they would hold warehouse room for good.
+    /// Stores each label's bytes in the warehouse and publishes the labels
+    /// behind them in one round trip where the store orders the two
+    /// (`Warehouse::put_ordered`). If either step fails no label will read
+    /// those entries, so they are released (a put whose reply was lost may
+    /// have stored its bytes anyway): left there, they would hold warehouse
+    /// room for good.
     async fn stage_and_publish(
         &self,
         file: FileId,
@@ -541,18 +543,38 @@ impl Client {
         labels: Vec<labios_label::Label>,
     ) -> Result<()> {
         let content = &self.inner.content;
+        // The labels are pushed right behind their data's puts, the puts'
+        // answers taken after (put_ordered): a push waits for the puts it
+        // names and fails if one failed, so a label never runs over data
+        // that was not stored, and the put's own error is the one returned.
+        // Over the socket the put phase is then the copy into a slot or a
+        // frame; the server's part of the put shows in the publish.
         let t = anatomy::start();
-        let put = try_join_all(
+        let queued = join_all(
             staged
                 .iter()
-                .map(|(key, data)| content.put(key, data.clone())),
+                .map(|(key, data)| content.put_ordered(key, data.clone())),
         )
         .await;
         anatomy::record(Phase::WarehousePut, t);
-        let outcome = match put {
-            Ok(_) => self.publish_tracked(file, labels).await,
-            Err(e) => Err(e),
+        let mut answers = Vec::with_capacity(queued.len());
+        let mut refused = None;
+        for q in queued {
+            match q {
+                Ok(answer) => answers.push(answer),
+                Err(e) => {
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        let published = match refused {
+            None => self.publish_tracked(file, labels).await,
+            Some(e) => Err(e),
         };
+        // Every answer, before any entry is released below: a put still
+        // running would store its entry after the release.
+        let stored: Result<()> = join_all(answers).await.into_iter().collect();
+        let outcome = stored.and(published);
         if outcome.is_err() {
             let keys: Vec<&str> = staged.iter().map(|(key, _)| key.as_str()).collect();
             release(self.inner.stores.warehouse.as_ref(), &keys).await;

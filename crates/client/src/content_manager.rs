@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use labios_label::{AppId, Error, LabelId, Result};
-use labios_store::Warehouse;
+use labios_store::{PutAnswer, Warehouse};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,12 @@ impl ContentManager {
 
     pub async fn put(&self, key: &str, data: Bytes) -> Result<()> {
         self.warehouse.put(key, data).await
+    }
+
+    /// A write's data, its label to be pushed next without waiting for
+    /// the put ([`Warehouse::put_ordered`]).
+    pub async fn put_ordered(&self, key: &str, data: Bytes) -> Result<PutAnswer> {
+        self.warehouse.put_ordered(key, data).await
     }
 
     pub async fn take(&self, key: &str) -> Result<Option<Bytes>> {

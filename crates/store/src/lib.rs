@@ -22,7 +22,7 @@ pub use inventory::{
     SetTime,
 };
 pub use label_queue::{Delivery, LabelQueue};
-pub use warehouse::Warehouse;
+pub use warehouse::{PutAnswer, Warehouse};
 
 use std::sync::Arc;
 

@@ -45,7 +45,21 @@ pub trait Warehouse: Send + Sync {
     async fn keys(&self, prefix: &str) -> Result<Vec<String>>;
     /// Bytes currently held.
     async fn usage(&self) -> Result<u64>;
+    /// [`Self::put`] in two steps, for a write's data (`a<app>/w/<label>`)
+    /// whose label is pushed next: once this returns, a push of a label
+    /// naming `key` to the label queue of the same [`crate::Stores`] waits
+    /// for the put (and fails if it failed), so the caller may push at
+    /// once and take the put's answer, the returned future, afterwards.
+    /// Over `labios serve`'s socket this saves a write one round trip; the
+    /// default stores first.
+    async fn put_ordered(&self, key: &str, data: Bytes) -> Result<PutAnswer> {
+        self.put(key, data).await?;
+        Ok(Box::pin(std::future::ready(Ok(()))))
+    }
 }
+
+/// The answer to a put still under way ([`Warehouse::put_ordered`]).
+pub type PutAnswer = futures::future::BoxFuture<'static, Result<()>>;
 
 /// Attempts [`release`] makes.
 pub const RELEASE_ATTEMPTS: u32 = 5;

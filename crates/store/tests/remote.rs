@@ -589,10 +589,11 @@ async fn small_read_results_come_back_with_their_statuses() {
 }
 
 /// Write data a connection staged for a label it never pushed (its client
-/// was killed between the two) is dropped when the connection closes; data
-/// a pushed label names stays for the label's worker, and so does what is
-/// not a write label's data, and what the connection's puts did not store
-/// (another application's entry, which a tenant may not put).
+/// was killed between the two), or whose push was refused, is dropped when
+/// the connection closes; data a pushed label names stays for the label's
+/// worker, and so does what is not a write label's data, and what the
+/// connection's puts did not store (another application's entry, which a
+/// tenant may not put).
 #[tokio::test]
 async fn a_closed_connection_drops_the_write_data_no_label_names() {
     use labios_label::{Label, LabelId, LabelKind, Pointer};
@@ -609,6 +610,11 @@ async fn a_closed_connection_drops_the_write_data_no_label_names() {
     let mut named = Label::new(LabelId::from_u128(2), LabelKind::Write, 7);
     named.source = Pointer::Warehouse {
         key: "a7/w/2".into(),
+        len: 1,
+    };
+    let mut refused = Label::new(LabelId::from_u128(5), LabelKind::Write, 7);
+    refused.source = Pointer::Warehouse {
+        key: "a7/w/5".into(),
         len: 1,
     };
     let put = |key: &str| Request::Put {
@@ -629,6 +635,11 @@ async fn a_closed_connection_drops_the_write_data_no_label_names() {
             queue: labios_store::client_queue(7),
             items: vec![named],
         }),
+        put("a7/w/5"),
+        Request::Labels(QueueOp::Push {
+            queue: labios_store::client_queue(4),
+            items: vec![refused],
+        }),
     ];
     let Endpoint::Unix(path) = &ep else {
         unreachable!()
@@ -637,10 +648,18 @@ async fn a_closed_connection_drops_the_write_data_no_label_names() {
     // Every request answered, then the client is gone.
     let answers = common::exchange(&mut raw, requests.into()).await;
     let ok: Vec<bool> = answers.values().map(Result::is_ok).collect();
-    assert_eq!(ok, [true, true, true, true, false, true], "a4/w/9 refused");
+    assert_eq!(
+        ok,
+        [true, true, true, true, false, true, true, false],
+        "a4/w/9 and the push to another application's queue refused"
+    );
     drop(raw);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while service.warehouse.get("a7/w/1").await.unwrap().is_some() {
+    let gone = |key: &'static str| {
+        let w = service.warehouse.clone();
+        async move { w.get(key).await.unwrap().is_none() }
+    };
+    while !(gone("a7/w/1").await && gone("a7/w/5").await) {
         assert!(Instant::now() < deadline, "unnamed write data stayed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -744,5 +763,132 @@ async fn a_refused_hello_names_the_clients_protocol() {
             && e.contains(env!("CARGO_PKG_VERSION"))
             && e.contains("trailing bytes"),
         "{e}"
+    );
+}
+
+/// A label pushed right behind the put of its data, without its client
+/// waiting for the put's answer (`Warehouse::put_ordered`), is published
+/// only once the data is stored, however slow the put; one whose data's
+/// put failed is refused with an error naming the data, and never
+/// published. (The server runs a connection's requests concurrently: the
+/// push once overtook such a put.)
+#[tokio::test]
+async fn a_push_waits_for_the_puts_of_the_data_it_names() {
+    use async_trait::async_trait;
+    use labios_label::{Label, LabelId, LabelKind, Pointer, Result};
+    use labios_store::label_queue::{Delivery, LabelQueue};
+    use labios_store::remote::proto::{QueueOp, Request, PROTOCOL};
+    use labios_store::Warehouse;
+    type Log = Arc<parking_lot::Mutex<Vec<String>>>;
+    /// A warehouse whose puts take a while, and a queue, that log what
+    /// they did in the order it was done.
+    struct Slow(MemoryWarehouse, Log);
+    #[async_trait]
+    impl Warehouse for Slow {
+        async fn put(&self, key: &str, data: Bytes) -> Result<()> {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            self.0.put(key, data).await?;
+            self.1.lock().push(format!("stored {key}"));
+            Ok(())
+        }
+        async fn put_result(&self, key: &str, data: Bytes) -> Result<()> {
+            self.0.put_result(key, data).await
+        }
+        async fn get(&self, key: &str) -> Result<Option<Bytes>> {
+            self.0.get(key).await
+        }
+        async fn take(&self, key: &str) -> Result<Option<Bytes>> {
+            self.0.take(key).await
+        }
+        async fn delete(&self, key: &str) -> Result<bool> {
+            self.0.delete(key).await
+        }
+        async fn keys(&self, prefix: &str) -> Result<Vec<String>> {
+            self.0.keys(prefix).await
+        }
+        async fn usage(&self) -> Result<u64> {
+            self.0.usage().await
+        }
+    }
+    struct Logged(MemoryQueue<Label>, Log);
+    #[async_trait]
+    impl LabelQueue<Label> for Logged {
+        async fn push(&self, queue: &str, items: Vec<Label>) -> Result<()> {
+            let named: Vec<_> = items.iter().filter_map(|l| l.staged_key()).collect();
+            self.1.lock().push(format!("pushed {}", named.join(",")));
+            self.0.push(queue, items).await
+        }
+        async fn pull(
+            &self,
+            queue: &str,
+            max: usize,
+            wait: Duration,
+        ) -> Result<Vec<Delivery<Label>>> {
+            self.0.pull(queue, max, wait).await
+        }
+        async fn ack(&self, queue: &str, tokens: &[u64]) -> Result<()> {
+            self.0.ack(queue, tokens).await
+        }
+        async fn depth(&self, queue: &str) -> Result<usize> {
+            self.0.depth(queue).await
+        }
+        async fn queues(&self, prefix: &str) -> Result<Vec<String>> {
+            self.0.queues(prefix).await
+        }
+    }
+    let log = Log::default();
+    let stores = Stores {
+        labels: Arc::new(Logged(MemoryQueue::new(BOUND, TIMEOUT), log.clone())),
+        warehouse: Arc::new(Slow(MemoryWarehouse::new(1024, TIMEOUT), log.clone())),
+        ..stores()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let listener = Listener::bind(&Endpoint::Unix(dir.path().join("s.sock")))
+        .await
+        .unwrap();
+    let Endpoint::Unix(path) = listener.endpoint().unwrap() else {
+        unreachable!()
+    };
+    let any: AuthFn = Arc::new(|_, _| Box::pin(async { Ok(Grant::service(7)) }));
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(serve(listener, stores, any, rx));
+
+    let label = |id: u128, key: &str| {
+        let mut l = Label::new(LabelId::from_u128(id), LabelKind::Write, 7);
+        l.source = Pointer::Warehouse {
+            key: key.into(),
+            len: 1,
+        };
+        Request::Labels(QueueOp::Push {
+            queue: "labels".into(),
+            items: vec![l],
+        })
+    };
+    let put = |key: &str, len: usize| Request::Put {
+        key: key.into(),
+        data: Bytes::from(vec![7u8; len]),
+    };
+    let requests = vec![
+        Request::Hello {
+            key: None,
+            secret: None,
+            protocol: PROTOCOL,
+        },
+        put("a7/w/1", 10),
+        label(1, "a7/w/1"),
+        // More than the whole warehouse: refused after the delay.
+        put("a7/w/2", 4096),
+        label(2, "a7/w/2"),
+    ];
+    let mut raw = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let answers = common::exchange(&mut raw, requests).await;
+    assert!(answers[&2].is_ok() && answers[&3].is_ok(), "{answers:?}");
+    assert!(answers[&4].is_err(), "the oversized put is refused");
+    let e = answers[&5].as_ref().expect_err("its label is refused");
+    assert!(e.to_string().contains("a7/w/2"), "{e}");
+    assert_eq!(
+        *log.lock(),
+        ["stored a7/w/1", "pushed a7/w/1"],
+        "each label published after its data was stored, none over missing data"
     );
 }

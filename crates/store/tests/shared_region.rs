@@ -209,20 +209,29 @@ async fn puts_go_through_the_shared_region_and_it_is_given_back() {
 }
 
 /// A put naming a slot on a connection that handed over no region (a TCP
-/// client, or one that forged the request) is refused with the reason,
-/// and the connection serves on.
+/// client, or one that forged the request) is refused with the reason, a
+/// label pushed right behind it over that data is refused too (never
+/// published over data that was not stored), and the connection serves on.
 #[tokio::test]
 async fn a_shared_put_without_a_region_is_refused() {
-    use labios_store::remote::proto::{Request, PROTOCOL};
+    use labios_label::{Label, LabelId, LabelKind, Pointer};
+    use labios_store::remote::proto::{QueueOp, Request, PROTOCOL};
     let listener = Listener::bind(&Endpoint::Tcp("127.0.0.1:0".into()))
         .await
         .unwrap();
     let endpoint = listener.endpoint().unwrap();
     let auth: AuthFn = Arc::new(|_, _| Box::pin(async { Ok(Grant::service(7)) }));
     let (_stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(serve(listener, stores(), auth, rx));
+    let stores = stores();
+    let labels = stores.labels.clone();
+    tokio::spawn(serve(listener, stores, auth, rx));
     let Endpoint::Tcp(addr) = &endpoint else {
         unreachable!()
+    };
+    let mut label = Label::new(LabelId::from_u128(1), LabelKind::Write, 7);
+    label.source = Pointer::Warehouse {
+        key: "a7/w/1".into(),
+        len: 5,
     };
     let mut raw = tokio::net::TcpStream::connect(addr).await.unwrap();
     let requests = [
@@ -232,14 +241,27 @@ async fn a_shared_put_without_a_region_is_refused() {
             protocol: PROTOCOL,
         },
         Request::PutShared {
-            key: "k".into(),
+            key: "a7/w/1".into(),
             slot: 0,
             len: 5,
         },
+        Request::Labels(QueueOp::Push {
+            queue: "labels".into(),
+            items: vec![label],
+        }),
         Request::Usage,
     ];
     let answers = common::exchange(&mut raw, requests.into()).await;
     let answers: Vec<String> = answers.values().map(|r| format!("{r:?}")).collect();
     assert!(answers[1].contains("handed over none"), "{answers:?}");
-    assert!(answers[2].contains("Count(0)"), "{answers:?}");
+    assert!(
+        answers[2].contains("Err") && answers[2].contains("a7/w/1"),
+        "{answers:?}"
+    );
+    assert!(answers[3].contains("Count(0)"), "{answers:?}");
+    assert_eq!(
+        labels.depth("labels").await.unwrap(),
+        0,
+        "nothing published"
+    );
 }

@@ -48,8 +48,8 @@ impl Client {
         };
         label.operations = ops;
         let id = label.id;
-        self.inner.content.put(&key, data).await?;
-        self.publish_tracked(meta.id, vec![label]).await?;
+        self.stage_and_publish(meta.id, vec![(key, data)], vec![label])
+            .await?;
         Ok(Handle {
             labels: vec![id],
             cached: None,

@@ -13,7 +13,7 @@ use crate::inventory::{
 };
 use crate::label_queue::{Delivery, LabelQueue};
 use crate::locks::{HeldLock, LockRequest, Locks};
-use crate::warehouse::Warehouse;
+use crate::warehouse::{PutAnswer, Warehouse};
 use crate::Stores;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -413,30 +413,57 @@ impl Drop for Placed<'_> {
     }
 }
 
+impl RemoteWarehouse {
+    /// Queues a put of `data` under `key` (a write's data through a slot
+    /// of the shared region when there is one and a slot is free: the bytes
+    /// are copied once, into the slot, and the server takes them from
+    /// there; other entries, such as a room share that may wait long to be
+    /// taken, go over the socket) and gives the answer still to come.
+    async fn queue_put(&self, key: &str, data: Bytes) -> Result<PutAnswer> {
+        let region = self.0.region.get().filter(|_| is_write_data(key));
+        let answer = match region.and_then(|r| Placed::new(r, &data)) {
+            None => {
+                let request = Request::Put {
+                    key: key.into(),
+                    data,
+                };
+                self.0.send(request).await?
+            }
+            Some(placed) => {
+                let request = Request::PutShared {
+                    key: key.into(),
+                    slot: placed.slot,
+                    len: data.len() as u64,
+                };
+                let answer = self.0.send(request).await?;
+                // Sent: the server frees the slot from now on, whatever
+                // happens.
+                placed.sent();
+                answer
+            }
+        };
+        let conn = self.0.clone();
+        Ok(Box::pin(async move {
+            expect!(answer.await.unwrap_or_else(|_| Err(conn.gone()))?, Reply::Unit => ())
+        }))
+    }
+}
+
 #[async_trait]
 impl Warehouse for RemoteWarehouse {
-    /// A write's data through a slot of the shared region when there is
-    /// one and a slot is free: the bytes are copied once, into the slot,
-    /// and the server takes them from there. Other entries (a room share
-    /// may wait long to be taken) go over the socket.
     async fn put(&self, key: &str, data: Bytes) -> Result<()> {
-        let region = self.0.region.get().filter(|_| is_write_data(key));
-        let Some(placed) = region.and_then(|r| Placed::new(r, &data)) else {
-            let request = Request::Put {
-                key: key.into(),
-                data,
-            };
-            return expect!(self.0.call(request).await?, Reply::Unit => ());
-        };
-        let request = Request::PutShared {
-            key: key.into(),
-            slot: placed.slot,
-            len: data.len() as u64,
-        };
-        let answer = self.0.send(request).await?;
-        // Sent: the server frees the slot from now on, whatever happens.
-        placed.sent();
-        expect!(answer.await.unwrap_or_else(|_| Err(self.0.gone()))?, Reply::Unit => ())
+        self.queue_put(key, data).await?.await
+    }
+    /// The server holds a push back until the puts of the write data its
+    /// labels name, read before it on this connection, are done; it
+    /// tracks no other key, whose put is then answered first.
+    async fn put_ordered(&self, key: &str, data: Bytes) -> Result<PutAnswer> {
+        let answer = self.queue_put(key, data).await?;
+        if is_write_data(key) {
+            return Ok(answer);
+        }
+        answer.await?;
+        Ok(Box::pin(std::future::ready(Ok(()))))
     }
     /// A process reaching the warehouse through the server is an
     /// application, never a worker (workers run beside the stores): it

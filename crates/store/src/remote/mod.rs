@@ -11,6 +11,7 @@ mod payload;
 /// server's frame reader and decoder untrusted bytes; not an API.
 #[doc(hidden)]
 pub mod proto;
+mod put_order;
 mod region;
 mod server;
 mod staging;

@@ -6,8 +6,9 @@ use super::proto::{
     decode_frame, frame, read_frame, write_frames, QueueOp, Reply, Request, RequestFrame,
     ResponseFrame, Session, PROTOCOL,
 };
+use super::put_order::PutsInFlight;
 use super::region::{first_chunk, ServerRegion};
-use super::staging::{is_write_data, write_data, Staging};
+use super::staging::{is_write_data, names, write_data, Staging};
 use super::Endpoint;
 use crate::access::{Cred, EXEC, READ, WRITE};
 use crate::label_queue::LabelQueue;
@@ -378,7 +379,8 @@ async fn connection(
     let mut peer = peer;
     let mut own_origin = None;
     let opened = Arc::new(Opened::default());
-    let mut staging = Staging::default();
+    let staging = Arc::new(parking_lot::Mutex::new(Staging::default()));
+    let puts = PutsInFlight::default();
     loop {
         let body = tokio::select! {
             _ = shutdown.changed() => break,
@@ -453,6 +455,11 @@ async fn connection(
             opened.clone(),
             order.clone(),
         );
+        // In read order, before anything can refuse the put: a push runs
+        // after the puts of its data read before it, which the client did
+        // not wait for, and fails if one of them failed or was refused
+        // (put_order.rs; a put dropped unfinished counts as failed).
+        let running = write_data(&frame.request).map(|key| puts.begin(key));
         // First, so that a request refused below frees its slot.
         let request = match unshared(frame.request, region.as_ref()) {
             Ok(request) => request,
@@ -476,24 +483,28 @@ async fn connection(
             },
             request => (acting.clone(), request),
         };
-        // In the order the client sent them: a label is pushed after the
-        // put of its data.
-        staging.named(&request);
         if let Some(key) = write_data(&request) {
             let may = grant
                 .as_ref()
                 .is_none_or(|g| !g.confined || own_key(g.app, &key, true));
             if may {
-                staging.stored(key);
+                staging.lock().stored(key);
             }
         }
+        let awaited = puts.awaited(&request);
+        let named = names(&request);
+        let staging = staging.clone();
         let request = own_session(request, own_origin.unwrap_or_default());
         let region = region.clone();
         tasks.spawn(async move {
+            let stored = awaited.wait().await;
             let turn = order
                 .turn(&request, matches!(acting.as_ref(), Acting::User(_)))
                 .await;
-            let checked = posix(&stores, &acting, grant.as_deref(), &opened, request).await;
+            let checked = match stored {
+                Ok(()) => posix(&stores, &acting, grant.as_deref(), &opened, request).await,
+                Err(e) => Err(e),
+            };
             let result = match checked {
                 Err(e) => Err(e),
                 Ok((request, gives)) => {
@@ -507,6 +518,14 @@ async fn connection(
                     result
                 }
             };
+            if let Some(running) = running {
+                running.finish(&result.as_ref().map(|_| ()).map_err(Clone::clone));
+            }
+            // With no await since the push ended: a push that succeeded is
+            // never swept below as if it had not run.
+            if result.is_ok() && !named.is_empty() {
+                staging.lock().named(&named);
+            }
             // A client slow to read its answers must not hold up others.
             drop(turn);
             let result = answered_shared(result, region.as_deref());
@@ -518,6 +537,7 @@ async fn connection(
     // The client is gone or misbehaved: drop what it still waits for,
     // and the write data it staged for labels it never pushed.
     tasks.shutdown().await;
+    let staging = std::mem::take(&mut *staging.lock());
     staging.sweep(stores.warehouse.as_ref()).await;
     // Its labels' ids carry an origin no later session is given, and only
     // its own requests may ask after them: the entry would only grow the

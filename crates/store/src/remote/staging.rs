@@ -2,12 +2,14 @@
 //! a label it pushed. A client killed between the two (or one that never
 //! pushes) would leave those entries forever, held against the warehouse's
 //! bound, and with them the memory of its shared region (`super::region`):
-//! the server deletes them when the connection closes. Puts and pushes are
-//! noted in the order the connection sent them (a label is pushed after
-//! the put of its data), as they are read: a put of a key the connection
-//! may not put (another application's) is not noted, and data a pushed
-//! label names is forgotten before the push runs. A published write's
-//! data is left to its worker, which releases it once the label ran.
+//! the server deletes them when the connection closes. Puts are noted as
+//! they are read; a put of a key the connection may not put (another
+//! application's) is not noted. Data a pushed label names is forgotten
+//! once the push succeeded: a push that failed, or was still running when
+//! the connection closed, leaves its data to the sweep (its client saw no
+//! answer; a label it published anyway fails on the missing data, which
+//! changes nothing). A published write's data is left to its worker, which
+//! releases it once the label ran.
 
 use super::proto::{QueueOp, Request};
 use crate::Warehouse;
@@ -23,13 +25,10 @@ impl Staging {
         self.0.insert(key);
     }
 
-    /// Forgets the data the labels `request` pushes name, in the order the
-    /// connection sent its requests.
-    pub fn named(&mut self, request: &Request) {
-        if let Request::Labels(QueueOp::Push { items, .. }) = request {
-            for key in items.iter().filter_map(|l| l.staged_key()) {
-                self.0.remove(key);
-            }
+    /// Forgets the data of labels a push made public.
+    pub fn named(&mut self, keys: &[String]) {
+        for key in keys {
+            self.0.remove(key);
         }
     }
 
@@ -44,10 +43,26 @@ impl Staging {
     }
 }
 
-/// The key of the write data `request` puts, if it puts any.
+/// The write data the labels `request` pushes name.
+pub fn names(request: &Request) -> Vec<String> {
+    match request {
+        Request::Labels(QueueOp::Push { items, .. }) => items
+            .iter()
+            .filter_map(|l| l.staged_key())
+            .map(str::to_string)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The key of the write data `request` puts, if it puts any: in its frame
+/// or in a slot of the shared region, for itself or another user (`As`).
 pub fn write_data(request: &Request) -> Option<String> {
     match request {
-        Request::Put { key, .. } if is_write_data(key) => Some(key.clone()),
+        Request::Put { key, .. } | Request::PutShared { key, .. } if is_write_data(key) => {
+            Some(key.clone())
+        }
+        Request::As { request, .. } => write_data(request),
         _ => None,
     }
 }
@@ -84,10 +99,10 @@ mod tests {
             key: "a3/w/1".into(),
             len: 1,
         };
-        s.named(&Request::Labels(QueueOp::Push {
+        s.named(&names(&Request::Labels(QueueOp::Push {
             queue: "q".into(),
             items: vec![label],
-        }));
+        })));
         assert_eq!(s.0, HashSet::from(["a3/w/2".to_string()]));
     }
 }
