@@ -404,3 +404,58 @@ fn a_write_back_failing_beside_another_in_flight_keeps_its_bytes() {
     assert_eq!(read(device.as_ref(), 1, 0, one.len()), one);
     assert_eq!(read(device.as_ref(), 2, 0, two.len()), two);
 }
+
+/// A worker killed in the middle of a removal below its tier: the codec
+/// had dropped the file's data but not yet its unit records (the tier
+/// journals a removal before it passes it below). The next start replays
+/// the journal: a write made before the removal, replayed over that half
+/// done removal, once needed the unit the records name, found the data
+/// missing and failed the worker's start (`labios serve` exited; found by
+/// the model checker, `served_on_layered_stacks`). Changes a later removal
+/// undoes are not replayed; the start succeeds and nothing of the file is
+/// left, while another file's journaled write is replayed.
+#[test]
+fn a_removal_a_crash_left_half_done_below_is_finished_by_the_replay() {
+    const F: u64 = 1;
+    let dir = tempfile::tempdir().unwrap();
+    let below = Spec::try_from(vec!["checksum".into(), "lz4".into(), "file".into()]).unwrap();
+    // A unit the codec stores compressed (its records name it), summed.
+    let unit = vec![7u8; 65_536];
+    {
+        let stack = below.build(dir.path(), 1 << 30).unwrap();
+        stack.write(F, &[(0, &unit)], true).unwrap();
+    }
+    let (device, tier) = journal_only(dir.path(), 1 << 20);
+    // The codec's unit records and the checksum's sums.
+    let companions = |device: &FileBackend| {
+        [F | 1 << 62, F | 1 << 63]
+            .into_iter()
+            .filter(|&f| device.holds(f))
+            .count()
+    };
+    assert_eq!(companions(&device), 2, "records and sums were written");
+    let other = bytes(3_000, 9);
+    tier.write(F, &[(100, b"inside the unit")], false).unwrap();
+    tier.write(2, &[(0, &other)], false).unwrap();
+    // Journaled; the device below takes no change, as when the crash
+    // came before the removal reached it.
+    assert!(tier.remove(F).is_err());
+    stop_mid_append(&device, tier, 0);
+    // The removal reached the device in part: the data went (both of the
+    // codec's slots), the records and sums stayed.
+    device.remove(F).unwrap();
+    device.remove(F | 1 << 61).unwrap();
+    let mut next = vec!["tier".to_string()];
+    next.extend(Vec::<String>::from(below.clone()));
+    let stack = Spec::try_from(next)
+        .unwrap()
+        .over(device.clone())
+        .expect("the next start replays the journal");
+    assert_eq!(stack.len(F).unwrap(), None);
+    assert_eq!(
+        companions(&device),
+        0,
+        "nothing of the removed file is left"
+    );
+    assert_eq!(read(stack.as_ref(), 2, 0, 3_000), other);
+}

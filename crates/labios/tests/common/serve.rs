@@ -51,7 +51,7 @@ impl Server {
             cmd.env_remove(k);
         }
         cmd.envs(env.iter().cloned());
-        let child = cmd
+        let mut child = cmd
             .args(["serve", "--data-dir"])
             .arg(data)
             .stdout(Stdio::null())
@@ -62,6 +62,9 @@ impl Server {
         // socket file behind for the next one to replace.
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::os::unix::net::UnixStream::connect(&endpoint).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("serve exited ({status}) before it listened: its stderr is above");
+            }
             assert!(
                 Instant::now() < deadline,
                 "serve did not listen on its socket"

@@ -138,6 +138,18 @@ fn records(journal: &[u8]) -> Vec<(u64, FileId, Change)> {
     out
 }
 
+impl Change {
+    /// Whether the change leaves its file nothing: a removal, or a
+    /// reclamation that keeps no byte (the file goes, as after a removal).
+    fn removes_all(&self) -> bool {
+        match self {
+            Change::Remove => true,
+            Change::KeepOnly(_, end, held) => crate::keeps_nothing(*end, held),
+            Change::Write(..) => false,
+        }
+    }
+}
+
 /// Replays through `stack` the changes the journals on `raw` keep (a
 /// worker's process that stopped without writing them back), in the order
 /// they were made, then drops the journals. Every start of a stack on a
@@ -152,6 +164,19 @@ pub fn replay(stack: &dyn Backend, raw: &dyn Backend) -> Result<()> {
         }
     }
     changes.sort_by_key(|(seq, _, _)| *seq);
+    // A removal undoes every earlier change of its file, and it is
+    // journaled before it goes below, where a crash may leave it half
+    // done (a codec's records without the data they describe): an earlier
+    // write replayed over that would fail on the missing data, and the
+    // worker's start with it. Only the file's last removal and what came
+    // after it are replayed.
+    let mut removed = HashMap::new();
+    for (seq, file, change) in &changes {
+        if change.removes_all() {
+            removed.insert(*file, *seq);
+        }
+    }
+    changes.retain(|(seq, file, _)| removed.get(file).is_none_or(|last| seq >= last));
     if !changes.is_empty() {
         tracing::warn!(
             "tier: replaying {} changes a stopped worker had not written back",
