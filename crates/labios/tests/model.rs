@@ -311,6 +311,11 @@ impl Served {
         self.dir.path().join("data")
     }
 
+    /// Stops the server cleanly at the end of a target.
+    fn stop(self) {
+        self.server.into_inner().expect("a server runs").stop();
+    }
+
     /// Starts `labios serve` with `mounts` declared in its configuration
     /// file (TOML written from each mount's fields), the checker's files
     /// in the first.
@@ -470,12 +475,7 @@ async fn served_mappings() {
         target.deployment.mount = Some(name.to_string());
         check_target(&format!("served_mappings/{name}"), &target, &run).await;
     }
-    target
-        .deployment
-        .server
-        .into_inner()
-        .expect("a server runs")
-        .stop();
+    target.deployment.stop();
 }
 
 /// `labios serve` in a process of its own with its workers on layered
@@ -490,12 +490,7 @@ async fn served_on_layered_stacks() {
     run.restart_one_in = 24;
     let target = Served::on_layered_stacks().await;
     check_target("served_on_layered_stacks", &target, &run).await;
-    target
-        .deployment
-        .server
-        .into_inner()
-        .expect("a server runs")
-        .stop();
+    target.deployment.stop();
 }
 
 /// The embedded runtime with faults injected into its warehouse,
