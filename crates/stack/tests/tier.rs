@@ -459,3 +459,149 @@ fn a_removal_a_crash_left_half_done_below_is_finished_by_the_replay() {
     );
     assert_eq!(read(stack.as_ref(), 2, 0, 3_000), other);
 }
+
+/// A device whose next call `gated` names ("remove" or "write") on file
+/// 1 says it began, then waits to be let through.
+#[derive(Debug)]
+struct Gated {
+    inner: Arc<FileBackend>,
+    gated: parking_lot::Mutex<Option<&'static str>>,
+    began: parking_lot::Mutex<std::sync::mpsc::Sender<()>>,
+    through: parking_lot::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+/// A gated device over `inner`, what tells that its gated call began,
+/// and what lets that call through.
+type GatedParts = (
+    Arc<Gated>,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+);
+
+impl Gated {
+    fn over(inner: Arc<FileBackend>) -> GatedParts {
+        let (began, on_begin) = std::sync::mpsc::channel();
+        let (let_through, through) = std::sync::mpsc::channel();
+        let gated = Arc::new(Gated {
+            inner,
+            gated: parking_lot::Mutex::new(None),
+            began: parking_lot::Mutex::new(began),
+            through: parking_lot::Mutex::new(through),
+        });
+        (gated, on_begin, let_through)
+    }
+
+    fn gate(&self, call: &'static str, file: u64) {
+        let mut gated = self.gated.lock();
+        if file == 1 && *gated == Some(call) {
+            *gated = None;
+            drop(gated);
+            self.began.lock().send(()).unwrap();
+            self.through.lock().recv().unwrap();
+        }
+    }
+}
+
+impl Backend for Gated {
+    fn write(&self, file: u64, pieces: &[(u64, &[u8])], sync: bool) -> labios_label::Result<()> {
+        self.gate("write", file);
+        self.inner.write(file, pieces, sync)
+    }
+    fn read(&self, file: u64, offset: u64, buf: &mut [u8]) -> labios_label::Result<()> {
+        self.inner.read(file, offset, buf)
+    }
+    fn remove(&self, file: u64) -> labios_label::Result<()> {
+        self.gate("remove", file);
+        self.inner.remove(file)
+    }
+    fn keep_only(
+        &self,
+        file: u64,
+        start: u64,
+        end: u64,
+        held: &[(u64, u64)],
+    ) -> labios_label::Result<()> {
+        self.inner.keep_only(file, start, end, held)
+    }
+    labios_stack::pass_through!(inner: files, flush, holds, len, used);
+}
+
+/// The journal holding a removal stays until the removal is done below:
+/// a write-back round (here a settle, as at a stop or a stack change)
+/// that dropped it while the removal ran would leave a crash nothing to
+/// finish a half-done removal with. The settle waits for the removal, and
+/// the journal goes once both are done.
+#[test]
+fn a_journal_stays_until_the_removal_it_holds_is_done_below() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Arc::new(FileBackend::open(dir.path()).unwrap());
+    let (gated, on_begin, let_through) = Gated::over(device.clone());
+    let tier = Arc::new(Tier::new(gated.clone(), device.clone(), 1 << 20).unwrap());
+    tier.write(1, &[(0, b"to be removed")], false).unwrap();
+    tier.settle().unwrap();
+    *gated.gated.lock() = Some("remove");
+    let journaled = || device.holds(JOURNAL) || device.holds(JOURNAL + 1);
+    assert!(!journaled(), "settled: no journal left");
+    let removing = {
+        let tier = tier.clone();
+        std::thread::spawn(move || tier.remove(1))
+    };
+    on_begin.recv().unwrap();
+    assert!(journaled(), "the removal is journaled before it goes below");
+    let settling = {
+        let tier = tier.clone();
+        std::thread::spawn(move || tier.settle())
+    };
+    // Two seconds for the settle to drop the journal (what it once did);
+    // it must neither drop it nor end while the removal runs.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && journaled() && !settling.is_finished() {
+        std::thread::yield_now();
+    }
+    assert!(journaled(), "the journal went while its removal ran below");
+    assert!(!settling.is_finished(), "the settle did not wait");
+    let_through.send(()).unwrap();
+    removing.join().unwrap().unwrap();
+    settling.join().unwrap().unwrap();
+    assert!(!journaled(), "both done: the journal goes");
+    assert!(!device.holds(1));
+}
+
+/// A write made while a reclamation of its file writes back what came
+/// before it: the reclamation is journaled in the same step as it takes
+/// those bytes, so the write comes after it in the journal as on the
+/// device, and a replay after a crash keeps the write where the running
+/// tier kept it (it was once journaled before the reclamation, which the
+/// replay then let free it).
+#[test]
+fn a_write_during_a_reclamation_is_replayed_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Arc::new(FileBackend::open(dir.path()).unwrap());
+    let (gated, on_begin, let_through) = Gated::over(device.clone());
+    let tier = Arc::new(Tier::new(gated.clone(), device.clone(), 1 << 20).unwrap());
+    tier.write(1, &[(0, b"kept by the reclamation")], false)
+        .unwrap();
+    *gated.gated.lock() = Some("write");
+    let reclaiming = {
+        let tier = tier.clone();
+        std::thread::spawn(move || tier.keep_only(1, 0, u64::MAX, &[(0, 10)]))
+    };
+    on_begin.recv().unwrap();
+    // The reclamation writes back what came before it; this write comes
+    // meanwhile, past what it keeps.
+    tier.write(1, &[(100, b"0123456789")], false).unwrap();
+    let_through.send(()).unwrap();
+    reclaiming.join().unwrap().unwrap();
+    let mut want = b"kept by th".to_vec();
+    want.resize(100, 0);
+    want.extend_from_slice(b"0123456789");
+    assert_eq!(read(tier.as_ref(), 1, 0, 110), want, "the running tier");
+    // A crash now: nothing of the tier's memory is left, and the next
+    // start replays the journal.
+    std::mem::forget(Arc::try_unwrap(tier).expect("one tier"));
+    let stack = Spec::try_from(vec!["file".to_string()])
+        .unwrap()
+        .over(device.clone())
+        .unwrap();
+    assert_eq!(read(stack.as_ref(), 1, 0, 110), want, "after the replay");
+}

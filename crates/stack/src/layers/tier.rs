@@ -27,7 +27,11 @@
 //! written back over them, and the dirty ones over those. Reclamation and
 //! removal of a file first write back (or drop) what is here of it, then
 //! pass below, so that the order of a file's changes is the order they
-//! reach the device. A stack that does not name `tier` has none.
+//! reach the device; each is journaled in the same step as it takes those
+//! bytes, so that the journal keeps that order too, and the journal
+//! holding one stays until it is done below (a replay finishes one a
+//! crash cut short, and skips the file's changes it undoes). A stack that
+//! does not name `tier` has none.
 
 use crate::Backend;
 use labios_label::{Error, FileId, Result};
@@ -287,6 +291,10 @@ struct State {
     dirty: HashMap<FileId, Pieces>,
     /// Writes being written back, by file: older than its dirty ones.
     flight: HashMap<FileId, Arc<Pieces>>,
+    /// Files whose removal or reclamation, journaled, runs below now: the
+    /// journal holding it must stay until it is done there, or a crash
+    /// could leave it half done with no record to finish it.
+    changing: BTreeSet<FileId>,
     /// Bytes of both.
     bytes: u64,
     stop: bool,
@@ -359,8 +367,22 @@ impl Shared {
     /// Writes back what is dirty of `file`; the caller holds its stripe.
     /// On failure the bytes stay here, under any written since.
     fn write_back(&self, file: FileId) -> Result<()> {
+        self.write_back_before(file, None)
+    }
+
+    /// [`Self::write_back`], journaling `change` (a reclamation, which
+    /// the caller then makes below) in the same step as it takes what is
+    /// dirty: the writes journaled before the change reach the device
+    /// before it, and those after it after it, so that a replay makes them
+    /// in the order the device saw. Marks the file [`State::changing`]
+    /// until [`Self::changed`].
+    fn write_back_before(&self, file: FileId, change: Option<Change>) -> Result<()> {
         let pieces = {
             let mut st = self.state.lock();
+            if let Some(change) = change {
+                self.log(&mut st, file, &[change])?;
+                st.changing.insert(file);
+            }
             let Some(pieces) = st.dirty.remove(&file) else {
                 return Ok(());
             };
@@ -401,6 +423,11 @@ impl Shared {
         done
     }
 
+    /// Ends what [`State::changing`] says of `file`.
+    fn changed(&self, file: FileId) {
+        self.state.lock().changing.remove(&file);
+    }
+
     /// Writes back every dirty file: the first error, after trying all.
     /// The journal in use is sealed first, and goes once every file dirty
     /// then is written back: all its changes are then below.
@@ -416,9 +443,14 @@ impl Shared {
             let sealed = j.sealed;
             // A file being written back by another call counts too: its
             // stripe waits for that call, whose bytes come back here if it
-            // fails.
-            let files: BTreeSet<FileId> =
-                st.dirty.keys().chain(st.flight.keys()).copied().collect();
+            // fails; so does one whose removal or reclamation runs below.
+            let files: BTreeSet<FileId> = st
+                .dirty
+                .keys()
+                .chain(st.flight.keys())
+                .chain(st.changing.iter())
+                .copied()
+                .collect();
             (files, sealed)
         };
         let mut first = Ok(());
@@ -613,20 +645,25 @@ impl Backend for Tier {
         {
             let mut st = s.state.lock();
             s.log(&mut st, file, &[Change::Remove])?;
+            st.changing.insert(file);
             if let Some(pieces) = st.dirty.remove(&file) {
                 st.bytes -= size(&pieces);
             }
         }
-        s.inner.remove(file)
+        let done = s.inner.remove(file);
+        s.changed(file);
+        done
     }
 
     fn keep_only(&self, file: FileId, start: u64, end: u64, held: &[(u64, u64)]) -> Result<()> {
         let s = &self.shared;
         let _turn = s.stripe(file).write();
-        s.write_back(file)?;
         let change = Change::KeepOnly(start, end, held.to_vec());
-        s.log(&mut s.state.lock(), file, &[change])?;
-        s.inner.keep_only(file, start, end, held)
+        let done = s
+            .write_back_before(file, Some(change))
+            .and_then(|()| s.inner.keep_only(file, start, end, held));
+        s.changed(file);
+        done
     }
 
     /// Not the journals: they are this layer's.

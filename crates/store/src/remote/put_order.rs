@@ -107,10 +107,12 @@ impl PutRunning {
         if outcome.is_ok() {
             puts.forget(&self.key, &self.sender);
         } else {
-            puts.failed
-                .push_back((self.key.clone(), self.sender.clone()));
-            if puts.failed.len() > FAILED_KEPT {
-                if let Some((key, sender)) = puts.failed.pop_front() {
+            let Puts { by_key, failed } = &mut *puts;
+            // Failures a push has named since are no longer kept.
+            failed.retain(|(key, sender)| by_key.get(key).is_some_and(|s| Arc::ptr_eq(s, sender)));
+            failed.push_back((self.key.clone(), self.sender.clone()));
+            if failed.len() > FAILED_KEPT {
+                if let Some((key, sender)) = failed.pop_front() {
                     puts.forget(&key, &sender);
                 }
             }
@@ -122,11 +124,10 @@ impl PutRunning {
 impl Drop for PutRunning {
     fn drop(&mut self) {
         if !self.finished {
-            self.sender
-                .send_replace(Some(Err(Error::Unavailable(format!(
-                    "the put of {}, a label's data, ended without an answer",
-                    self.key
-                )))));
+            self.done(Err(Error::Unavailable(format!(
+                "the put of {}, a label's data, ended without an answer",
+                self.key
+            ))));
         }
     }
 }
@@ -253,5 +254,16 @@ mod tests {
         assert!(puts.awaited(&push(&["a3/w/0"])).wait().await.is_ok());
         let last = format!("a3/w/{}", FAILED_KEPT + 9);
         assert!(puts.awaited(&push(&[&last])).wait().await.is_err());
+        // A failure named since takes no room from those still unnamed:
+        // the next failure drops none of them.
+        puts.begin("a3/w/x".into())
+            .finish(&Err(Error::Storage("disk".into())));
+        assert_eq!(puts.0.lock().by_key.len(), FAILED_KEPT);
+        assert!(puts.0.lock().by_key.contains_key("a3/w/10"));
+        // A put dropped unanswered counts as a failure, bounded the same.
+        drop(puts.begin("a3/w/y".into()));
+        assert_eq!(puts.0.lock().by_key.len(), FAILED_KEPT);
+        assert!(!puts.0.lock().by_key.contains_key("a3/w/10"));
+        assert!(puts.awaited(&push(&["a3/w/y"])).wait().await.is_err());
     }
 }
