@@ -198,10 +198,16 @@ impl Compress {
     }
 
     /// The file's length as its records give it; `None` without records.
+    /// A record file shorter than its header was never committed: a
+    /// backend creates a file before it writes it, and a crash between the
+    /// two (a `kill -9` of a worker in the middle of the file's first
+    /// compressed unit) leaves it empty. The first commit writes the header
+    /// with the first entries, and until it does every unit is in place, so
+    /// such a file reads as none (it once failed the worker's next start).
     fn header(&self, file: FileId) -> Result<Option<u64>> {
         match self.inner.len(file | RECORDS)? {
             None => Ok(None),
-            Some(n) if n < HEADER => Err(self.malformed(file, "no header")),
+            Some(n) if n < HEADER => Ok(None),
             Some(_) => {
                 let mut h = [0u8; HEADER as usize];
                 self.inner.read(file | RECORDS, 0, &mut h)?;
@@ -520,6 +526,11 @@ impl Backend for Compress {
         }
         let _turn = self.stripe(file).write();
         let Some(len) = self.header(file)? else {
+            if crate::keeps_nothing(end, held) {
+                // With what a crash left of a first commit.
+                self.inner.remove(file | SLOTS)?;
+                self.inner.remove(file | RECORDS)?;
+            }
             return self.inner.keep_only(file, start, end, held);
         };
         if crate::keeps_nothing(end, held) {
