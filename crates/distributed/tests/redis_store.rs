@@ -9,7 +9,8 @@ use labios_label::{Error, LabelId, LabelIdGen, LabelState, LabelStatus};
 use labios_store::{conformance, Extent, FileKind, Inventory, Warehouse};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,56 +22,54 @@ struct Server {
     extra: Vec<String>,
 }
 
+fn redis_command(port: u16, dir: &Path, extra: &[String]) -> Command {
+    let mut c = Command::new("redis-server");
+    c.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"])
+        .args(extra);
+    c
+}
+
+/// The server's output, quoted when it does not come up.
+fn log(dir: &Path) -> PathBuf {
+    dir.join("redis-server.log")
+}
+
 impl Server {
     fn start(extra: &[&str]) -> Server {
-        let mut s = Server {
-            child: None,
-            port: labios_ports::service_port(),
-            dir: tempfile::tempdir().unwrap(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+        let dir = tempfile::tempdir().unwrap();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, port) = labios_ports::start_service("redis-server", &log(dir.path()), |port| {
+            redis_command(port, dir.path(), &extra)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let s = Server {
+            child: Some(child),
+            port,
+            dir,
+            extra,
         };
-        s.spawn();
+        s.wait_ready();
         s
     }
 
+    /// Starts the server again on its port and directory.
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"])
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run redis-server ({e}): install it with \
-                     `bash scripts/services.sh install`"
-                )
-            });
+        let child = labios_ports::start_service_on(
+            "redis-server",
+            &log(self.dir.path()),
+            self.port,
+            &mut redis_command(self.port, self.dir.path(), &self.extra),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         self.child = Some(child);
         self.wait_ready();
     }
 
-    /// Until the server answers PING (PONG, or NOAUTH when protected).
     fn wait_ready(&self) {
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-                let mut buf = [0u8; 64];
-                if s.write_all(b"PING\r\n").is_ok() {
-                    if let Ok(n) = s.read(&mut buf) {
-                        let r = String::from_utf8_lossy(&buf[..n]);
-                        if r.starts_with("+PONG") || r.starts_with("-NOAUTH") {
-                            return;
-                        }
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server on port {} did not start", self.port);
+        labios_ports::await_redis(self.port).unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Graceful stop (SIGTERM: Redis flushes its append-only file).
@@ -636,8 +635,16 @@ async fn redis_unreachable_url_is_unavailable() {
 /// A TCP relay to `to` that, once `lose` is set, drops the next answer
 /// from the server and closes the client's connection: a command the
 /// server applied whose answer never came back (a server stopping right
-/// after applying it).
-fn answer_losing_relay(to: u16, lose: Arc<std::sync::atomic::AtomicBool>) -> u16 {
+/// after applying it). `subscribed` is set once the answer to a client's
+/// SUBSCRIBE went through: the client's watch of the server, whose
+/// connection is made beside the one commands go on and whose handshake
+/// answers, when they come after `lose` is set, would take the loss meant
+/// for a command.
+fn answer_losing_relay(
+    to: u16,
+    lose: Arc<std::sync::atomic::AtomicBool>,
+    subscribed: Arc<std::sync::atomic::AtomicBool>,
+) -> u16 {
     use std::sync::atomic::Ordering;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -649,7 +656,7 @@ fn answer_losing_relay(to: u16, lose: Arc<std::sync::atomic::AtomicBool>) -> u16
             std::thread::spawn(move || {
                 let _ = std::io::copy(&mut c_in, &mut s_out);
             });
-            let lose = lose.clone();
+            let (lose, subscribed) = (lose.clone(), subscribed.clone());
             std::thread::spawn(move || {
                 let (mut server, mut client) = (server, client);
                 let mut buf = [0u8; 65536];
@@ -657,7 +664,13 @@ fn answer_losing_relay(to: u16, lose: Arc<std::sync::atomic::AtomicBool>) -> u16
                     if n == 0 {
                         break;
                     }
-                    if lose.swap(false, Ordering::SeqCst) {
+                    let answer = &buf[..n];
+                    if answer
+                        .windows(9)
+                        .any(|w| w.eq_ignore_ascii_case(b"subscribe"))
+                    {
+                        subscribed.store(true, Ordering::SeqCst);
+                    } else if lose.swap(false, Ordering::SeqCst) {
                         let _ = client.shutdown(std::net::Shutdown::Both);
                         let _ = server.shutdown(std::net::Shutdown::Both);
                         return;
@@ -683,9 +696,18 @@ fn answer_losing_relay(to: u16, lose: Arc<std::sync::atomic::AtomicBool>) -> u16
 async fn a_change_whose_answer_was_lost_is_never_sent_again() {
     let s = Server::start(&[]);
     let lose = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let relay = answer_losing_relay(s.port, lose.clone());
+    let subscribed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let relay = answer_losing_relay(s.port, lose.clone(), subscribed.clone());
     let cfg = config(vec![format!("redis://127.0.0.1:{relay}")], "lost");
     let wh = RedisWarehouse::connect(&cfg).await.unwrap();
+    let t = Instant::now();
+    while !subscribed.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the warehouse's watch of the server did not subscribe within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // Loads the take script: the lost answer is then the take's own.
     wh.put("k/0", Bytes::from_static(b"warm")).await.unwrap();
     assert!(wh.take("k/0").await.unwrap().is_some());
