@@ -8,9 +8,8 @@ use labios_label::id::now_nanos;
 use labios_label::{Error, Label, LabelIdGen, LabelKind, Task};
 use labios_store::conformance::{queue_backpressure_suite, queue_suite};
 use labios_store::LabelQueue;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,37 +20,25 @@ struct NatsServer {
     dir: tempfile::TempDir,
 }
 
-fn spawn_server(port: u16, dir: &Path) -> Child {
-    let child = Command::new("nats-server")
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let child = match child {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-            "nats-server is not installed (not on PATH): run `bash scripts/services.sh install`"
-        ),
-        Err(e) => panic!("cannot start nats-server: {e}"),
-    };
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "nats-server did not listen on port {port} within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
+fn nats_command(port: u16, dir: &Path) -> Command {
+    let mut c = Command::new("nats-server");
+    c.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(dir);
+    c
+}
+
+/// The server's output, quoted when it does not come up.
+fn log(dir: &Path) -> PathBuf {
+    dir.join("nats-server.log")
 }
 
 impl NatsServer {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = labios_ports::service_port();
-        let child = spawn_server(port, dir.path());
+        let (child, port) = labios_ports::start_service("nats-server", &log(dir.path()), |port| {
+            nats_command(port, dir.path())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
         NatsServer {
             child: Some(child),
             port,
@@ -102,7 +89,15 @@ impl NatsServer {
         } else {
             self.stop();
         }
-        self.child = Some(spawn_server(self.port, &self.store()));
+        let store = self.store();
+        let child = labios_ports::start_service_on(
+            "nats-server",
+            &log(&store),
+            self.port,
+            &mut nats_command(self.port, &store),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        self.child = Some(child);
     }
 
     fn config(&self) -> NatsConfig {

@@ -3,7 +3,7 @@
 
 use labios_distributed::redis_store::{RedisConfig, RedisInventory, RedisWarehouse};
 use labios_store::conformance;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,8 @@ fn start_cluster() -> Cluster {
     for _ in 0..3 {
         let port = labios_ports::service_port_with(10_000);
         let dir = tempfile::tempdir().unwrap();
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
             .arg(dir.path())
@@ -42,31 +43,16 @@ fn start_cluster() -> Cluster {
                 "yes",
                 "--save",
                 "",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run redis-server ({e}): install it with \
-                     `bash scripts/services.sh install`"
-                )
-            });
+            ]);
+        let log = dir.path().join("redis-server.log");
+        let child = labios_ports::start_service_on("redis-server", &log, port, &mut command)
+            .unwrap_or_else(|e| panic!("{e}"));
         c.nodes.push(child);
         c.ports.push(port);
         c._dirs.push(dir);
     }
     for p in &c.ports {
-        let t = Instant::now();
-        while Command::new("redis-cli")
-            .args(["-p", &p.to_string(), "PING"])
-            .output()
-            .map(|o| !String::from_utf8_lossy(&o.stdout).contains("PONG"))
-            .unwrap_or(true)
-        {
-            assert!(t.elapsed() < Duration::from_secs(10), "node {p} not up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        labios_ports::await_redis(*p).unwrap_or_else(|e| panic!("{e}"));
     }
     let addrs: Vec<String> = c.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let out = Command::new("redis-cli")

@@ -12,11 +12,9 @@ use labios_distributed::nats_queue::{JetStreamQueue, NatsConfig};
 use labios_distributed::redis_store::{RedisConfig, RedisInventory, RedisWarehouse};
 use labios_label::{Error, Label};
 use labios_store::conformance::{inventory_suite, queue_suite, warehouse_suite};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 const USER: &str = "labios";
 const PASS: &str = "nats-pass-1";
@@ -91,29 +89,11 @@ impl Drop for Proc {
     }
 }
 
-fn spawn(cmd: &mut Command, port: u16) -> Proc {
-    let child = match cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            panic!("{cmd:?}: not installed; run `bash scripts/services.sh install`")
-        }
-        Err(e) => panic!("cannot start {cmd:?}: {e}"),
-    };
-    let proc = Proc(child);
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "{cmd:?} did not listen on port {port} within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    proc
+/// Starts the service `command(port)` builds, once it listens itself.
+fn spawn(what: &str, log: &Path, command: impl FnMut(u16) -> Command) -> (Proc, u16) {
+    let (child, port) =
+        labios_ports::start_service(what, log, command).unwrap_or_else(|e| panic!("{e}"));
+    (Proc(child), port)
 }
 
 struct Rig {
@@ -133,32 +113,33 @@ impl Rig {
 
     /// nats-server with JetStream, TLS only and a user/password.
     fn nats(&self) -> (Proc, u16) {
-        let port = labios_ports::service_port();
         let store = self.file("nats");
         std::fs::create_dir_all(&store).unwrap();
         let conf = self.file("nats.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "listen: \"127.0.0.1:{port}\"\n\
-                 jetstream {{ store_dir: {store:?} }}\n\
-                 tls {{ cert_file: {cert:?}, key_file: {key:?} }}\n\
-                 authorization {{ user: \"{USER}\", password: \"{PASS}\" }}\n",
-                cert = self.file("server.pem"),
-                key = self.file("server.key"),
-            ),
-        )
-        .unwrap();
-        let proc = spawn(Command::new("nats-server").arg("-c").arg(&conf), port);
-        (proc, port)
+        spawn("nats-server", &self.file("nats.log"), |port| {
+            std::fs::write(
+                &conf,
+                format!(
+                    "listen: \"127.0.0.1:{port}\"\n\
+                     jetstream {{ store_dir: {store:?} }}\n\
+                     tls {{ cert_file: {cert:?}, key_file: {key:?} }}\n\
+                     authorization {{ user: \"{USER}\", password: \"{PASS}\" }}\n",
+                    cert = self.file("server.pem"),
+                    key = self.file("server.key"),
+                ),
+            )
+            .unwrap();
+            let mut c = Command::new("nats-server");
+            c.arg("-c").arg(&conf);
+            c
+        })
     }
 
     /// redis-server listening only on a TLS port, with a password.
     fn redis(&self) -> (Proc, u16) {
-        let port = labios_ports::service_port();
-        let proc = spawn(
-            Command::new("redis-server")
-                .args(["--port", "0", "--tls-port", &port.to_string()])
+        spawn("redis-server", &self.file("redis.log"), |port| {
+            let mut c = Command::new("redis-server");
+            c.args(["--port", "0", "--tls-port", &port.to_string()])
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .arg("--dir")
                 .arg(self.dir.path())
@@ -168,10 +149,9 @@ impl Rig {
                 .arg(self.file("server.key"))
                 .arg("--tls-ca-cert-file")
                 .arg(self.file("ca.pem"))
-                .args(["--tls-auth-clients", "no", "--requirepass", REDIS_PASS]),
-            port,
-        );
-        (proc, port)
+                .args(["--tls-auth-clients", "no", "--requirepass", REDIS_PASS]);
+            c
+        })
     }
 
     fn nats_config(&self, port: u16) -> NatsConfig {

@@ -21,9 +21,7 @@ use labios_distributed::nats_queue::NatsConfig;
 use labios_distributed::redis_store::RedisConfig;
 use labios_label::{WorkerId, WorkerState, WorkerStatus};
 use labios_store::Stores;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -66,6 +64,20 @@ fn terminate(child: &mut Option<Child>) {
     }
 }
 
+fn service_command(kind: &str, port: u16, dir: &Path) -> Command {
+    let port = port.to_string();
+    let mut cmd = Command::new(kind);
+    if kind == "nats-server" {
+        cmd.args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
+            .arg(dir);
+    } else {
+        cmd.args(["--port", &port, "--bind", "127.0.0.1", "--dir"])
+            .arg(dir)
+            .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"]);
+    }
+    cmd
+}
+
 /// A nats-server or redis-server on a fixed port and data directory, so it
 /// can be restarted in place.
 struct Service {
@@ -78,56 +90,35 @@ struct Service {
 impl Service {
     fn start(kind: &'static str, dir: PathBuf) -> Service {
         std::fs::create_dir_all(&dir).unwrap();
-        let mut s = Service {
+        let log = dir.join(format!("{kind}.log"));
+        let (child, port) =
+            labios_ports::start_service(kind, &log, |port| service_command(kind, port, &dir))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let s = Service {
             kind,
-            port: labios_ports::service_port(),
+            port,
             dir,
-            child: None,
+            child: Some(child),
         };
-        s.spawn();
+        s.wait_ready();
         s
     }
 
+    /// Starts the service again on its port and data directory.
     fn spawn(&mut self) {
-        let port = self.port.to_string();
-        let mut cmd = Command::new(self.kind);
-        if self.kind == "nats-server" {
-            cmd.args(["-js", "-a", "127.0.0.1", "-p", &port, "-sd"])
-                .arg(&self.dir);
-        } else {
-            cmd.args(["--port", &port, "--bind", "127.0.0.1", "--dir"])
-                .arg(&self.dir)
-                .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"]);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        self.child = Some(spawn_or_explain(&mut cmd, self.kind));
+        let log = self.dir.join(format!("{}.log", self.kind));
+        let mut command = service_command(self.kind, self.port, &self.dir);
+        let child = labios_ports::start_service_on(self.kind, &log, self.port, &mut command)
+            .unwrap_or_else(|e| panic!("{e}"));
+        self.child = Some(child);
         self.wait_ready();
     }
 
+    /// Until Redis answers PING; nats-server is ready once it listens.
     fn wait_ready(&self) {
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-                if self.kind == "nats-server" {
-                    return;
-                }
-                let mut buf = [0u8; 64];
-                if s.write_all(b"PING\r\n").is_ok() {
-                    if let Ok(n) = s.read(&mut buf) {
-                        if buf[..n].starts_with(b"+PONG") {
-                            return;
-                        }
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if self.kind == "redis-server" {
+            labios_ports::await_redis(self.port).unwrap_or_else(|e| panic!("{e}"));
         }
-        panic!(
-            "{} on port {} did not start within 10 s",
-            self.kind, self.port
-        );
     }
 
     /// Graceful restart on the same port and data directory.

@@ -5,7 +5,6 @@
 
 use crate::config::{Config, Deployment};
 use anyhow::Context;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,70 +16,29 @@ pub struct LocalCluster {
     workers: Vec<Child>,
 }
 
-fn wait_port(port: u16, what: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{what} did not listen on port {port} within 15 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
-fn spawn_server(program: &str, args: &[String], log: &Path) -> anyhow::Result<Child> {
-    let out = std::fs::File::create(log)?;
-    Command::new(program)
-        .args(args)
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .spawn()
-        .with_context(|| {
-            format!("cannot start {program}; install it with `bash scripts/services.sh install`")
-        })
-}
-
 impl LocalCluster {
     pub fn start(base: &Config, workers: usize) -> anyhow::Result<LocalCluster> {
         let dir = tempfile::tempdir()?;
-        let (nats, redis) = (labios_ports::service_port(), labios_ports::service_port());
         let nats_dir = dir.path().join("nats");
         let redis_dir = dir.path().join("redis");
         std::fs::create_dir_all(&redis_dir)?;
-        let servers = vec![
-            spawn_server(
-                "nats-server",
-                &[
-                    "-js",
-                    "-a",
-                    "127.0.0.1",
-                    "-p",
-                    &nats.to_string(),
-                    "-sd",
-                    &nats_dir.to_string_lossy(),
-                ]
-                .map(String::from),
-                &dir.path().join("nats.log"),
-            )?,
-            spawn_server(
-                "redis-server",
-                &[
-                    "--port",
-                    &redis.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--dir",
-                    &redis_dir.to_string_lossy(),
-                    "--appendonly",
-                    "yes",
-                    "--save",
-                    "",
-                ]
-                .map(String::from),
-                &dir.path().join("redis.log"),
-            )?,
-        ];
+        let (nats_server, nats) =
+            labios_ports::start_service("nats-server", &dir.path().join("nats.log"), |port| {
+                let mut c = Command::new("nats-server");
+                c.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+                    .arg(&nats_dir);
+                c
+            })?;
+        let (redis_server, redis) =
+            labios_ports::start_service("redis-server", &dir.path().join("redis.log"), |port| {
+                let mut c = Command::new("redis-server");
+                c.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
+                    .arg(&redis_dir)
+                    .args(["--appendonly", "yes", "--save", ""]);
+                c
+            })?;
+        labios_ports::await_redis(redis)?;
+        let servers = vec![nats_server, redis_server];
         let mut config = base.clone();
         config.deployment = Deployment::Distributed;
         config.nats.url = format!("nats://127.0.0.1:{nats}");
@@ -93,8 +51,6 @@ impl LocalCluster {
             dispatchers: Vec::new(),
             workers: Vec::new(),
         };
-        wait_port(nats, "nats-server")?;
-        wait_port(redis, "redis-server")?;
         for i in 0..workers {
             let child = cluster.labios(&["worker", &i.to_string()])?;
             cluster.workers.push(child);

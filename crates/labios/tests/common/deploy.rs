@@ -22,8 +22,6 @@ use labios::config::Deployment;
 use labios::{Config, Runtime};
 use labios_client::Client;
 use labios_store::Stores;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -226,48 +224,6 @@ pub fn spawn_service(cmd: &mut Command, what: &str) -> Child {
     }
 }
 
-/// Output of a service, kept for the failure message of a test.
-fn log_file(path: &Path) -> Stdio {
-    Stdio::from(std::fs::File::create(path).unwrap())
-}
-
-/// Waits until `host:port` accepts TCP connections (and, for Redis,
-/// answers PING); a service that exits first fails the test with its log.
-pub fn wait_listening(
-    host: &str,
-    port: u16,
-    redis: bool,
-    child: &mut Child,
-    what: &str,
-    log: &Path,
-) {
-    let t = Instant::now();
-    loop {
-        if let Ok(Some(st)) = child.try_wait() {
-            let said = std::fs::read_to_string(log).unwrap_or_default();
-            panic!("{what} exited before listening on {host}:{port}: {st}; its log:\n{said}");
-        }
-        if let Ok(mut s) = TcpStream::connect((host, port)) {
-            if !redis {
-                return;
-            }
-            let mut buf = [0u8; 64];
-            if s.write_all(b"PING\r\n").is_ok() {
-                if let Ok(n) = s.read(&mut buf) {
-                    if buf[..n].starts_with(b"+PONG") {
-                        return;
-                    }
-                }
-            }
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "{what} did not listen on {host}:{port} within 15 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Every field of `config` that differs from `Config::default()`, as the
 /// `LABIOS_<SECTION>__<FIELD>` variables that set it. `workers` is left out:
 /// the cluster starts one process per declared worker, and a pool declared
@@ -373,46 +329,27 @@ impl Cluster {
     async fn start(config: &mut Config) -> Cluster {
         let slot = CLUSTER_SLOTS.acquire().await.unwrap();
         let svc = tempfile::tempdir().unwrap();
-        let (nport, rport) = (labios_ports::service_port(), labios_ports::service_port());
         std::fs::create_dir_all(svc.path().join("nats")).unwrap();
         std::fs::create_dir_all(svc.path().join("redis")).unwrap();
-        let (nats_log, redis_log) = (svc.path().join("nats.log"), svc.path().join("redis.log"));
-        let mut nats = spawn_service(
-            Command::new("nats-server")
-                .args(["-js", "-a", "127.0.0.1", "-p", &nport.to_string(), "-sd"])
-                .arg(svc.path().join("nats"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log_file(&nats_log)),
-            "nats-server",
-        );
-        let mut redis = spawn_service(
-            Command::new("redis-server")
-                .args(["--port", &rport.to_string(), "--bind", "127.0.0.1"])
-                .arg("--dir")
-                .arg(svc.path().join("redis"))
-                .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"])
-                .stdin(Stdio::null())
-                .stdout(log_file(&redis_log))
-                .stderr(Stdio::null()),
-            "redis-server",
-        );
-        wait_listening(
-            "127.0.0.1",
-            nport,
-            false,
-            &mut nats,
-            "nats-server",
-            &nats_log,
-        );
-        wait_listening(
-            "127.0.0.1",
-            rport,
-            true,
-            &mut redis,
-            "redis-server",
-            &redis_log,
-        );
+        let (nats, nport) =
+            labios_ports::start_service("nats-server", &svc.path().join("nats.log"), |port| {
+                let mut c = Command::new("nats-server");
+                c.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+                    .arg(svc.path().join("nats"));
+                c
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (redis, rport) =
+            labios_ports::start_service("redis-server", &svc.path().join("redis.log"), |port| {
+                let mut c = Command::new("redis-server");
+                c.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .arg("--dir")
+                    .arg(svc.path().join("redis"))
+                    .args(["--appendonly", "yes", "--save", "", "--daemonize", "no"]);
+                c
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        labios_ports::await_redis(rport).unwrap_or_else(|e| panic!("{e}"));
 
         config.deployment = Deployment::Distributed;
         config.nats.url = format!("nats://127.0.0.1:{nport}");

@@ -3,10 +3,8 @@
 //! tests. `bash scripts/services.sh install` builds it.
 
 use labios_bridge::MountConfig;
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Output};
 
 pub struct S3Server {
     child: Child,
@@ -34,25 +32,17 @@ impl S3Server {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         std::fs::create_dir(&data).unwrap();
-        let port = labios_ports::service_port();
         let (key, secret) = ("bridgekey".to_string(), "bridgesecret".to_string());
-        let child = Command::new(versitygw())
-            .args(["--access", &key, "--secret", &secret, "--port"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("posix")
-            .arg(&data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("versitygw starts");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "versitygw does not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (child, port) =
+            labios_ports::start_service("versitygw", &dir.path().join("versitygw.log"), |port| {
+                let mut c = Command::new(versitygw());
+                c.args(["--access", &key, "--secret", &secret, "--port"])
+                    .arg(format!("127.0.0.1:{port}"))
+                    .arg("posix")
+                    .arg(&data);
+                c
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
         S3Server {
             child,
             endpoint: format!("http://127.0.0.1:{port}"),
