@@ -230,16 +230,64 @@ fn large_writes_in_the_journal_replay_whole_or_not_at_all() {
     assert_eq!(stack.len(2).unwrap(), None, "the torn write was replayed");
 }
 
-/// A device on which the first try of each call on a journal, and of each
+/// What a test device does around each call it passes to the device
+/// below: the call's kind, file and offset, and the call itself.
+trait Hook: std::fmt::Debug + Send + Sync + 'static {
+    fn call<T>(
+        &self,
+        what: (&'static str, u64, u64),
+        f: impl FnOnce() -> labios_label::Result<T>,
+    ) -> labios_label::Result<T>;
+}
+
+/// A file device whose calls that change or read a file go through `hook`.
+#[derive(Debug)]
+struct Hooked<H> {
+    inner: Arc<FileBackend>,
+    hook: H,
+}
+
+impl<H: Hook> Backend for Hooked<H> {
+    fn write(&self, file: u64, pieces: &[(u64, &[u8])], sync: bool) -> labios_label::Result<()> {
+        let at = pieces.first().map_or(0, |(o, _)| *o);
+        self.hook
+            .call(("write", file, at), || self.inner.write(file, pieces, sync))
+    }
+    fn read(&self, file: u64, offset: u64, buf: &mut [u8]) -> labios_label::Result<()> {
+        self.hook.call(("read", file, offset), || {
+            self.inner.read(file, offset, buf)
+        })
+    }
+    fn remove(&self, file: u64) -> labios_label::Result<()> {
+        self.hook
+            .call(("remove", file, 0), || self.inner.remove(file))
+    }
+    fn keep_only(
+        &self,
+        file: u64,
+        start: u64,
+        end: u64,
+        held: &[(u64, u64)],
+    ) -> labios_label::Result<()> {
+        self.hook.call(("keep_only", file, start), || {
+            self.inner.keep_only(file, start, end, held)
+        })
+    }
+    fn len(&self, file: u64) -> labios_label::Result<Option<u64>> {
+        self.hook.call(("len", file, 0), || self.inner.len(file))
+    }
+    labios_stack::pass_through!(inner: files, flush, holds, used);
+}
+
+/// A hook by which the first try of each call on a journal, and of each
 /// write, fails (the same kind on the same file and place), before it
 /// takes effect or, one time in two, after; the next try is let through.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct FailingOnce {
-    inner: Arc<FileBackend>,
     tried: parking_lot::Mutex<std::collections::HashSet<(&'static str, u64, u64)>>,
 }
 
-impl FailingOnce {
+impl Hook for FailingOnce {
     fn call<T>(
         &self,
         what: (&'static str, u64, u64),
@@ -262,36 +310,6 @@ impl FailingOnce {
     }
 }
 
-impl Backend for FailingOnce {
-    fn write(&self, file: u64, pieces: &[(u64, &[u8])], sync: bool) -> labios_label::Result<()> {
-        let at = pieces.first().map_or(0, |(o, _)| *o);
-        self.call(("write", file, at), || self.inner.write(file, pieces, sync))
-    }
-    fn read(&self, file: u64, offset: u64, buf: &mut [u8]) -> labios_label::Result<()> {
-        self.call(("read", file, offset), || {
-            self.inner.read(file, offset, buf)
-        })
-    }
-    fn remove(&self, file: u64) -> labios_label::Result<()> {
-        self.call(("remove", file, 0), || self.inner.remove(file))
-    }
-    fn keep_only(
-        &self,
-        file: u64,
-        start: u64,
-        end: u64,
-        held: &[(u64, u64)],
-    ) -> labios_label::Result<()> {
-        self.call(("keep_only", file, start), || {
-            self.inner.keep_only(file, start, end, held)
-        })
-    }
-    fn len(&self, file: u64) -> labios_label::Result<Option<u64>> {
-        self.call(("len", file, 0), || self.inner.len(file))
-    }
-    labios_stack::pass_through!(inner: files, flush, holds, used);
-}
-
 /// A worker's start replays its journal through a device whose calls fail
 /// once (the model checker with injected device faults once failed a
 /// start on the removal of an empty journal): each step is tried again,
@@ -306,9 +324,9 @@ fn a_start_replays_the_journal_through_transient_device_faults() {
         tier.write(2, &[(7, &b)], false).unwrap();
         tier.write(1, &[(4_000, &c)], false).unwrap();
         stop_mid_append(&device, tier, 0);
-        let flaky = Arc::new(FailingOnce {
+        let flaky = Arc::new(Hooked {
             inner: device.clone(),
-            tried: Default::default(),
+            hook: FailingOnce::default(),
         });
         let spec = Spec::try_from(next.split(',').map(String::from).collect::<Vec<_>>()).unwrap();
         drop(spec.over(flaky).unwrap());
@@ -460,11 +478,10 @@ fn a_removal_a_crash_left_half_done_below_is_finished_by_the_replay() {
     assert_eq!(read(stack.as_ref(), 2, 0, 3_000), other);
 }
 
-/// A device whose next call `gated` names ("remove" or "write") on file
-/// 1 says it began, then waits to be let through.
+/// A hook by which the next call `gated` names ("remove" or "write") on
+/// file 1 says it began, then waits to be let through.
 #[derive(Debug)]
 struct Gated {
-    inner: Arc<FileBackend>,
     gated: parking_lot::Mutex<Option<&'static str>>,
     began: parking_lot::Mutex<std::sync::mpsc::Sender<()>>,
     through: parking_lot::Mutex<std::sync::mpsc::Receiver<()>>,
@@ -473,7 +490,7 @@ struct Gated {
 /// A gated device over `inner`, what tells that its gated call began,
 /// and what lets that call through.
 type GatedParts = (
-    Arc<Gated>,
+    Arc<Hooked<Gated>>,
     std::sync::mpsc::Receiver<()>,
     std::sync::mpsc::Sender<()>,
 );
@@ -482,16 +499,21 @@ impl Gated {
     fn over(inner: Arc<FileBackend>) -> GatedParts {
         let (began, on_begin) = std::sync::mpsc::channel();
         let (let_through, through) = std::sync::mpsc::channel();
-        let gated = Arc::new(Gated {
-            inner,
+        let hook = Gated {
             gated: parking_lot::Mutex::new(None),
             began: parking_lot::Mutex::new(began),
             through: parking_lot::Mutex::new(through),
-        });
-        (gated, on_begin, let_through)
+        };
+        (Arc::new(Hooked { inner, hook }), on_begin, let_through)
     }
+}
 
-    fn gate(&self, call: &'static str, file: u64) {
+impl Hook for Gated {
+    fn call<T>(
+        &self,
+        (call, file, _): (&'static str, u64, u64),
+        f: impl FnOnce() -> labios_label::Result<T>,
+    ) -> labios_label::Result<T> {
         let mut gated = self.gated.lock();
         if file == 1 && *gated == Some(call) {
             *gated = None;
@@ -499,31 +521,8 @@ impl Gated {
             self.began.lock().send(()).unwrap();
             self.through.lock().recv().unwrap();
         }
+        f()
     }
-}
-
-impl Backend for Gated {
-    fn write(&self, file: u64, pieces: &[(u64, &[u8])], sync: bool) -> labios_label::Result<()> {
-        self.gate("write", file);
-        self.inner.write(file, pieces, sync)
-    }
-    fn read(&self, file: u64, offset: u64, buf: &mut [u8]) -> labios_label::Result<()> {
-        self.inner.read(file, offset, buf)
-    }
-    fn remove(&self, file: u64) -> labios_label::Result<()> {
-        self.gate("remove", file);
-        self.inner.remove(file)
-    }
-    fn keep_only(
-        &self,
-        file: u64,
-        start: u64,
-        end: u64,
-        held: &[(u64, u64)],
-    ) -> labios_label::Result<()> {
-        self.inner.keep_only(file, start, end, held)
-    }
-    labios_stack::pass_through!(inner: files, flush, holds, len, used);
 }
 
 /// The journal holding a removal stays until the removal is done below:
@@ -539,7 +538,7 @@ fn a_journal_stays_until_the_removal_it_holds_is_done_below() {
     let tier = Arc::new(Tier::new(gated.clone(), device.clone(), 1 << 20).unwrap());
     tier.write(1, &[(0, b"to be removed")], false).unwrap();
     tier.settle().unwrap();
-    *gated.gated.lock() = Some("remove");
+    *gated.hook.gated.lock() = Some("remove");
     let journaled = || device.holds(JOURNAL) || device.holds(JOURNAL + 1);
     assert!(!journaled(), "settled: no journal left");
     let removing = {
@@ -581,7 +580,7 @@ fn a_write_during_a_reclamation_is_replayed_after_it() {
     let tier = Arc::new(Tier::new(gated.clone(), device.clone(), 1 << 20).unwrap());
     tier.write(1, &[(0, b"kept by the reclamation")], false)
         .unwrap();
-    *gated.gated.lock() = Some("write");
+    *gated.hook.gated.lock() = Some("write");
     let reclaiming = {
         let tier = tier.clone();
         std::thread::spawn(move || tier.keep_only(1, 0, u64::MAX, &[(0, 10)]))
