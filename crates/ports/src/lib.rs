@@ -308,6 +308,24 @@ mod tests {
         c
     }
 
+    /// A directory of this test process, removed on drop.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir =
+                std::env::temp_dir().join(format!("labios-ports-{}-{name}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     fn stop(mut child: Child) {
         let _ = child.kill();
         let _ = child.wait();
@@ -328,22 +346,19 @@ mod tests {
 
     #[test]
     fn a_service_is_returned_once_it_listens_itself() {
-        let dir = std::env::temp_dir().join(format!("labios-ports-{}-a", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (child, port) = start_service("listener", &dir.join("log"), listener).unwrap();
+        let dir = Scratch::new("a");
+        let (child, port) = start_service("listener", &dir.0.join("log"), listener).unwrap();
         assert!(listens(child.id(), port));
         stop(child);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_service_that_finds_its_port_taken_is_started_on_another() {
-        let dir = std::env::temp_dir().join(format!("labios-ports-{}-b", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = Scratch::new("b");
         let taken = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let taken_port = taken.local_addr().unwrap().port();
         let mut given = Vec::new();
-        let (child, port) = start_service("listener", &dir.join("log"), |port| {
+        let (child, port) = start_service("listener", &dir.0.join("log"), |port| {
             given.push(port);
             // The first start loses its port to another program.
             listener(if given.len() == 1 { taken_port } else { port })
@@ -353,14 +368,12 @@ mod tests {
         assert_eq!(port, given[1]);
         assert!(listens(child.id(), port));
         stop(child);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_service_that_fails_otherwise_is_an_error_quoting_its_log() {
-        let dir = std::env::temp_dir().join(format!("labios-ports-{}-c", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let e = start_service("broken", &dir.join("log"), |_| {
+        let dir = Scratch::new("c");
+        let e = start_service("broken", &dir.0.join("log"), |_| {
             let mut c = Command::new("sh");
             c.args(["-c", "echo no such configuration >&2; exit 3"]);
             c
@@ -369,19 +382,16 @@ mod tests {
         .to_string();
         assert!(e.contains("broken exited"), "{e}");
         assert!(e.contains("no such configuration"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_missing_program_says_how_to_install_it() {
-        let dir = std::env::temp_dir().join(format!("labios-ports-{}-d", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let e = start_service("nothing", &dir.join("log"), |_| {
+        let dir = Scratch::new("d");
+        let e = start_service("nothing", &dir.0.join("log"), |_| {
             Command::new("labios-no-such-program")
         })
         .unwrap_err()
         .to_string();
         assert!(e.contains("scripts/services.sh install"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
