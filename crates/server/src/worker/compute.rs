@@ -18,6 +18,7 @@
 //! starts each of its threads through one hook.
 
 use labios_label::{Error, Result};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,17 +43,36 @@ pub(crate) struct Compute {
     gauge: Arc<Gauge>,
 }
 
-/// How many pipelines run now, and the most that ever ran at once.
+/// How many pipelines run now, the most that ever ran at once, and how
+/// many threads the lane has now.
 #[derive(Default)]
 struct Gauge {
     running: AtomicUsize,
     peak: AtomicUsize,
+    threads: AtomicUsize,
+}
+
+thread_local! {
+    /// The gauge of the lane whose pool this thread belongs to, once it
+    /// ran a pipeline: taken back when the thread ends. Only the pool's
+    /// blocking threads run pipelines, so its one (idle) async worker
+    /// thread is never counted.
+    static COUNTED: RefCell<Option<Arc<Gauge>>> = const { RefCell::new(None) };
 }
 
 impl Compute {
     /// The lane of `worker`, running at most `threads` pipelines at once
     /// (0: [`default_threads`]).
     pub fn new(worker: labios_label::WorkerId, threads: usize) -> Result<Compute> {
+        Compute::with_idle(worker, threads, IDLE)
+    }
+
+    /// [`Compute::new`] whose threads end after `idle` without work.
+    fn with_idle(
+        worker: labios_label::WorkerId,
+        threads: usize,
+        idle: Duration,
+    ) -> Result<Compute> {
         let threads = if threads == 0 {
             default_threads()
         } else {
@@ -61,7 +81,7 @@ impl Compute {
         let pool = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .max_blocking_threads(threads)
-            .thread_keep_alive(IDLE)
+            .thread_keep_alive(idle)
             .thread_name(format!("labios-compute-{worker}"))
             .on_thread_start(|| {
                 // Linux: the nice value is per thread, so this one only.
@@ -73,6 +93,11 @@ impl Compute {
                         "compute thread keeps its priority: {}",
                         std::io::Error::last_os_error()
                     );
+                }
+            })
+            .on_thread_stop(|| {
+                if let Some(gauge) = COUNTED.with(|c| c.borrow_mut().take()) {
+                    gauge.threads.fetch_sub(1, Ordering::AcqRel);
                 }
             })
             .build()
@@ -92,6 +117,12 @@ impl Compute {
         let gauge = self.gauge.clone();
         let pool = self.pool.as_ref().expect("the lane runs until dropped");
         pool.spawn_blocking(move || {
+            COUNTED.with(|c| {
+                c.borrow_mut().get_or_insert_with(|| {
+                    gauge.threads.fetch_add(1, Ordering::AcqRel);
+                    gauge.clone()
+                });
+            });
             let _running = Running::enter(&gauge);
             f()
         })
@@ -101,6 +132,12 @@ impl Compute {
     /// The most pipelines that ran at once since the worker started.
     pub fn peak(&self) -> usize {
         self.gauge.peak.load(Ordering::Acquire)
+    }
+
+    /// The lane's threads now: as many as pipelines wanted, at most the
+    /// bound, none once idle.
+    pub fn threads(&self) -> usize {
+        self.gauge.threads.load(Ordering::Acquire)
     }
 }
 
@@ -125,6 +162,61 @@ impl Drop for Compute {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
             pool.shutdown_background();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    /// Waits until `what` holds, for at most 10 s.
+    async fn until(what: &str, holds: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !holds() {
+            assert!(Instant::now() < deadline, "not within 10 s: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The orchestrator's elasticity: threads start as pipelines wait for
+    /// them, never more than the bound, and all end once the lane is idle;
+    /// the next load starts them again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_lane_grows_to_its_bound_under_load_and_shrinks_to_none_when_idle() {
+        const BOUND: usize = 3;
+        let lane = Arc::new(Compute::with_idle(1, BOUND, Duration::from_millis(200)).unwrap());
+        assert_eq!(lane.threads(), 0, "an idle lane keeps no thread");
+        for round in 0..2 {
+            let (release, gate) = mpsc::channel::<()>();
+            let gate = Arc::new(parking_lot::Mutex::new(gate));
+            let pipelines: Vec<_> = (0..2 * BOUND)
+                .map(|_| {
+                    let (lane, gate) = (lane.clone(), gate.clone());
+                    tokio::spawn(async move {
+                        lane.run(move || gate.lock().recv().unwrap()).await.unwrap()
+                    })
+                })
+                .collect();
+            // One pipeline holds the gate's lock waiting to be released;
+            // the others of the bound wait for the lock, the rest for a
+            // thread.
+            until("the lane grows to its bound", || lane.threads() == BOUND).await;
+            assert_eq!(lane.gauge.running.load(Ordering::Acquire), BOUND);
+            for _ in 0..2 * BOUND {
+                release.send(()).unwrap();
+            }
+            for p in pipelines {
+                p.await.unwrap();
+            }
+            assert_eq!(
+                lane.peak(),
+                BOUND,
+                "round {round}: more threads than the bound"
+            );
+            until("the idle lane ends its threads", || lane.threads() == 0).await;
         }
     }
 }

@@ -140,6 +140,9 @@ pub struct WorkerStats {
     /// The most pipelines that ran at once (never above
     /// `compute_threads`).
     pub compute_peak: usize,
+    /// The compute lane's threads now (none while no pipeline ran for a
+    /// while).
+    pub compute_threads_now: usize,
 }
 
 /// State shared by a worker's loop, its lanes and its handles.
@@ -438,6 +441,7 @@ impl WorkerHandle {
             last_wake_latency: *self.shared.last_wake_latency.lock(),
             wakes: self.shared.wakes.load(Ordering::Relaxed),
             compute_peak: self.shared.compute.peak(),
+            compute_threads_now: self.shared.compute.threads(),
         }
     }
 

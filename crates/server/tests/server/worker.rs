@@ -858,6 +858,7 @@ async fn small_writes_pass_pipelines_held_back_by_the_compute_lane() {
     }
     assert!(waiting >= 1, "the small write waited for every pipeline");
 
+    assert_eq!(w.stats().compute_threads_now, 1, "one thread at the bound");
     complete(&rig.wait(&slow_ids).await);
     assert_eq!(
         w.stats().compute_peak,
