@@ -596,6 +596,7 @@ fn c_stack_set_changes_a_running_workers_stack() {
     let tmp = TempDir::new("stack-set");
     let examples = Examples::build(&tmp.0, &[(Lang::C, "c/stack_set.c")]);
     let server = Server::start(&tmp.0);
+    let data = tmp.0.join("data");
     let stack_set = |data_dir: &Path, args: &[&str], tag: &str| {
         let mut cmd = clean_command(examples.exe("stack_set"));
         cmd.args(args)
@@ -603,51 +604,175 @@ fn c_stack_set_changes_a_running_workers_stack() {
             .env("LABIOS_DATA_DIR", data_dir);
         run(cmd, &tmp.0, tag)
     };
-    let data = tmp.0.join("data");
     let before = b"written before the change".to_vec();
     let file = tmp.0.join("before");
     std::fs::write(&file, &before).unwrap();
     server.labios(&["put", file.to_str().unwrap(), "/st/before"]);
 
-    let out = assert_ok(
-        &stack_set(&data, &["1", "checksum,zstd,file"], "set"),
-        "stack_set",
+    let status = || String::from_utf8(server.labios(&["status"])).unwrap();
+    stack_set_and_refusals(|args, tag| stack_set(&data, args, tag), status);
+    assert!(server.labios(&["get", "/st/before", "-"]) == before);
+
+    // Without the service's secret.
+    let elsewhere = tmp.0.join("not-the-data-dir");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let r = stack_set(&elsewhere, &["1", "file"], "refused");
+    assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("permission denied (-4): permission denied: only the service changes stacks"),
+        "{}",
+        r.stderr
     );
+    server.stop();
+}
+
+/// The same C program on the distributed deployment: it reaches the
+/// worker processes through Redis, as `labios stack set` does there
+/// (whoever holds the deployment's Redis is its service).
+#[test]
+fn c_stack_set_changes_a_worker_process_of_the_cluster() {
+    let tmp = TempDir::new("stack-set-cluster");
+    let examples = Examples::build(&tmp.0, &[(Lang::C, "c/stack_set.c")]);
+    let cluster = Cluster::start(&tmp.0, 2);
+    let status = || {
+        let r = run(
+            cluster.command(&labios_bin(), &["status"]),
+            &tmp.0,
+            "status",
+        );
+        assert!(r.status.success(), "labios status: {}", r.stderr);
+        r.out()
+    };
+    stack_set_and_refusals(
+        |args, tag| {
+            run(
+                cluster.command(&examples.exe("stack_set"), args),
+                &tmp.0,
+                tag,
+            )
+        },
+        status,
+    );
+}
+
+/// Changes worker 1's stack with `stack_set` (the C example, given its
+/// arguments and an output tag), checks `status` shows it, then what the
+/// service refuses: an unknown layer, another backend, a missing worker.
+fn stack_set_and_refusals(stack_set: impl Fn(&[&str], &str) -> Run, status: impl Fn() -> String) {
+    let out = assert_ok(&stack_set(&["1", "checksum,zstd,file"], "set"), "stack_set");
     assert_eq!(out, "worker 1 runs checksum,zstd,file\n");
-    let status = String::from_utf8(server.labios(&["status"])).unwrap();
+    let status = status();
     let row = status
         .lines()
         .find(|l| l.split_whitespace().next() == Some("1"))
         .unwrap_or_else(|| panic!("no worker 1: {status}"));
     assert!(row.ends_with("checksum,zstd,file"), "{row}");
-    assert!(server.labios(&["get", "/st/before", "-"]) == before);
-
-    // Without the service's secret, and with what the service refuses.
-    let elsewhere = tmp.0.join("not-the-data-dir");
-    std::fs::create_dir_all(&elsewhere).unwrap();
-    for (dir, args, wanted) in [
+    for (args, wanted) in [
         (
-            &elsewhere,
-            &["1", "file"][..],
-            "permission denied (-4): permission denied: only the service changes stacks",
-        ),
-        (
-            &data,
             &["1", "snappy,file"][..],
             "invalid argument (-3): invalid argument: stack: unknown layer \"snappy\"",
         ),
-        (&data, &["1", "kv"][..], "not its backend"),
-        (
-            &data,
-            &["9", "file"][..],
-            "not found (-1): not found: no worker 9",
-        ),
+        (&["1", "kv"][..], "not its backend"),
+        (&["9", "file"][..], "not found (-1): not found: no worker 9"),
     ] {
-        let r = stack_set(dir, args, "refused");
+        let r = stack_set(args, "refused");
         assert_eq!(r.status.code(), Some(1), "{args:?}: {}", r.stderr);
         assert!(r.stderr.contains(wanted), "{args:?}: {}", r.stderr);
     }
-    server.stop();
+}
+
+/// A distributed deployment on this machine: nats-server and redis-server
+/// on free loopback ports and `labios worker` processes of the default
+/// pool, all killed on drop.
+struct Cluster {
+    env: Vec<(&'static str, String)>,
+    children: Vec<Child>,
+}
+
+impl Cluster {
+    fn start(dir: &Path, workers: usize) -> Cluster {
+        let (nats, nats_port) =
+            labios_ports::start_service("nats-server", &dir.join("nats.log"), |port| {
+                let mut c = Command::new("nats-server");
+                c.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+                    .arg(dir.join("nats"));
+                c
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut cluster = Cluster {
+            env: Vec::new(),
+            children: vec![nats],
+        };
+        std::fs::create_dir_all(dir.join("redis")).unwrap();
+        let (redis, redis_port) =
+            labios_ports::start_service("redis-server", &dir.join("redis.log"), |port| {
+                let mut c = Command::new("redis-server");
+                c.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
+                    .arg(dir.join("redis"))
+                    .args(["--save", "", "--appendonly", "no"]);
+                c
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        cluster.children.push(redis);
+        labios_ports::await_redis(redis_port).unwrap_or_else(|e| panic!("{e}"));
+        cluster.env = vec![
+            ("LABIOS_DEPLOYMENT", "distributed".into()),
+            ("LABIOS_NATS__URL", format!("nats://127.0.0.1:{nats_port}")),
+            (
+                "LABIOS_REDIS__URLS",
+                format!("[\"redis://127.0.0.1:{redis_port}\"]"),
+            ),
+            ("LABIOS_DATA_DIR", dir.join("data").display().to_string()),
+        ];
+        for i in 0..workers {
+            let mut cmd = cluster.command(&labios_bin(), &["worker", &i.to_string()]);
+            let log = File::create(dir.join(format!("worker-{i}.log"))).unwrap();
+            cmd.stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log);
+            cluster.children.push(cmd.spawn().unwrap());
+        }
+        // Up once every worker has reported its status to Redis.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = run(
+                cluster.command(&labios_bin(), &["status"]),
+                dir,
+                "status-up",
+            );
+            let out = r.out();
+            let up = (0..workers).all(|i| {
+                out.lines()
+                    .any(|l| l.split_whitespace().next() == Some(&i.to_string()))
+            });
+            if r.status.success() && up {
+                return cluster;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the workers did not report within 60 s: {out}{}",
+                r.stderr
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `program args` with this deployment's settings and no others.
+    fn command(&self, program: &Path, args: &[&str]) -> Command {
+        let mut cmd = clean_command(program);
+        cmd.args(args).envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 #[test]
