@@ -10,6 +10,7 @@ pub mod config;
 pub mod content_manager;
 mod errno;
 pub mod label_manager;
+pub mod xattr;
 
 pub use client::{Client, FileRef, Handle, LockCall};
 pub use config::{ClientConfig, IoMode};

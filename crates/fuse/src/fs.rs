@@ -14,7 +14,7 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use labios_client::{errno_of, Client, FileRef, IoMode, LockCall};
+use labios_client::{errno_of, xattr, Client, FileRef, IoMode, LockCall};
 use labios_label::Error;
 use labios_label::FileId;
 use labios_store::access::{Cred, READ, WRITE};
@@ -312,35 +312,19 @@ impl LabiosFs {
     ) -> Result<(), Errno> {
         let path = self.nodes.path(node)?;
         let name = name.to_str().ok_or(Errno::EINVAL)?;
-        if kernel_namespace(name) {
+        if let Some(errno) = xattr::bad_name(name) {
+            return Err(Errno::from_i32(errno));
+        }
+        if xattr::kernel_namespace(name) {
             return Err(Errno::EOPNOTSUPP);
         }
         let exists = self.xattr(&path, name)?.is_some();
-        if (flags & libc::XATTR_CREATE != 0 && exists)
-            || (flags & libc::XATTR_REPLACE != 0 && !exists)
-        {
-            return Err(if exists {
-                Errno::EEXIST
-            } else {
-                Errno::NO_XATTR
-            });
-        }
-        if value.is_none() && !exists {
-            return Err(Errno::NO_XATTR);
+        if let Some(errno) = xattr::refusal(flags, exists, value.is_none()) {
+            return Err(Errno::from_i32(errno));
         }
         let value = value.map(Bytes::copy_from_slice);
         self.call("setxattr", &path, self.client.set_xattr(&path, name, value))
     }
-}
-
-/// The kernel's own attribute namespaces (capabilities, ACLs, SELinux
-/// labels), which LABIOS does not keep: the kernel asks for
-/// `security.capability` before every write, so the answer must not cost a
-/// round trip; setting one is EOPNOTSUPP, as on a file system without them.
-fn kernel_namespace(name: &str) -> bool {
-    ["security.", "system.", "trusted."]
-        .iter()
-        .any(|ns| name.starts_with(ns))
 }
 
 fn kind_of(m: &FileMeta) -> FileType {
@@ -929,7 +913,10 @@ impl Filesystem for LabiosFs {
         self.caller(req);
         let result = self.nodes.path(ino).and_then(|path| {
             let name = name.to_str().ok_or(Errno::NO_XATTR)?;
-            if kernel_namespace(name) {
+            if let Some(errno) = xattr::bad_name(name) {
+                return Err(Errno::from_i32(errno));
+            }
+            if xattr::kernel_namespace(name) {
                 return Err(Errno::NO_XATTR);
             }
             self.xattr(&path, name)?.ok_or(Errno::NO_XATTR)
@@ -943,14 +930,11 @@ impl Filesystem for LabiosFs {
             .nodes
             .path(ino)
             .and_then(|path| self.call("listxattr", &path, self.client.xattrs(&path)));
-        reply_with!(reply, result, |all| {
-            let mut names = Vec::new();
-            for (name, _) in all {
-                names.extend_from_slice(name.as_bytes());
-                names.push(0);
-            }
-            reply_xattr(&names, size, reply)
-        })
+        reply_with!(reply, result, |all| reply_xattr(
+            &xattr::name_list(&all),
+            size,
+            reply
+        ))
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {

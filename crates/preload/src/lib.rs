@@ -24,6 +24,7 @@ mod ownfds;
 mod posix;
 mod real;
 mod stdio;
+mod xattrs;
 
 /// Runs when the library is loaded, before the program's `main`.
 #[used]

@@ -9,9 +9,10 @@ use crate::locks;
 use crate::mount::{self, Target, Vpath};
 use crate::ownfds;
 use crate::real::real;
-use labios_store::{RenameHow, SetAttr, SetTime};
+use crate::xattrs;
+use labios_store::{FileMeta, RenameHow, SetAttr, SetTime};
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_uint, c_ulong, c_void};
 
 pub fn set_errno(e: Errno) {
@@ -1716,59 +1717,261 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
 }
 
 // ---- extended attributes ---------------------------------------------------
-// LABIOS keeps none: reads find none (as on a file system without xattrs)
-// and writes are refused with ENOTSUP, which cp -a and tar accept.
+// A LABIOS entry keeps its `user.` attributes (see `xattrs`); a path or
+// descriptor that is not LABIOS's goes to libc.
 
-macro_rules! xattr_path {
-    ($name:ident ( $($a:ident : $t:ty),* ) -> $ret:ty, $errno:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> $ret {
-            match labios_path(path) {
-                Ok(v) => {
-                    set_errno(io::exists(&v).err().unwrap_or($errno));
-                    -1
-                }
-                Err(p) => real!($name: fn(*const c_char $(, $t)*) -> $ret)(real_path(&p, path) $(, $a)*),
-            }
-        }
-    };
+/// An attribute call on `path`: on the LABIOS entry it names (or, when
+/// `follow`, leads to) with `on`, else libc's `real` with the host path.
+unsafe fn xattr_at(
+    path: *const c_char,
+    follow: bool,
+    on: impl FnOnce(&Vpath, &FileMeta) -> Result<usize, Errno>,
+    real: impl FnOnce(*const c_char) -> ssize_t,
+) -> ssize_t {
+    match labios_path(path) {
+        Err(p) => real(real_path(&p, path)),
+        Ok(v) => match xattrs::entry(v, follow) {
+            Ok(Ok((v, meta))) => rets(on(&v, &meta)),
+            Ok(Err(host)) => real(real_path(&host, path)),
+            Err(e) => rets(Err(e)),
+        },
+    }
 }
 
-macro_rules! xattr_fd {
-    ($name:ident ( $($a:ident : $t:ty),* ) -> $ret:ty, $errno:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> $ret {
-            if fdtable::is_labios(fd) {
-                set_errno($errno);
-                return -1;
-            }
-            real!($name: fn(c_int $(, $t)*) -> $ret)(fd $(, $a)*)
-        }
+/// An attribute call on descriptor `fd`: on the LABIOS entry it opened
+/// with `on`, else libc's `real`.
+unsafe fn xattr_fd(
+    fd: c_int,
+    on: impl FnOnce(&Vpath, &FileMeta) -> Result<usize, Errno>,
+    real: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    let Some(f) = fdtable::get(fd) else {
+        return real();
     };
+    rets(io::lookup(&f.path).and_then(|m| {
+        let m = m.ok_or_else(|| io::missing(&f.path.ns))?;
+        on(&f.path, &m)
+    }))
 }
 
-xattr_path!(getxattr(name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t, libc::ENODATA);
-xattr_path!(lgetxattr(name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t, libc::ENODATA);
-xattr_fd!(fgetxattr(name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t, libc::ENODATA);
-xattr_path!(setxattr(name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int, libc::ENOTSUP);
-xattr_path!(lsetxattr(name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int, libc::ENOTSUP);
-xattr_fd!(fsetxattr(name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int, libc::ENOTSUP);
+/// The attribute name a caller passed.
+unsafe fn xattr_name(name: *const c_char) -> Result<String, Errno> {
+    if name.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // LABIOS keeps names as text: a name that is not UTF-8 is refused.
+    CStr::from_ptr(name)
+        .to_str()
+        .map(str::to_string)
+        .map_err(|_| libc::ENOTSUP)
+}
 
-/// No attributes: an empty list.
+/// getxattr's and listxattr's answer: the size when asked for it (`size`
+/// 0), ERANGE when `buf` is too small, the bytes otherwise.
+unsafe fn give_xattr(bytes: &[u8], buf: *mut c_void, size: size_t) -> Result<usize, Errno> {
+    if size == 0 {
+        return Ok(bytes.len());
+    }
+    if size < bytes.len() {
+        return Err(libc::ERANGE);
+    }
+    std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
+    Ok(bytes.len())
+}
+
+unsafe fn get_xattr(
+    path: &Vpath,
+    meta: &FileMeta,
+    name: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+) -> Result<usize, Errno> {
+    let found = xattrs::get(path, meta, &xattr_name(name)?)?;
+    give_xattr(&found, value, size)
+}
+
+unsafe fn set_xattr(
+    path: &Vpath,
+    meta: &FileMeta,
+    name: *const c_char,
+    value: Option<(*const c_void, size_t)>,
+    flags: c_int,
+) -> Result<usize, Errno> {
+    let value = value.map(|(v, size)| {
+        if size == 0 || v.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(v.cast::<u8>(), size)
+        }
+    });
+    xattrs::set(path, meta, &xattr_name(name)?, value, flags).map(|()| 0)
+}
+
+unsafe fn list_xattr(
+    path: &Vpath,
+    meta: &FileMeta,
+    list: *mut c_char,
+    size: size_t,
+) -> Result<usize, Errno> {
+    give_xattr(&xattrs::list(path, meta)?, list.cast(), size)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+) -> ssize_t {
+    xattr_at(
+        path,
+        true,
+        |v, m| get_xattr(v, m, name, value, size),
+        |p| {
+            real!(getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t)(
+                p, name, value, size,
+            )
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lgetxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+) -> ssize_t {
+    xattr_at(
+        path,
+        false,
+        |v, m| get_xattr(v, m, name, value, size),
+        |p| {
+            real!(lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t)(
+                p, name, value, size,
+            )
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fgetxattr(
+    fd: c_int,
+    name: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+) -> ssize_t {
+    xattr_fd(
+        fd,
+        |v, m| get_xattr(v, m, name, value, size),
+        || {
+            real!(fgetxattr: fn(c_int, *const c_char, *mut c_void, size_t) -> ssize_t)(
+                fd, name, value, size,
+            )
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn setxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+) -> c_int {
+    xattr_at(
+        path,
+        true,
+        |v, m| set_xattr(v, m, name, Some((value, size)), flags),
+        |p| {
+            real!(setxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int)(
+                p, name, value, size, flags,
+            ) as ssize_t
+        },
+    ) as c_int
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lsetxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+) -> c_int {
+    xattr_at(
+        path,
+        false,
+        |v, m| set_xattr(v, m, name, Some((value, size)), flags),
+        |p| {
+            real!(lsetxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int)(
+                p, name, value, size, flags,
+            ) as ssize_t
+        },
+    ) as c_int
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsetxattr(
+    fd: c_int,
+    name: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+) -> c_int {
+    xattr_fd(
+        fd,
+        |v, m| set_xattr(v, m, name, Some((value, size)), flags),
+        || {
+            real!(fsetxattr: fn(c_int, *const c_char, *const c_void, size_t, c_int) -> c_int)(
+                fd, name, value, size, flags,
+            ) as ssize_t
+        },
+    ) as c_int
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn removexattr(path: *const c_char, name: *const c_char) -> c_int {
+    xattr_at(
+        path,
+        true,
+        |v, m| set_xattr(v, m, name, None, 0),
+        |p| real!(removexattr: fn(*const c_char, *const c_char) -> c_int)(p, name) as ssize_t,
+    ) as c_int
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lremovexattr(path: *const c_char, name: *const c_char) -> c_int {
+    xattr_at(
+        path,
+        false,
+        |v, m| set_xattr(v, m, name, None, 0),
+        |p| real!(lremovexattr: fn(*const c_char, *const c_char) -> c_int)(p, name) as ssize_t,
+    ) as c_int
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
+    xattr_fd(
+        fd,
+        |v, m| set_xattr(v, m, name, None, 0),
+        || real!(fremovexattr: fn(c_int, *const c_char) -> c_int)(fd, name) as ssize_t,
+    ) as c_int
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn listxattr(
     path: *const c_char,
     list: *mut c_char,
     size: size_t,
 ) -> ssize_t {
-    match labios_path(path) {
-        Ok(v) => rets(io::exists(&v).map(|()| 0)),
-        Err(p) => real!(listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(
-            real_path(&p, path),
-            list,
-            size,
-        ),
-    }
+    xattr_at(
+        path,
+        true,
+        |v, m| list_xattr(v, m, list, size),
+        |p| real!(listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(p, list, size),
+    )
 }
 
 #[no_mangle]
@@ -1777,20 +1980,19 @@ pub unsafe extern "C" fn llistxattr(
     list: *mut c_char,
     size: size_t,
 ) -> ssize_t {
-    match labios_path(path) {
-        Ok(v) => rets(io::exists(&v).map(|()| 0)),
-        Err(p) => real!(llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(
-            real_path(&p, path),
-            list,
-            size,
-        ),
-    }
+    xattr_at(
+        path,
+        false,
+        |v, m| list_xattr(v, m, list, size),
+        |p| real!(llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(p, list, size),
+    )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: size_t) -> ssize_t {
-    if fdtable::is_labios(fd) {
-        return 0;
-    }
-    real!(flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t)(fd, list, size)
+    xattr_fd(
+        fd,
+        |v, m| list_xattr(v, m, list, size),
+        || real!(flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t)(fd, list, size),
+    )
 }

@@ -1,0 +1,46 @@
+"""Extended attributes as a program meets them: user. names set, read,
+listed and removed by path, descriptor and link, with the errors the
+kernel gives (run natively and on LABIOS, the outputs compared)."""
+import errno, os, sys
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+p = os.path.join(d, "x")
+open(p, "w").write("data")
+def tryit(what, call):
+    try:
+        r = call()
+        print(what, "ok" if r is None else r)
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+tryit("set", lambda: os.setxattr(p, "user.owner", b"lab"))
+tryit("get", lambda: os.getxattr(p, "user.owner"))
+tryit("list", lambda: sorted(os.listxattr(p)))
+tryit("create existing", lambda: os.setxattr(p, "user.owner", b"y", os.XATTR_CREATE))
+tryit("replace missing", lambda: os.setxattr(p, "user.none", b"y", os.XATTR_REPLACE))
+tryit("replace", lambda: os.setxattr(p, "user.owner", b"team", os.XATTR_REPLACE))
+tryit("get missing", lambda: os.getxattr(p, "user.none"))
+tryit("no namespace", lambda: os.setxattr(p, "owner", b"y"))
+tryit("too large", lambda: os.setxattr(p, "user.big", b"b" * 65537))
+tryit("empty value", lambda: os.setxattr(p, "user.empty", b""))
+tryit("get empty", lambda: os.getxattr(p, "user.empty"))
+fd = os.open(p, os.O_RDONLY)
+tryit("fd get", lambda: os.getxattr(fd, "user.owner"))
+tryit("fd set", lambda: os.setxattr(fd, "user.fd", b"1"))
+tryit("fd list", lambda: sorted(os.listxattr(fd)))
+tryit("fd remove", lambda: os.removexattr(fd, "user.fd"))
+os.close(fd)
+l = os.path.join(d, "link")
+os.symlink("x", l)
+tryit("through link", lambda: os.getxattr(l, "user.owner"))
+tryit("on link", lambda: os.getxattr(l, "user.owner", follow_symlinks=False))
+tryit("set on link", lambda: os.setxattr(l, "user.owner", b"z", follow_symlinks=False))
+tryit("list on link", lambda: os.listxattr(l, follow_symlinks=False))
+tryit("remove", lambda: os.removexattr(p, "user.owner"))
+tryit("remove missing", lambda: os.removexattr(p, "user.owner"))
+tryit("list after", lambda: sorted(os.listxattr(p)))
+tryit("missing file", lambda: os.getxattr(os.path.join(d, "nothing"), "user.owner"))
+dd = os.path.join(d, "dir")
+os.mkdir(dd)
+tryit("dir set", lambda: os.setxattr(dd, "user.kind", b"d"))
+tryit("dir get", lambda: os.getxattr(dd, "user.kind"))
+tryit("kernel namespace", lambda: os.getxattr(p, "security.capability"))
