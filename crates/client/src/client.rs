@@ -11,6 +11,7 @@ use crate::label_manager::{first_failure, LabelManager};
 use bytes::{Bytes, BytesMut};
 use futures::future::{join_all, FutureExt};
 use labios_label::anatomy::{self, Phase};
+use labios_label::hints::{self, Hint};
 use labios_label::{
     normalize_path, AppId, Error, FileId, LabelId, LabelKind, LabelState, LabelStatus, Result,
     Segment, WorkerId,
@@ -1130,34 +1131,86 @@ impl Client {
         self.with_own_writes(meta, landed).await
     }
 
-    /// Extended attributes of the file at `path`, sorted by name (LABIOS's
-    /// own, such as a link's target, are not among them).
-    pub async fn xattrs(&self, path: &str) -> Result<Vec<(String, Bytes)>> {
-        inventory_path(path)?;
-        let meta = self.inner.catalog.stat(path).await?;
+    /// Extended attributes of the entry `file` names (a path, or the id a
+    /// descriptor holds), sorted by name (LABIOS's own, such as a link's
+    /// target, are not among them).
+    pub async fn xattrs<'a>(&self, file: impl Into<FileRef<'a>>) -> Result<Vec<(String, Bytes)>> {
+        let meta = self.xattr_entry(file.into()).await?;
         let mut all = self.inner.catalog.inventory().xattrs(meta.id).await?;
         all.retain(|(name, _)| !reserved_xattr(name));
         Ok(all)
     }
 
-    /// Sets (`Some`) or removes (`None`) one extended attribute of `path`,
-    /// a file this application owns (directories: any).
-    pub async fn set_xattr(&self, path: &str, name: &str, value: Option<Bytes>) -> Result<()> {
-        inventory_path(path)?;
+    /// Sets (`Some`) or removes (`None`) one extended attribute of the
+    /// entry `file` names, a file this application owns (directories:
+    /// any).
+    pub async fn set_xattr<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        name: &str,
+        value: Option<Bytes>,
+    ) -> Result<()> {
+        let file = file.into();
         if reserved_xattr(name) {
             return Err(Error::PermissionDenied(format!(
                 "extended attribute {name}: names starting labios. are LABIOS's own"
             )));
         }
-        let meta = self
-            .inner
-            .catalog
-            .owned(self.inner.catalog.stat(path).await?)?;
+        let meta = self.inner.catalog.owned(self.xattr_entry(file).await?)?;
+        if hints::is_hint(name) {
+            self.check_hint(file, name, value.as_deref()).await?;
+        }
         self.inner
             .catalog
             .inventory()
             .set_xattr(meta.id, name, value)
             .await
+    }
+
+    /// Whether hint attribute `name` may be set to `value` (`None`:
+    /// removed) on `path`: a hint and value LABIOS knows (a tier some
+    /// worker has), and, on a file that holds data (this client's own
+    /// writes in flight included), only the hints of its copies.
+    async fn check_hint(&self, file: FileRef<'_>, name: &str, value: Option<&[u8]>) -> Result<()> {
+        let hint = match value {
+            Some(v) => Some(Hint::parse(name, v)?),
+            None => None,
+        };
+        let short = name.strip_prefix(hints::PREFIX).unwrap_or(name);
+        let copies = hint.as_ref().map_or(
+            matches!(short, "replicas" | "replication"),
+            Hint::changes_with_data,
+        );
+        let meta = self.stat(file).await?;
+        if meta.kind == FileKind::File && meta.size > 0 && !copies {
+            return Err(Error::InvalidArgument(format!(
+                "hint {short} of {}: the file holds {} bytes, and only replicas and \
+                 replication change once a file holds data",
+                meta.path, meta.size
+            )));
+        }
+        if let Some(hint @ Hint::Tier(tier)) = &hint {
+            let workers = self.inner.catalog.inventory().workers().await?;
+            if !hint.tier_known(workers.iter().map(|w| w.spec.tier.as_str())) {
+                let mut tiers: Vec<&str> = workers.iter().map(|w| w.spec.tier.as_str()).collect();
+                tiers.sort_unstable();
+                tiers.dedup();
+                return Err(Error::InvalidArgument(format!(
+                    "hint tier: no worker has tier {tier:?} (tiers: {}; policies: {})",
+                    tiers.join(", "),
+                    hints::POLICIES.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The inventory entry whose attributes `file` names.
+    async fn xattr_entry(&self, file: FileRef<'_>) -> Result<FileMeta> {
+        if let FileRef::Path(path) = file {
+            inventory_path(path)?;
+        }
+        self.entry(file).await
     }
 
     async fn has_pending(&self, file: FileId) -> bool {

@@ -8,6 +8,7 @@ pub mod anatomy;
 pub mod auth;
 pub mod codec;
 pub mod error;
+pub mod hints;
 pub mod id;
 pub mod label;
 pub mod path;

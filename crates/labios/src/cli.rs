@@ -106,6 +106,10 @@ pub enum Command {
     /// Workers (state, tier, score, stack), queue depths and labels per
     /// second.
     Status,
+    /// Application hints of a file or directory (README "Hints"): how it
+    /// will be used, as `user.labios.*` extended attributes.
+    #[command(subcommand)]
+    Hint(HintCommand),
     /// Workers' I/O stacks (README "Worker I/O stacks").
     #[command(subcommand)]
     Stack(StackCommand),
@@ -195,6 +199,23 @@ pub enum StackCommand {
     /// at its storage finish on the old stack, the next run on the new.
     /// Lasts until the worker restarts (its configuration's stack then).
     Set { worker: u32, spec: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HintCommand {
+    /// Set hint NAME (placement, replicas, replication, block_size,
+    /// cache_size, tier, route) of PATH to VALUE.
+    Set {
+        path: String,
+        name: String,
+        value: String,
+    },
+    /// The value of hint NAME of PATH.
+    Get { path: String, name: String },
+    /// Every hint of PATH, one `NAME VALUE` per line.
+    Ls { path: String },
+    /// Remove hint NAME of PATH.
+    Rm { path: String, name: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -364,7 +385,55 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status => {
             status(&connect_client(&config.connection(), cli.key, cli.secret).await?).await
         }
+        Command::Hint(cmd) => {
+            hint(
+                &connect_client(&config.connection(), cli.key, cli.secret).await?,
+                cmd,
+            )
+            .await
+        }
     }
+}
+
+/// `labios hint`: hints are the attributes `user.labios.NAME`, checked
+/// where every interface's are (`Client::set_xattr`).
+async fn hint(client: &Client, cmd: HintCommand) -> anyhow::Result<()> {
+    use labios_label::hints::PREFIX;
+    match cmd {
+        HintCommand::Set { path, name, value } => {
+            client
+                .set_xattr(
+                    &path,
+                    &format!("{PREFIX}{name}"),
+                    Some(value.into_bytes().into()),
+                )
+                .await?
+        }
+        HintCommand::Get { path, name } => {
+            let full = format!("{PREFIX}{name}");
+            let all = client.xattrs(&path).await?;
+            let (_, value) = all
+                .iter()
+                .find(|(n, _)| *n == full)
+                .ok_or_else(|| anyhow::anyhow!("{path} has no hint {name}"))?;
+            println!("{}", String::from_utf8_lossy(value));
+        }
+        HintCommand::Ls { path } => {
+            for (name, value) in client.xattrs(&path).await? {
+                if let Some(short) = name.strip_prefix(PREFIX) {
+                    println!("{short} {}", String::from_utf8_lossy(&value));
+                }
+            }
+        }
+        HintCommand::Rm { path, name } => {
+            let full = format!("{PREFIX}{name}");
+            if !client.xattrs(&path).await?.iter().any(|(n, _)| *n == full) {
+                anyhow::bail!("{path} has no hint {name}");
+            }
+            client.set_xattr(&path, &full, None).await?
+        }
+    }
+    Ok(())
 }
 
 /// `labios stack set`.

@@ -505,3 +505,75 @@ fn stack_set_changes_a_running_workers_stack() {
     }
     server.stop();
 }
+
+/// `labios hint`: hints are set, read, listed and removed as
+/// `user.labios.*` attributes; an unknown hint, a bad value or a tier no
+/// worker has is refused naming it, and on a file that holds data only
+/// the hints of its copies change (issue 16).
+#[test]
+fn hints_are_set_read_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let put = |name: &str, bytes: &[u8]| {
+        let local = dir.path().join(name);
+        std::fs::write(&local, bytes).unwrap();
+        server.ok(
+            None,
+            &["put", local.to_str().unwrap(), &format!("/h/{name}")],
+        );
+    };
+    let refused = |args: &[&str], says: &str| {
+        let out = server.run(None, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(err.contains(says), "{args:?}: {err}");
+    };
+    put("empty", b"");
+    put("full", b"some bytes");
+    server.ok(
+        None,
+        &["hint", "set", "/h/empty", "placement", "collocate:g1"],
+    );
+    server.ok(None, &["hint", "set", "/h/empty", "replicas", "2"]);
+    server.ok(None, &["hint", "set", "/h/empty", "tier", "hdd"]);
+    assert_eq!(
+        server.ok(None, &["hint", "get", "/h/empty", "placement"]),
+        "collocate:g1\n"
+    );
+    assert_eq!(
+        server.ok(None, &["hint", "ls", "/h/empty"]),
+        "placement collocate:g1\nreplicas 2\ntier hdd\n"
+    );
+    refused(
+        &["hint", "set", "/h/empty", "replicas", "9"],
+        "hint replicas: \"9\" is not a value it takes (a number of copies, 1 to 8)",
+    );
+    refused(
+        &["hint", "set", "/h/empty", "colour", "blue"],
+        "user.labios.colour: no such hint",
+    );
+    refused(
+        &["hint", "set", "/h/empty", "tier", "tape"],
+        "no worker has tier \"tape\"",
+    );
+    refused(
+        &["hint", "set", "/h/full", "placement", "local"],
+        "hint placement of /h/full: the file holds 10 bytes",
+    );
+    server.ok(None, &["hint", "set", "/h/full", "replicas", "3"]);
+    server.ok(None, &["hint", "set", "/h/full", "replication", "lazy"]);
+    assert_eq!(
+        server.ok(None, &["hint", "ls", "/h/full"]),
+        "replicas 3\nreplication lazy\n"
+    );
+    server.ok(None, &["hint", "rm", "/h/empty", "placement"]);
+    refused(
+        &["hint", "get", "/h/empty", "placement"],
+        "/h/empty has no hint placement",
+    );
+    // Nothing refused was stored.
+    assert_eq!(
+        server.ok(None, &["hint", "ls", "/h/empty"]),
+        "replicas 2\ntier hdd\n"
+    );
+}

@@ -1626,6 +1626,24 @@ async fn extended_attributes(kind: Kind, via: Via) {
     ] {
         assert!(out.contains(line), "{line:?} missing:\n{out}");
     }
+    // Hints are attributes LABIOS checks: a bad value is EINVAL.
+    let script = r#"
+import errno, os, sys
+p = os.path.join(sys.argv[1], "hinted")
+open(p, "w").close()
+os.setxattr(p, "user.labios.replicas", b"2")
+for value in (b"9", b"two"):
+    try:
+        os.setxattr(p, "user.labios.replicas", value)
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+print(os.getxattr(p, "user.labios.replicas"))
+"#;
+    let out = b
+        .on_labios(&["python3", "-c", script, &b.ns_dir])
+        .output()
+        .unwrap();
+    assert_eq!(check(&out, "hints"), "EINVAL\nEINVAL\nb'2'\n");
     b.stop().await;
 }
 

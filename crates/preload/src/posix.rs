@@ -4,15 +4,17 @@
 
 use crate::conn;
 use crate::fdtable::{self, done};
+use crate::guard;
 use crate::io::{self, Errno};
 use crate::locks;
 use crate::mount::{self, Target, Vpath};
 use crate::ownfds;
 use crate::real::real;
 use crate::xattrs;
+use labios_client::xattr;
 use labios_store::{FileMeta, RenameHow, SetAttr, SetTime};
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t};
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_uint, c_ulong, c_void};
 
 pub fn set_errno(e: Errno) {
@@ -1725,45 +1727,42 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
 unsafe fn xattr_at(
     path: *const c_char,
     follow: bool,
-    on: impl FnOnce(&Vpath, &FileMeta) -> Result<usize, Errno>,
+    on: impl FnOnce(&FileMeta) -> Result<usize, Errno>,
     real: impl FnOnce(*const c_char) -> ssize_t,
 ) -> ssize_t {
     match labios_path(path) {
         Err(p) => real(real_path(&p, path)),
         Ok(v) => match xattrs::entry(v, follow) {
-            Ok(Ok((v, meta))) => rets(on(&v, &meta)),
-            Ok(Err(host)) => real(real_path(&host, path)),
+            Ok(Ok(meta)) => rets(on(&meta)),
+            Ok(Err(host)) => real(host.as_ptr()),
             Err(e) => rets(Err(e)),
         },
     }
 }
 
 /// An attribute call on descriptor `fd`: on the LABIOS entry it opened
-/// with `on`, else libc's `real`.
+/// (by id, whatever its path names now) with `on`, else libc's `real`.
 unsafe fn xattr_fd(
     fd: c_int,
-    on: impl FnOnce(&Vpath, &FileMeta) -> Result<usize, Errno>,
+    on: impl FnOnce(&FileMeta) -> Result<usize, Errno>,
     real: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
     let Some(f) = fdtable::get(fd) else {
         return real();
     };
-    rets(io::lookup(&f.path).and_then(|m| {
-        let m = m.ok_or_else(|| io::missing(&f.path.ns))?;
-        on(&f.path, &m)
-    }))
+    rets(io::fstat(&f).and_then(|m| on(&m.ok_or(libc::ENOENT)?)))
 }
 
-/// The attribute name a caller passed.
+/// The attribute name a caller passed, checked as the kernel checks it
+/// before any file system sees it.
 unsafe fn xattr_name(name: *const c_char) -> Result<String, Errno> {
-    if name.is_null() {
-        return Err(libc::EFAULT);
-    }
+    let bytes = guard::c_str(name)?;
     // LABIOS keeps names as text: a name that is not UTF-8 is refused.
-    CStr::from_ptr(name)
-        .to_str()
-        .map(str::to_string)
-        .map_err(|_| libc::ENOTSUP)
+    let name = std::str::from_utf8(bytes).map_err(|_| libc::ENOTSUP)?;
+    match xattr::bad_name(name) {
+        Some(e) => Err(e),
+        None => Ok(name.to_string()),
+    }
 }
 
 /// getxattr's and listxattr's answer: the size when asked for it (`size`
@@ -1775,45 +1774,44 @@ unsafe fn give_xattr(bytes: &[u8], buf: *mut c_void, size: size_t) -> Result<usi
     if size < bytes.len() {
         return Err(libc::ERANGE);
     }
-    std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
+    guard::copy_out(buf.cast::<u8>(), bytes)?;
     Ok(bytes.len())
 }
 
 unsafe fn get_xattr(
-    path: &Vpath,
     meta: &FileMeta,
     name: *const c_char,
     value: *mut c_void,
     size: size_t,
 ) -> Result<usize, Errno> {
-    let found = xattrs::get(path, meta, &xattr_name(name)?)?;
+    let found = xattrs::get(meta, &xattr_name(name)?)?;
     give_xattr(&found, value, size)
 }
 
+/// setxattr (`value` with its size) or removexattr (`None`): the flags,
+/// the name and the size are checked, in the kernel's order, before the
+/// value is read from the program's memory.
 unsafe fn set_xattr(
-    path: &Vpath,
     meta: &FileMeta,
     name: *const c_char,
     value: Option<(*const c_void, size_t)>,
     flags: c_int,
 ) -> Result<usize, Errno> {
-    let value = value.map(|(v, size)| {
-        if size == 0 || v.is_null() {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(v.cast::<u8>(), size)
-        }
-    });
-    xattrs::set(path, meta, &xattr_name(name)?, value, flags).map(|()| 0)
+    if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+        return Err(libc::EINVAL);
+    }
+    let name = xattr_name(name)?;
+    let value = match value {
+        Some((_, size)) if size > xattr::SIZE_MAX => return Err(libc::E2BIG),
+        Some((_, 0)) => Some(Vec::new()),
+        Some((v, size)) => Some(guard::copy_in(v.cast::<u8>(), size)?),
+        None => None,
+    };
+    xattrs::set(meta, &name, value, flags).map(|()| 0)
 }
 
-unsafe fn list_xattr(
-    path: &Vpath,
-    meta: &FileMeta,
-    list: *mut c_char,
-    size: size_t,
-) -> Result<usize, Errno> {
-    give_xattr(&xattrs::list(path, meta)?, list.cast(), size)
+unsafe fn list_xattr(meta: &FileMeta, list: *mut c_char, size: size_t) -> Result<usize, Errno> {
+    give_xattr(&xattrs::list(meta)?, list.cast(), size)
 }
 
 #[no_mangle]
@@ -1826,7 +1824,7 @@ pub unsafe extern "C" fn getxattr(
     xattr_at(
         path,
         true,
-        |v, m| get_xattr(v, m, name, value, size),
+        |m| get_xattr(m, name, value, size),
         |p| {
             real!(getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t)(
                 p, name, value, size,
@@ -1845,7 +1843,7 @@ pub unsafe extern "C" fn lgetxattr(
     xattr_at(
         path,
         false,
-        |v, m| get_xattr(v, m, name, value, size),
+        |m| get_xattr(m, name, value, size),
         |p| {
             real!(lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t)(
                 p, name, value, size,
@@ -1863,7 +1861,7 @@ pub unsafe extern "C" fn fgetxattr(
 ) -> ssize_t {
     xattr_fd(
         fd,
-        |v, m| get_xattr(v, m, name, value, size),
+        |m| get_xattr(m, name, value, size),
         || {
             real!(fgetxattr: fn(c_int, *const c_char, *mut c_void, size_t) -> ssize_t)(
                 fd, name, value, size,
@@ -1883,7 +1881,7 @@ pub unsafe extern "C" fn setxattr(
     xattr_at(
         path,
         true,
-        |v, m| set_xattr(v, m, name, Some((value, size)), flags),
+        |m| set_xattr(m, name, Some((value, size)), flags),
         |p| {
             real!(setxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int)(
                 p, name, value, size, flags,
@@ -1903,7 +1901,7 @@ pub unsafe extern "C" fn lsetxattr(
     xattr_at(
         path,
         false,
-        |v, m| set_xattr(v, m, name, Some((value, size)), flags),
+        |m| set_xattr(m, name, Some((value, size)), flags),
         |p| {
             real!(lsetxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int)(
                 p, name, value, size, flags,
@@ -1922,7 +1920,7 @@ pub unsafe extern "C" fn fsetxattr(
 ) -> c_int {
     xattr_fd(
         fd,
-        |v, m| set_xattr(v, m, name, Some((value, size)), flags),
+        |m| set_xattr(m, name, Some((value, size)), flags),
         || {
             real!(fsetxattr: fn(c_int, *const c_char, *const c_void, size_t, c_int) -> c_int)(
                 fd, name, value, size, flags,
@@ -1936,7 +1934,7 @@ pub unsafe extern "C" fn removexattr(path: *const c_char, name: *const c_char) -
     xattr_at(
         path,
         true,
-        |v, m| set_xattr(v, m, name, None, 0),
+        |m| set_xattr(m, name, None, 0),
         |p| real!(removexattr: fn(*const c_char, *const c_char) -> c_int)(p, name) as ssize_t,
     ) as c_int
 }
@@ -1946,7 +1944,7 @@ pub unsafe extern "C" fn lremovexattr(path: *const c_char, name: *const c_char) 
     xattr_at(
         path,
         false,
-        |v, m| set_xattr(v, m, name, None, 0),
+        |m| set_xattr(m, name, None, 0),
         |p| real!(lremovexattr: fn(*const c_char, *const c_char) -> c_int)(p, name) as ssize_t,
     ) as c_int
 }
@@ -1955,7 +1953,7 @@ pub unsafe extern "C" fn lremovexattr(path: *const c_char, name: *const c_char) 
 pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
     xattr_fd(
         fd,
-        |v, m| set_xattr(v, m, name, None, 0),
+        |m| set_xattr(m, name, None, 0),
         || real!(fremovexattr: fn(c_int, *const c_char) -> c_int)(fd, name) as ssize_t,
     ) as c_int
 }
@@ -1969,7 +1967,7 @@ pub unsafe extern "C" fn listxattr(
     xattr_at(
         path,
         true,
-        |v, m| list_xattr(v, m, list, size),
+        |m| list_xattr(m, list, size),
         |p| real!(listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(p, list, size),
     )
 }
@@ -1983,7 +1981,7 @@ pub unsafe extern "C" fn llistxattr(
     xattr_at(
         path,
         false,
-        |v, m| list_xattr(v, m, list, size),
+        |m| list_xattr(m, list, size),
         |p| real!(llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(p, list, size),
     )
 }
@@ -1992,7 +1990,7 @@ pub unsafe extern "C" fn llistxattr(
 pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: size_t) -> ssize_t {
     xattr_fd(
         fd,
-        |v, m| list_xattr(v, m, list, size),
+        |m| list_xattr(m, list, size),
         || real!(flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t)(fd, list, size),
     )
 }

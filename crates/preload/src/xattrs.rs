@@ -9,49 +9,48 @@ use crate::conn;
 use crate::io::{self, Errno};
 use crate::mount::{Target, Vpath};
 use bytes::Bytes;
-use labios_client::xattr;
+use labios_client::{xattr, FileRef};
 use labios_store::{FileKind, FileMeta};
 use std::ffi::CString;
 
-/// The entry a call acts on: the one at `path` (`follow` false: the
-/// `l` variants), or where the links at its end lead, which may be a
-/// host path (`Err`) whose attributes are the host's.
-pub fn entry(
-    path: Vpath,
-    follow: bool,
-) -> Result<Result<(Vpath, FileMeta), Option<CString>>, Errno> {
+/// The entry a call acts on: the one `path` names (`follow` false: the
+/// `l` variants; links among its directories are followed, as the kernel
+/// does), or where the links at its end lead, which may be a host path
+/// (`Err`) whose attributes are the host's. Calls then act on the entry
+/// by its id, so a descriptor's reach the file it opened.
+pub fn entry(path: Vpath, follow: bool) -> Result<Result<FileMeta, CString>, Errno> {
     if !follow {
-        return match io::lookup(&path)? {
-            Some(m) => Ok(Ok((path, m))),
-            None => Err(io::missing(&path.ns)),
-        };
+        return io::stat(&path).map(Ok);
     }
     match io::follow(path)? {
-        (Target::Labios(v), Some(m)) => Ok(Ok((v, m))),
+        (Target::Labios(_), Some(m)) => Ok(Ok(m)),
         (Target::Labios(v), None) => Err(io::missing(&v.ns)),
-        (Target::Real(host), _) => Ok(Err(host)),
+        (Target::Real(Some(host)), _) => Ok(Err(host)),
+        (Target::Real(None), _) => Err(libc::ENOENT),
     }
 }
 
-/// The attributes of the entry (none for a symbolic link).
-fn all(path: &Vpath, meta: &FileMeta) -> Result<Vec<(String, Bytes)>, Errno> {
-    if meta.kind == FileKind::Symlink {
+/// Linux keeps `user.` attributes on regular files and directories only.
+fn holds_user_attrs(meta: &FileMeta) -> bool {
+    matches!(meta.kind, FileKind::File | FileKind::Dir)
+}
+
+/// The attributes of the entry (none where it holds none).
+fn all(meta: &FileMeta) -> Result<Vec<(String, Bytes)>, Errno> {
+    if !holds_user_attrs(meta) {
         return Ok(Vec::new());
     }
-    conn::with(&format!("list attributes of {}", path.full), |s| {
-        s.run(s.client().xattrs(&path.ns))
+    conn::with(&format!("list attributes of {}", meta.path), |s| {
+        s.run(s.client().xattrs(FileRef::Id(meta.id)))
     })
 }
 
 /// getxattr: the value of `name`, ENODATA when it has none.
-pub fn get(path: &Vpath, meta: &FileMeta, name: &str) -> Result<Bytes, Errno> {
-    if let Some(e) = xattr::bad_name(name) {
-        return Err(e);
-    }
+pub fn get(meta: &FileMeta, name: &str) -> Result<Bytes, Errno> {
     if xattr::kernel_namespace(name) {
         return Err(libc::ENODATA);
     }
-    all(path, meta)?
+    all(meta)?
         .into_iter()
         .find(|(n, _)| n == name)
         .map(|(_, v)| v)
@@ -59,34 +58,21 @@ pub fn get(path: &Vpath, meta: &FileMeta, name: &str) -> Result<Bytes, Errno> {
 }
 
 /// listxattr: the names, each followed by a NUL.
-pub fn list(path: &Vpath, meta: &FileMeta) -> Result<Vec<u8>, Errno> {
-    Ok(xattr::name_list(&all(path, meta)?))
+pub fn list(meta: &FileMeta) -> Result<Vec<u8>, Errno> {
+    Ok(xattr::name_list(&all(meta)?))
 }
 
-/// setxattr (`Some` value, with its flags) or removexattr (`None`).
-pub fn set(
-    path: &Vpath,
-    meta: &FileMeta,
-    name: &str,
-    value: Option<&[u8]>,
-    flags: i32,
-) -> Result<(), Errno> {
-    if let Some(e) = xattr::bad_name(name) {
-        return Err(e);
-    }
+/// setxattr (`Some` value, with its flags) or removexattr (`None`); the
+/// name, flags and size were checked by the caller, before it read the
+/// value from the program's memory.
+pub fn set(meta: &FileMeta, name: &str, value: Option<Vec<u8>>, flags: i32) -> Result<(), Errno> {
     if xattr::kernel_namespace(name) {
         return Err(libc::ENOTSUP);
     }
-    if value.is_some_and(|v| v.len() > xattr::SIZE_MAX) {
-        return Err(libc::E2BIG);
-    }
-    if flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
-        return Err(libc::EINVAL);
-    }
-    if meta.kind == FileKind::Symlink {
+    if !holds_user_attrs(meta) {
         return Err(libc::EPERM);
     }
-    let exists = match get(path, meta, name) {
+    let exists = match get(meta, name) {
         Ok(_) => true,
         Err(libc::ENODATA) => false,
         Err(e) => return Err(e),
@@ -94,8 +80,8 @@ pub fn set(
     if let Some(e) = xattr::refusal(flags, exists, value.is_none()) {
         return Err(e);
     }
-    let value = value.map(Bytes::copy_from_slice);
-    conn::with(&format!("set attribute {name} of {}", path.full), |s| {
-        s.run(s.client().set_xattr(&path.ns, name, value))
+    let value = value.map(Bytes::from);
+    conn::with(&format!("set attribute {name} of {}", meta.path), |s| {
+        s.run(s.client().set_xattr(FileRef::Id(meta.id), name, value))
     })
 }

@@ -51,3 +51,19 @@ for name, args in [
     print(name, r, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()))
 print("position", os.lseek(fd, 0, os.SEEK_CUR), "data", os.pread(fd, 20, 0))
 os.close(fd)
+
+# Extended attributes: a bad name, value or list buffer is EFAULT, and
+# the attribute is as it was.
+data = f"{root}/d/data".encode()
+os.setxattr(data, "user.k", b"value")
+for name, args in [
+    ("getxattr", [data, b"user.k", BAD, n]),
+    ("setxattr", [data, BAD, b"v", ctypes.c_size_t(1), 0]),
+    ("setxattr", [data, b"user.k", BAD, ctypes.c_size_t(5), 0]),
+    ("listxattr", [data, BAD, n]),
+    ("removexattr", [data, BAD]),
+]:
+    ctypes.set_errno(0)
+    r = getattr(libc, name)(*args)
+    print(name, r, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()))
+print("attribute", os.getxattr(data, "user.k"), sorted(os.listxattr(data)))

@@ -61,22 +61,7 @@ pub fn size_of(module: &str, default: u64) -> Result<u64> {
         None => return Ok(default),
         Some(split) => split,
     };
-    let (digits, unit) = match size.find(|c: char| !c.is_ascii_digit()) {
-        Some(at) => size.split_at(at),
-        None => (size, ""),
-    };
-    let scale = match unit {
-        "" => Some(1),
-        "KiB" => Some(1 << 10),
-        "MiB" => Some(1 << 20),
-        "GiB" => Some(1 << 30),
-        _ => None,
-    };
-    match (digits.parse::<u64>(), scale) {
-        (Ok(n), Some(scale)) if n > 0 => n.checked_mul(scale).ok_or(()),
-        _ => Err(()),
-    }
-    .map_err(|()| {
+    labios_label::hints::parse_size(size).ok_or_else(|| {
         Error::InvalidArgument(format!(
             "stack: {module:?}: the {layer}'s size is a positive number of bytes, or of KiB, \
              MiB or GiB (e.g. {layer}:64MiB)"
