@@ -87,14 +87,14 @@ const LISTEN_WITHIN: Duration = Duration::from_secs(30);
 const PORT_TRIES: usize = 5;
 
 /// Starts the service `command(port)` builds on a port from
-/// [`service_port`], its stdout and stderr going to `log`, and returns it
-/// once it listens on that port itself.
+/// [`service_port`], its stdout and stderr appended to `log`, and returns
+/// it once it listens on that port itself.
 ///
 /// Ports are chosen without a lock shared between processes, so another
 /// program may bind the port between the choice and the service's bind;
 /// the service then exits saying "address already in use", and it is
-/// started again on another port. Any other exit is an error naming the
-/// service and quoting its log.
+/// started again on another port. Any other failure is an error naming
+/// the service and quoting its log, and leaves no process running.
 pub fn start_service(
     what: &str,
     log: &Path,
@@ -103,11 +103,10 @@ pub fn start_service(
     let mut said = String::new();
     for _ in 0..PORT_TRIES {
         let port = service_port();
-        let mut child = spawn_logged(&mut command(port), what, log)?;
-        match await_listener(&mut child, port, what, log) {
-            Ok(()) => return Ok((child, port)),
-            Err(e) if exited_on_a_taken_port(log) => said = e.0,
-            Err(e) => return Err(e),
+        match start(what, log, port, &mut command(port)) {
+            Ok(child) => return Ok((child, port)),
+            Err(Failed::PortTaken(e)) => said = e.0,
+            Err(Failed::Other(e)) => return Err(e),
         }
     }
     Err(ServiceError(format!(
@@ -116,27 +115,68 @@ pub fn start_service(
 }
 
 /// Starts `command` (a service configured to listen on `port`) with its
-/// stdout and stderr going to `log`, and returns it once it listens on
+/// stdout and stderr appended to `log`, and returns it once it listens on
 /// `port` itself: a restart on the port the service had, or a port chosen
-/// with a companion ([`service_port_with`]).
+/// with a companion ([`service_port_with`]). A failure leaves no process
+/// running.
 pub fn start_service_on(
     what: &str,
     log: &Path,
     port: u16,
     command: &mut Command,
 ) -> Result<Child, ServiceError> {
-    let mut child = spawn_logged(command, what, log)?;
-    await_listener(&mut child, port, what, log)?;
-    Ok(child)
+    start(what, log, port, command).map_err(|f| match f {
+        Failed::PortTaken(e) | Failed::Other(e) => e,
+    })
 }
 
-fn spawn_logged(command: &mut Command, what: &str, log: &Path) -> Result<Child, ServiceError> {
-    let out = std::fs::File::create(log)
-        .map_err(|e| ServiceError(format!("cannot create {}: {e}", log.display())))?;
-    let err = out
-        .try_clone()
-        .map_err(|e| ServiceError(format!("cannot share {}: {e}", log.display())))?;
-    command
+/// Why a start failed: the port was another program's (worth another
+/// port), or anything else.
+enum Failed {
+    PortTaken(ServiceError),
+    Other(ServiceError),
+}
+
+/// One start: the service, listening, or no process left behind.
+fn start(what: &str, log: &Path, port: u16, command: &mut Command) -> Result<Child, Failed> {
+    let (mut child, from) = spawn_logged(command, what, log, port).map_err(Failed::Other)?;
+    match await_listener(&mut child, port, what, log) {
+        Ok(()) => Ok(child),
+        Err(e) => {
+            let exited = matches!(child.try_wait(), Ok(Some(_)));
+            let _ = child.kill();
+            let _ = child.wait();
+            let said = std::fs::read(log)
+                .map(|all| String::from_utf8_lossy(&all[from.min(all.len())..]).to_lowercase())
+                .unwrap_or_default();
+            if exited && said.contains("address already in use") {
+                Err(Failed::PortTaken(e))
+            } else {
+                Err(Failed::Other(e))
+            }
+        }
+    }
+}
+
+/// Spawns `command` with its output appended to `log` after a line
+/// naming this start (a restart keeps what the run before said); also
+/// where in the log this start's output begins.
+fn spawn_logged(
+    command: &mut Command,
+    what: &str,
+    log: &Path,
+    port: u16,
+) -> Result<(Child, usize), ServiceError> {
+    let cannot = |e: std::io::Error| ServiceError(format!("cannot write {}: {e}", log.display()));
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(cannot)?;
+    writeln!(out, "--- {what} starting on port {port} ---").map_err(cannot)?;
+    let from = usize::try_from(out.metadata().map_err(cannot)?.len()).unwrap_or(usize::MAX);
+    let err = out.try_clone().map_err(cannot)?;
+    let child = command
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -146,14 +186,8 @@ fn spawn_logged(command: &mut Command, what: &str, log: &Path) -> Result<Child, 
                 "{what} is not installed (not on PATH): run `bash scripts/services.sh install`"
             )),
             _ => ServiceError(format!("cannot start {what}: {e}")),
-        })
-}
-
-fn exited_on_a_taken_port(log: &Path) -> bool {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .to_lowercase()
-        .contains("address already in use")
+        })?;
+    Ok((child, from))
 }
 
 /// Waits until `child` itself holds a listening socket on `port`.
@@ -162,7 +196,7 @@ fn exited_on_a_taken_port(log: &Path) -> bool {
 /// another program, that program's listener answers, and the test talks to
 /// a stranger until it goes away ("connection refused" in the middle of a
 /// test). So the listener's socket must be one of the child's open files.
-pub fn await_listener(
+fn await_listener(
     child: &mut Child,
     port: u16,
     what: &str,
@@ -201,6 +235,8 @@ pub fn await_redis(port: u16) -> Result<(), ServiceError> {
     let start = Instant::now();
     while start.elapsed() < LISTEN_WITHIN {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            // A listener that never answers is asked again, not waited on.
+            let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
             let mut buf = [0u8; 64];
             if s.write_all(b"PING\r\n").is_ok() {
                 if let Ok(n) = s.read(&mut buf) {

@@ -22,35 +22,38 @@ impl LocalCluster {
         let nats_dir = dir.path().join("nats");
         let redis_dir = dir.path().join("redis");
         std::fs::create_dir_all(&redis_dir)?;
-        let (nats_server, nats) =
-            labios_ports::start_service("nats-server", &dir.path().join("nats.log"), |port| {
-                let mut c = Command::new("nats-server");
-                c.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-                    .arg(&nats_dir);
-                c
-            })?;
+        let (nats_log, redis_log) = (dir.path().join("nats.log"), dir.path().join("redis.log"));
+        let mut config = base.clone();
+        config.deployment = Deployment::Distributed;
+        config.data_dir = dir.path().join("data");
+        // Built first, so that its drop stops whatever started if a later
+        // start fails.
+        let mut cluster = LocalCluster {
+            config,
+            dir,
+            servers: Vec::new(),
+            dispatchers: Vec::new(),
+            workers: Vec::new(),
+        };
+        let (nats_server, nats) = labios_ports::start_service("nats-server", &nats_log, |port| {
+            let mut c = Command::new("nats-server");
+            c.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+                .arg(&nats_dir);
+            c
+        })?;
+        cluster.servers.push(nats_server);
         let (redis_server, redis) =
-            labios_ports::start_service("redis-server", &dir.path().join("redis.log"), |port| {
+            labios_ports::start_service("redis-server", &redis_log, |port| {
                 let mut c = Command::new("redis-server");
                 c.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
                     .arg(&redis_dir)
                     .args(["--appendonly", "yes", "--save", ""]);
                 c
             })?;
+        cluster.servers.push(redis_server);
         labios_ports::await_redis(redis)?;
-        let servers = vec![nats_server, redis_server];
-        let mut config = base.clone();
-        config.deployment = Deployment::Distributed;
-        config.nats.url = format!("nats://127.0.0.1:{nats}");
-        config.redis.urls = vec![format!("redis://127.0.0.1:{redis}")];
-        config.data_dir = dir.path().join("data");
-        let mut cluster = LocalCluster {
-            config,
-            dir,
-            servers,
-            dispatchers: Vec::new(),
-            workers: Vec::new(),
-        };
+        cluster.config.nats.url = format!("nats://127.0.0.1:{nats}");
+        cluster.config.redis.urls = vec![format!("redis://127.0.0.1:{redis}")];
         for i in 0..workers {
             let child = cluster.labios(&["worker", &i.to_string()])?;
             cluster.workers.push(child);

@@ -203,8 +203,10 @@ mod tests {
             // One pipeline holds the gate's lock waiting to be released;
             // the others of the bound wait for the lock, the rest for a
             // thread.
-            until("the lane grows to its bound", || lane.threads() == BOUND).await;
-            assert_eq!(lane.gauge.running.load(Ordering::Acquire), BOUND);
+            until("the lane grows to its bound", || {
+                lane.threads() == BOUND && lane.gauge.running.load(Ordering::Acquire) == BOUND
+            })
+            .await;
             for _ in 0..2 * BOUND {
                 release.send(()).unwrap();
             }
