@@ -107,6 +107,23 @@ void labios_free(void *p);
 int labios_register_function(labios_t *h, const char *name, const void *module,
                              size_t len);
 
+/* Extended attributes of a file or directory: its `user.` ones, which
+ * every client and `labios run` see; hints are the `user.labios.*` ones
+ * (README "Hints": placement, replicas, replication, block_size,
+ * cache_size, tier, route). A hint or value LABIOS does not take is
+ * LABIOS_EINVAL, and labios_last_error() names it. labios_getxattr puts a
+ * copy of the value in *out (free it with labios_free) and its size in
+ * *out_len; getting or removing an attribute the entry does not have is
+ * LABIOS_ENOTFOUND. labios_listxattr calls cb(ctx, name) for each name; a
+ * non-zero return from cb stops it. */
+int labios_setxattr(labios_t *h, const char *path, const char *name,
+                    const void *value, size_t len);
+int labios_getxattr(labios_t *h, const char *path, const char *name,
+                    void **out, size_t *out_len);
+int labios_removexattr(labios_t *h, const char *path, const char *name);
+int labios_listxattr(labios_t *h, const char *path,
+                     int (*cb)(void *ctx, const char *name), void *ctx);
+
 /* Administration. Changes running worker `worker`'s I/O stack to `spec`
  * (module names, comma-separated, the backend last: "checksum,zstd,file";
  * README "Worker I/O stacks"), as `labios stack set` does, and returns once

@@ -512,7 +512,136 @@ pub unsafe extern "C" fn labios_query(
     })
 }
 
-/// Frees a buffer LABIOS returned (`labios_query`).
+/// The extended attributes of `path` (its `user.` ones; hints are the
+/// `user.labios.*` ones, README "Hints").
+unsafe fn xattrs_of(
+    h: *mut Session,
+    path: *const c_char,
+) -> Result<Vec<(String, bytes::Bytes)>, Error> {
+    let s = session(h)?;
+    let path = req_str(path, "path")?;
+    s.run(s.client().xattrs(path))
+}
+
+/// `path`'s attribute `name`, or NotFound naming both.
+unsafe fn xattr_of(
+    h: *mut Session,
+    path: *const c_char,
+    name: *const c_char,
+) -> Result<bytes::Bytes, Error> {
+    let name = req_str(name, "name")?;
+    xattrs_of(h, path)?
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "{} has no attribute {name}",
+                CStr::from_ptr(path).to_string_lossy()
+            ))
+        })
+}
+
+/// Sets attribute `name` of `path` to the `len` bytes at `value`; a hint
+/// LABIOS does not take is refused naming it.
+///
+/// # Safety
+/// `value` holds `len` readable bytes (or is NULL with `len` 0).
+#[no_mangle]
+pub unsafe extern "C" fn labios_setxattr(
+    h: *mut Session,
+    path: *const c_char,
+    name: *const c_char,
+    value: *const c_void,
+    len: usize,
+) -> c_int {
+    guard(|| {
+        if len > 0 && value.is_null() {
+            return Err(arg("value"));
+        }
+        let s = session(h)?;
+        let (path, name) = (req_str(path, "path")?, req_str(name, "name")?);
+        let value = if len == 0 {
+            bytes::Bytes::new()
+        } else {
+            bytes::Bytes::copy_from_slice(std::slice::from_raw_parts(value.cast::<u8>(), len))
+        };
+        s.run(s.client().set_xattr(path, name, Some(value)))
+    })
+}
+
+/// A copy of attribute `name` of `path` in `*out` (free it with
+/// `labios_free`), its size in `*out_len`.
+///
+/// # Safety
+/// `out` and `out_len` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn labios_getxattr(
+    h: *mut Session,
+    path: *const c_char,
+    name: *const c_char,
+    out: *mut *mut c_void,
+    out_len: *mut usize,
+) -> c_int {
+    guard(|| {
+        if out.is_null() || out_len.is_null() {
+            return Err(arg("out"));
+        }
+        let value = xattr_of(h, path, name)?;
+        let p = libc::malloc(value.len().max(1));
+        if p.is_null() {
+            return Err(Error::Storage("out of memory for the attribute".into()));
+        }
+        std::ptr::copy_nonoverlapping(value.as_ptr(), p.cast::<u8>(), value.len());
+        *out = p;
+        *out_len = value.len();
+        Ok(())
+    })
+}
+
+/// Removes attribute `name` of `path`.
+///
+/// # Safety
+/// `path` and `name` are NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn labios_removexattr(
+    h: *mut Session,
+    path: *const c_char,
+    name: *const c_char,
+) -> c_int {
+    guard(|| {
+        xattr_of(h, path, name)?;
+        let s = session(h)?;
+        let (path, name) = (req_str(path, "path")?, req_str(name, "name")?);
+        s.run(s.client().set_xattr(path, name, None))
+    })
+}
+
+/// Calls `cb(ctx, name)` for every attribute of `path`; a non-zero return
+/// from `cb` stops the listing.
+///
+/// # Safety
+/// `cb` is a valid function pointer.
+#[no_mangle]
+pub unsafe extern "C" fn labios_listxattr(
+    h: *mut Session,
+    path: *const c_char,
+    cb: Option<unsafe extern "C" fn(*mut c_void, *const c_char) -> c_int>,
+    ctx: *mut c_void,
+) -> c_int {
+    guard(|| {
+        let cb = cb.ok_or_else(|| arg("cb"))?;
+        for (name, _) in xattrs_of(h, path)? {
+            let name = CString::new(name).unwrap_or_default();
+            if cb(ctx, name.as_ptr()) != 0 {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Frees a buffer LABIOS returned (`labios_query`, `labios_getxattr`).
 ///
 /// # Safety
 /// `p` came from LABIOS, or is NULL.

@@ -588,6 +588,28 @@ fn c_checkpoint_example_round_trips_through_labios_serve() {
     server.stop();
 }
 
+/// Hints from C: `labios_setxattr`, `labios_getxattr`, `labios_listxattr`
+/// and `labios_removexattr`, a refused value naming the hint.
+#[test]
+fn c_sets_reads_and_removes_hints() {
+    let tmp = TempDir::new("hints");
+    let examples = Examples::build(&tmp.0, &[(Lang::C, "c/hints.c")]);
+    let server = Server::start(&tmp.0);
+    let out = assert_ok(
+        &server.run(&examples.exe("hints"), &["/c/hinted"], None, "hints"),
+        "hints",
+    );
+    assert_eq!(
+        out,
+        "names: user.labios.placement user.labios.replicas\n\
+         placement collocate:g1\n\
+         refused: invalid argument (-3): invalid argument: hint replicas: \"nine\" is not a \
+         value it takes (a number of copies, 1 to 8)\n\
+         removed: not found (-1)\n"
+    );
+    server.stop();
+}
+
 /// `labios_stack_set`: an administrator's C program changes a running
 /// worker's stack (as `labios stack set` does), only with the service's
 /// secret, and its refusals carry the status code and the reason.

@@ -36,6 +36,11 @@ fn py_err(e: Error) -> PyErr {
     }
 }
 
+/// What `os.getxattr` raises for an attribute the entry does not have.
+fn no_attribute(path: &str, name: &str) -> PyErr {
+    PyOSError::new_err((libc::ENODATA, format!("{path} has no attribute {name}")))
+}
+
 /// A Python buffer lent to LABIOS; dropping it releases the export (pyo3
 /// attaches to the interpreter for that, from whichever thread drops it).
 struct Lent(PyUntypedBuffer);
@@ -295,6 +300,45 @@ impl Client {
             std::ptr::copy_nonoverlapping(data.as_ptr(), target.buf_ptr().cast::<u8>(), data.len());
         }
         Ok(data.len())
+    }
+
+    /// The names of `path`'s extended attributes (its `user.` ones; hints
+    /// are `user.labios.*`), as `os.listxattr`.
+    fn listxattr(&self, py: Python<'_>, path: &str) -> PyResult<Vec<String>> {
+        let all = self.call(py, |s| s.run(s.client().xattrs(path)))?;
+        Ok(all.into_iter().map(|(name, _)| name).collect())
+    }
+
+    /// The value of `path`'s attribute `name`, as `os.getxattr`: OSError
+    /// ENODATA when it has none.
+    fn getxattr<'py>(
+        &self,
+        py: Python<'py>,
+        path: &str,
+        name: &str,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let all = self.call(py, |s| s.run(s.client().xattrs(path)))?;
+        match all.into_iter().find(|(n, _)| n == name) {
+            Some((_, value)) => Ok(PyBytes::new(py, &value)),
+            None => Err(no_attribute(path, name)),
+        }
+    }
+
+    /// Sets `path`'s attribute `name` to `value`, as `os.setxattr`; a hint
+    /// (`user.labios.*`) LABIOS does not take is ValueError naming it.
+    fn setxattr(&self, py: Python<'_>, path: &str, name: &str, value: &[u8]) -> PyResult<()> {
+        let value = Bytes::copy_from_slice(value);
+        self.call(py, |s| s.run(s.client().set_xattr(path, name, Some(value))))
+    }
+
+    /// Removes `path`'s attribute `name`, as `os.removexattr`: OSError
+    /// ENODATA when it has none.
+    fn removexattr(&self, py: Python<'_>, path: &str, name: &str) -> PyResult<()> {
+        let all = self.call(py, |s| s.run(s.client().xattrs(path)))?;
+        if !all.iter().any(|(n, _)| n == name) {
+            return Err(no_attribute(path, name));
+        }
+        self.call(py, |s| s.run(s.client().set_xattr(path, name, None)))
     }
 
     /// The entry's metadata as a dict (name, size, type "file" or

@@ -288,3 +288,32 @@ def test_connect_errors_cluster(tmp_path, no_labios_env):
     )
     with pytest.raises(ConnectionError, match=f"cannot reach NATS at nats://127.0.0.1:{port}"):
         labios.connect(config=config)
+
+
+def test_extended_attributes_and_hints(client, root):
+    """Attributes as `os.*xattr` has them, hints among them: a bad hint is
+    ValueError naming it, and a file holding data changes only the hints
+    of its copies (issue 16)."""
+    path = f"{root}/hinted.bin"
+    client.write(path, b"")
+    client.setxattr(path, "user.owner", b"lab")
+    client.setxattr(path, "user.labios.placement", b"collocate:g1")
+    assert client.getxattr(path, "user.owner") == b"lab"
+    assert sorted(client.listxattr(path)) == ["user.labios.placement", "user.owner"]
+    with pytest.raises(ValueError, match="hint replicas"):
+        client.setxattr(path, "user.labios.replicas", b"nine")
+    with pytest.raises(ValueError, match="no such hint"):
+        client.setxattr(path, "user.labios.colour", b"blue")
+    client.write(path, b"data")
+    with pytest.raises(ValueError, match="the file holds 4 bytes"):
+        client.setxattr(path, "user.labios.placement", b"local")
+    client.setxattr(path, "user.labios.replicas", b"2")
+    client.removexattr(path, "user.owner")
+    with pytest.raises(OSError) as e:
+        client.getxattr(path, "user.owner")
+    assert e.value.errno == errno.ENODATA
+    with pytest.raises(OSError) as e:
+        client.removexattr(path, "user.owner")
+    assert e.value.errno == errno.ENODATA
+    assert sorted(client.listxattr(path)) == ["user.labios.placement", "user.labios.replicas"]
+    assert client.getxattr(path, "user.labios.placement") == b"collocate:g1"
