@@ -206,3 +206,15 @@ class TestLabiosOpen(abstract.AbstractOpenTests, LabiosFixtures):
 
 class TestLabiosPipe(abstract.AbstractPipeTests, LabiosFixtures):
     pass
+
+
+def test_attributes_and_hints_gcsfs_style(fs, root):
+    path = f"labios://{root}/hinted.csv"
+    fs.touch(path)
+    fs.setxattrs(path, **{"user.labios.placement": "scatter:2", "user.owner": "lab"})
+    assert fs.getxattr(path, "user.labios.placement") == "scatter:2"
+    with pytest.raises(ValueError, match="hint placement"):
+        fs.setxattrs(path, **{"user.labios.placement": "everywhere"})
+    fs.setxattrs(path, **{"user.owner": None})
+    with pytest.raises(OSError):
+        fs.getxattr(path, "user.owner")

@@ -109,6 +109,24 @@ class LabiosFileSystem(AbstractFileSystem):
     def modified(self, path):
         return _timestamp(self.info(path)["mtime_ns"])
 
+    # fsspec's own interface has no extended attributes; these follow
+    # gcsfs's (getxattr, setxattrs), over the entry's `user.` attributes,
+    # hints included (README "Hints").
+
+    def getxattr(self, path, attr):
+        """The value of attribute `attr` as text (OSError ENODATA if none)."""
+        return self.client.getxattr(self._strip_protocol(path), attr).decode()
+
+    def setxattrs(self, path, **kwargs):
+        """Sets each attribute named by a keyword (None removes it):
+        `fs.setxattrs(path, **{"user.labios.replicas": "2"})`."""
+        path = self._strip_protocol(path)
+        for name, value in kwargs.items():
+            if value is None:
+                self.client.removexattr(path, name)
+            else:
+                self.client.setxattr(path, name, str(value).encode())
+
     # ---- namespace ------------------------------------------------------
 
     def mkdir(self, path, create_parents=True, **kwargs):
