@@ -501,15 +501,26 @@ pub unsafe extern "C" fn labios_query(
             return Err(arg("out"));
         }
         let result = session(h)?.query(req_str(path, "path")?, req_str(pipeline, "pipeline")?)?;
-        let p = libc::malloc(result.len().max(1));
-        if p.is_null() {
-            return Err(Error::Storage("out of memory for the query result".into()));
-        }
-        std::ptr::copy_nonoverlapping(result.as_ptr(), p.cast::<u8>(), result.len());
-        *out = p;
-        *out_len = result.len();
-        Ok(())
+        give(&result, out, out_len, "the query result")
     })
+}
+
+/// A copy of `data` in memory the caller frees with `labios_free`, in
+/// `*out` and `*out_len` (checked writable by the caller).
+unsafe fn give(
+    data: &[u8],
+    out: *mut *mut c_void,
+    out_len: *mut usize,
+    what: &str,
+) -> Result<(), Error> {
+    let p = libc::malloc(data.len().max(1));
+    if p.is_null() {
+        return Err(Error::Storage(format!("out of memory for {what}")));
+    }
+    std::ptr::copy_nonoverlapping(data.as_ptr(), p.cast::<u8>(), data.len());
+    *out = p;
+    *out_len = data.len();
+    Ok(())
 }
 
 /// The extended attributes of `path` (its `user.` ones; hints are the
@@ -587,15 +598,7 @@ pub unsafe extern "C" fn labios_getxattr(
         if out.is_null() || out_len.is_null() {
             return Err(arg("out"));
         }
-        let value = xattr_of(h, path, name)?;
-        let p = libc::malloc(value.len().max(1));
-        if p.is_null() {
-            return Err(Error::Storage("out of memory for the attribute".into()));
-        }
-        std::ptr::copy_nonoverlapping(value.as_ptr(), p.cast::<u8>(), value.len());
-        *out = p;
-        *out_len = value.len();
-        Ok(())
+        give(&xattr_of(h, path, name)?, out, out_len, "the attribute")
     })
 }
 

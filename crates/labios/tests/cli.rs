@@ -544,22 +544,23 @@ fn hints_are_set_read_and_checked() {
         server.ok(None, &["hint", "ls", "/h/empty"]),
         "placement collocate:g1\nreplicas 2\ntier hdd\n"
     );
-    refused(
-        &["hint", "set", "/h/empty", "replicas", "9"],
-        "hint replicas: \"9\" is not a value it takes (a number of copies, 1 to 8)",
-    );
-    refused(
-        &["hint", "set", "/h/empty", "colour", "blue"],
-        "user.labios.colour: no such hint",
-    );
-    refused(
-        &["hint", "set", "/h/empty", "tier", "tape"],
-        "no worker has tier \"tape\"",
-    );
-    refused(
-        &["hint", "set", "/h/full", "placement", "local"],
-        "hint placement of /h/full: the file holds 10 bytes",
-    );
+    for (args, says) in [
+        (
+            ["/h/empty", "replicas", "9"],
+            "hint replicas: \"9\" is not a value it takes (a number of copies, 1 to 8)",
+        ),
+        (
+            ["/h/empty", "colour", "blue"],
+            "user.labios.colour: no such hint",
+        ),
+        (["/h/empty", "tier", "tape"], "no worker has tier \"tape\""),
+        (
+            ["/h/full", "placement", "local"],
+            "hint placement of /h/full: the file holds 10 bytes",
+        ),
+    ] {
+        refused(&[&["hint", "set"][..], &args[..]].concat(), says);
+    }
     server.ok(None, &["hint", "set", "/h/full", "replicas", "3"]);
     server.ok(None, &["hint", "set", "/h/full", "replication", "lazy"]);
     assert_eq!(

@@ -1814,183 +1814,51 @@ unsafe fn list_xattr(meta: &FileMeta, list: *mut c_char, size: size_t) -> Result
     give_xattr(&xattrs::list(meta)?, list.cast(), size)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn getxattr(
-    path: *const c_char,
-    name: *const c_char,
-    value: *mut c_void,
-    size: size_t,
-) -> ssize_t {
-    xattr_at(
-        path,
-        true,
-        |m| get_xattr(m, name, value, size),
-        |p| {
-            real!(getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t)(
-                p, name, value, size,
-            )
-        },
-    )
+/// An attribute call by path (`follow`: the call, else its `l` variant):
+/// `$on` with the entry's metadata `$m`, or libc's own function.
+macro_rules! xattr_path {
+    ($name:ident, $follow:expr, ($($a:ident : $t:ty),*) -> $ret:ty, |$m:ident| $on:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> $ret {
+            xattr_at(path, $follow, |$m| $on, |p| {
+                real!($name: fn(*const c_char $(, $t)*) -> $ret)(p $(, $a)*) as ssize_t
+            }) as $ret
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lgetxattr(
-    path: *const c_char,
-    name: *const c_char,
-    value: *mut c_void,
-    size: size_t,
-) -> ssize_t {
-    xattr_at(
-        path,
-        false,
-        |m| get_xattr(m, name, value, size),
-        |p| {
-            real!(lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t)(
-                p, name, value, size,
-            )
-        },
-    )
+/// The `f` variant of an attribute call: by descriptor.
+macro_rules! xattr_fd {
+    ($name:ident, ($($a:ident : $t:ty),*) -> $ret:ty, |$m:ident| $on:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> $ret {
+            xattr_fd(fd, |$m| $on, || {
+                real!($name: fn(c_int $(, $t)*) -> $ret)(fd $(, $a)*) as ssize_t
+            }) as $ret
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fgetxattr(
-    fd: c_int,
-    name: *const c_char,
-    value: *mut c_void,
-    size: size_t,
-) -> ssize_t {
-    xattr_fd(
-        fd,
-        |m| get_xattr(m, name, value, size),
-        || {
-            real!(fgetxattr: fn(c_int, *const c_char, *mut c_void, size_t) -> ssize_t)(
-                fd, name, value, size,
-            )
-        },
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn setxattr(
-    path: *const c_char,
-    name: *const c_char,
-    value: *const c_void,
-    size: size_t,
-    flags: c_int,
-) -> c_int {
-    xattr_at(
-        path,
-        true,
-        |m| set_xattr(m, name, Some((value, size)), flags),
-        |p| {
-            real!(setxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int)(
-                p, name, value, size, flags,
-            ) as ssize_t
-        },
-    ) as c_int
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lsetxattr(
-    path: *const c_char,
-    name: *const c_char,
-    value: *const c_void,
-    size: size_t,
-    flags: c_int,
-) -> c_int {
-    xattr_at(
-        path,
-        false,
-        |m| set_xattr(m, name, Some((value, size)), flags),
-        |p| {
-            real!(lsetxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int)(
-                p, name, value, size, flags,
-            ) as ssize_t
-        },
-    ) as c_int
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fsetxattr(
-    fd: c_int,
-    name: *const c_char,
-    value: *const c_void,
-    size: size_t,
-    flags: c_int,
-) -> c_int {
-    xattr_fd(
-        fd,
-        |m| set_xattr(m, name, Some((value, size)), flags),
-        || {
-            real!(fsetxattr: fn(c_int, *const c_char, *const c_void, size_t, c_int) -> c_int)(
-                fd, name, value, size, flags,
-            ) as ssize_t
-        },
-    ) as c_int
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn removexattr(path: *const c_char, name: *const c_char) -> c_int {
-    xattr_at(
-        path,
-        true,
-        |m| set_xattr(m, name, None, 0),
-        |p| real!(removexattr: fn(*const c_char, *const c_char) -> c_int)(p, name) as ssize_t,
-    ) as c_int
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lremovexattr(path: *const c_char, name: *const c_char) -> c_int {
-    xattr_at(
-        path,
-        false,
-        |m| set_xattr(m, name, None, 0),
-        |p| real!(lremovexattr: fn(*const c_char, *const c_char) -> c_int)(p, name) as ssize_t,
-    ) as c_int
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
-    xattr_fd(
-        fd,
-        |m| set_xattr(m, name, None, 0),
-        || real!(fremovexattr: fn(c_int, *const c_char) -> c_int)(fd, name) as ssize_t,
-    ) as c_int
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn listxattr(
-    path: *const c_char,
-    list: *mut c_char,
-    size: size_t,
-) -> ssize_t {
-    xattr_at(
-        path,
-        true,
-        |m| list_xattr(m, list, size),
-        |p| real!(listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(p, list, size),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn llistxattr(
-    path: *const c_char,
-    list: *mut c_char,
-    size: size_t,
-) -> ssize_t {
-    xattr_at(
-        path,
-        false,
-        |m| list_xattr(m, list, size),
-        |p| real!(llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t)(p, list, size),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: size_t) -> ssize_t {
-    xattr_fd(
-        fd,
-        |m| list_xattr(m, list, size),
-        || real!(flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t)(fd, list, size),
-    )
-}
+xattr_path!(getxattr, true, (name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t,
+    |m| get_xattr(m, name, value, size));
+xattr_path!(lgetxattr, false, (name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t,
+    |m| get_xattr(m, name, value, size));
+xattr_fd!(fgetxattr, (name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t,
+    |m| get_xattr(m, name, value, size));
+xattr_path!(setxattr, true,
+    (name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int,
+    |m| set_xattr(m, name, Some((value, size)), flags));
+xattr_path!(lsetxattr, false,
+    (name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int,
+    |m| set_xattr(m, name, Some((value, size)), flags));
+xattr_fd!(fsetxattr,
+    (name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int,
+    |m| set_xattr(m, name, Some((value, size)), flags));
+xattr_path!(removexattr, true, (name: *const c_char) -> c_int, |m| set_xattr(m, name, None, 0));
+xattr_path!(lremovexattr, false, (name: *const c_char) -> c_int, |m| set_xattr(m, name, None, 0));
+xattr_fd!(fremovexattr, (name: *const c_char) -> c_int, |m| set_xattr(m, name, None, 0));
+xattr_path!(listxattr, true, (list: *mut c_char, size: size_t) -> ssize_t,
+    |m| list_xattr(m, list, size));
+xattr_path!(llistxattr, false, (list: *mut c_char, size: size_t) -> ssize_t,
+    |m| list_xattr(m, list, size));
+xattr_fd!(flistxattr, (list: *mut c_char, size: size_t) -> ssize_t, |m| list_xattr(m, list, size));
