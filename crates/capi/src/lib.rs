@@ -570,6 +570,12 @@ pub unsafe extern "C" fn labios_setxattr(
         if len > 0 && value.is_null() {
             return Err(arg("value"));
         }
+        if len > labios_client::xattr::SIZE_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "an attribute's value is at most {} bytes, not {len}",
+                labios_client::xattr::SIZE_MAX
+            )));
+        }
         let s = session(h)?;
         let (path, name) = (req_str(path, "path")?, req_str(name, "name")?);
         let value = if len == 0 {

@@ -604,8 +604,8 @@ fn c_sets_reads_and_removes_hints() {
         "names: user.labios.placement user.labios.replicas\n\
          placement collocate:g1\n\
          refused: invalid argument (-3): invalid argument: hint replicas: \"nine\" is not a \
-         value it takes (a number of copies, 1 to 8)\n\
-         removed: not found (-1)\n"
+         value it takes (a number of copies, 1 to 8); see README \"Hints\"\n\
+         removed: success (0), then not found (-1)\n"
     );
     server.stop();
 }

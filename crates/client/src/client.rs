@@ -1137,28 +1137,59 @@ impl Client {
     pub async fn xattrs<'a>(&self, file: impl Into<FileRef<'a>>) -> Result<Vec<(String, Bytes)>> {
         let meta = self.xattr_entry(file.into()).await?;
         let mut all = self.inner.catalog.inventory().xattrs(meta.id).await?;
-        all.retain(|(name, _)| !reserved_xattr(name));
+        // The user's own: LABIOS's and the S3 gateway's are kept apart.
+        all.retain(|(name, _)| name.starts_with("user."));
         Ok(all)
     }
 
-    /// Sets (`Some`) or removes (`None`) one extended attribute of the
-    /// entry `file` names, a file this application owns (directories:
-    /// any).
+    /// Sets (`Some`) or removes (`None`) one of the user's extended
+    /// attributes (`user.*`; hints are `user.labios.*`) of the entry `file`
+    /// names, a file this application owns (directories: any).
     pub async fn set_xattr<'a>(
         &self,
         file: impl Into<FileRef<'a>>,
         name: &str,
         value: Option<Bytes>,
     ) -> Result<()> {
-        let file = file.into();
+        if !name.starts_with("user.") {
+            return Err(Error::InvalidArgument(format!(
+                "extended attribute {name}: only user. attributes are kept; {NOT_SUPPORTED}"
+            )));
+        }
+        self.store_xattr(file.into(), name, value).await
+    }
+
+    /// [`Client::set_xattr`] for the attributes the S3 gateway keeps beside
+    /// the user's (`s3.*`: tags, bucket settings), which no user-facing
+    /// interface sets or lists.
+    pub async fn set_object_xattr(
+        &self,
+        path: &str,
+        name: &str,
+        value: Option<Bytes>,
+    ) -> Result<()> {
+        self.store_xattr(FileRef::Path(path), name, value).await
+    }
+
+    async fn store_xattr(&self, file: FileRef<'_>, name: &str, value: Option<Bytes>) -> Result<()> {
         if reserved_xattr(name) {
             return Err(Error::PermissionDenied(format!(
                 "extended attribute {name}: names starting labios. are LABIOS's own"
             )));
         }
         let meta = self.inner.catalog.owned(self.xattr_entry(file).await?)?;
+        if !matches!(meta.kind, FileKind::File | FileKind::Dir) {
+            return Err(Error::PermissionDenied(format!(
+                "extended attribute {name} of {}: user. attributes are kept on files and \
+                 directories only; {}",
+                meta.path,
+                labios_store::access::NOT_PERMITTED
+            )));
+        }
         if hints::is_hint(name) {
-            self.check_hint(file, name, value.as_deref()).await?;
+            // By id: the entry just found, whatever its path names now.
+            self.check_hint(FileRef::Id(meta.id), name, value.as_deref())
+                .await?;
         }
         self.inner
             .catalog
@@ -1183,7 +1214,7 @@ impl Client {
         );
         let meta = self.stat(file).await?;
         if meta.kind == FileKind::File && meta.size > 0 && !copies {
-            return Err(Error::InvalidArgument(format!(
+            return Err(hints::refused(format!(
                 "hint {short} of {}: the file holds {} bytes, and only replicas and \
                  replication change once a file holds data",
                 meta.path, meta.size
@@ -1195,7 +1226,7 @@ impl Client {
                 let mut tiers: Vec<&str> = workers.iter().map(|w| w.spec.tier.as_str()).collect();
                 tiers.sort_unstable();
                 tiers.dedup();
-                return Err(Error::InvalidArgument(format!(
+                return Err(hints::refused(format!(
                     "hint tier: no worker has tier {tier:?} (tiers: {}; policies: {})",
                     tiers.join(", "),
                     hints::POLICIES.join(", ")

@@ -12,6 +12,8 @@ pub fn errno_of(e: &Error) -> i32 {
         // A path through a file or link.
         _ if e.is_parent_not_dir() => libc::ENOTDIR,
         Error::InvalidPath { .. } => libc::EINVAL,
+        // A refused hint, whatever its value or path says.
+        Error::InvalidArgument(m) if m.ends_with(labios_label::hints::REFUSED) => libc::EINVAL,
         Error::InvalidArgument(m) if m.ends_with("is a directory") => libc::EISDIR,
         Error::InvalidArgument(m) if m.ends_with("is not a directory") => libc::ENOTDIR,
         Error::InvalidArgument(m) if m.contains("not empty") => libc::ENOTEMPTY,

@@ -1,5 +1,5 @@
 //! Extended attributes through the client: by path, owner-checked for
-//! files, refused for external paths. Only the inventory is involved, so
+//! files, only the user's names, refused for external paths. Only the inventory is involved, so
 //! no worker runs.
 
 use bytes::Bytes;
@@ -29,22 +29,36 @@ async fn xattrs_by_path() {
     one.create("/b/obj").await.unwrap();
     let v = |s: &'static str| Some(Bytes::from_static(s.as_bytes()));
 
-    one.set_xattr("/b/obj", "etag", v("\"1\"")).await.unwrap();
-    one.set_xattr("b//obj", "content-type", v("text/plain"))
+    one.set_xattr("/b/obj", "user.etag", v("\"1\""))
+        .await
+        .unwrap();
+    one.set_xattr("b//obj", "user.content-type", v("text/plain"))
         .await
         .unwrap();
     let expect = vec![
         (
-            "content-type".to_string(),
+            "user.content-type".to_string(),
             Bytes::from_static(b"text/plain"),
         ),
-        ("etag".to_string(), Bytes::from_static(b"\"1\"")),
+        ("user.etag".to_string(), Bytes::from_static(b"\"1\"")),
     ];
     assert_eq!(one.xattrs("/b/obj").await.unwrap(), expect);
     assert_eq!(two.xattrs("/b/obj").await.unwrap(), expect, "readable");
-    let err = two.set_xattr("/b/obj", "etag", None).await.unwrap_err();
+    let err = two
+        .set_xattr("/b/obj", "user.etag", None)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
-    one.set_xattr("/b/obj", "etag", None).await.unwrap();
+    one.set_xattr("/b/obj", "user.etag", None).await.unwrap();
+    assert_eq!(one.xattrs("/b/obj").await.unwrap(), expect[..1]);
+
+    // Only the user's names: others are refused, and the S3 gateway's own
+    // (set_object_xattr) are not listed.
+    let err = one.set_xattr("/b/obj", "etag", v("x")).await.unwrap_err();
+    assert!(err.to_string().contains("only user. attributes"), "{err}");
+    one.set_object_xattr("/b/obj", "s3.tagging", v("a=b"))
+        .await
+        .unwrap();
     assert_eq!(one.xattrs("/b/obj").await.unwrap(), expect[..1]);
 
     // Directories: any application.
@@ -55,7 +69,9 @@ async fn xattrs_by_path() {
     assert!(matches!(err, Error::NotFound(_)), "{err}");
     for err in [
         one.xattrs("ext:/x").await.unwrap_err(),
-        one.set_xattr("ext:/x", "etag", None).await.unwrap_err(),
+        one.set_xattr("ext:/x", "user.etag", None)
+            .await
+            .unwrap_err(),
     ] {
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
         assert!(err.to_string().contains("keeps its own metadata"), "{err}");

@@ -221,6 +221,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        metadata::no_hints(req.input.metadata.as_ref())?;
         let t = self.tenant(&req).await?;
         let trailers = req.trailing_headers.as_ref();
         match buckets::object_bucket(&t, &req.input.bucket)? {
@@ -272,6 +273,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
+        metadata::no_hints(req.input.metadata.as_ref())?;
         let t = self.tenant(&req).await?;
         ok(objects::copy(&t, req.input).await?)
     }
@@ -502,6 +504,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        metadata::no_hints(req.input.metadata.as_ref())?;
         let t = self.tenant(&req).await?;
         ok(multipart::create(&t, req.input).await?)
     }

@@ -29,6 +29,27 @@ const PARTS: &str = "s3.parts";
 pub const TAGGING: &str = "s3.tagging";
 const USER: &str = "user.";
 
+/// Refuses user metadata that would land among a file's hints
+/// (`x-amz-meta-labios.NAME` is `user.labios.NAME`): hints are checked
+/// where they are set (README "Hints"), which an S3 request is not.
+pub fn no_hints(metadata: Option<&s3s::dto::Metadata>) -> s3s::S3Result<()> {
+    let hint = labios_label::hints::PREFIX
+        .strip_prefix(USER)
+        .unwrap_or_default();
+    match metadata
+        .into_iter()
+        .flatten()
+        .find(|(k, _)| k.to_lowercase().starts_with(hint))
+    {
+        Some((k, _)) => Err(s3s::s3_error!(
+            InvalidArgument,
+            "x-amz-meta-{k}: metadata named {hint}* would be a LABIOS hint; set hints with \
+             `labios hint set` or setxattr (README \"Hints\")"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The standard headers kept, by attribute name.
 const HEADERS: [&str; 6] = [
     "s3.content-type",

@@ -45,7 +45,7 @@ pub async fn write(t: &Tenant, bucket: &str, s: Setting, value: Option<Bytes>) -
     }
     let dir = buckets::owned(t, bucket).await?;
     t.client
-        .set_xattr(&dir.path, s.name(), value)
+        .set_object_xattr(&dir.path, s.name(), value)
         .await
         .map_err(|e| t.fail(e, S3ErrorCode::NoSuchBucket))
 }

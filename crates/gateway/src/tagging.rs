@@ -167,7 +167,7 @@ pub async fn set_object(t: &Tenant, bucket: &str, key: &str, tags: Tags) -> S3Re
             let found = crate::objects::find(t, bucket, key).await?;
             let value = (!tags.is_empty()).then(|| Bytes::from(to_query(&tags)));
             t.client
-                .set_xattr(&found.path, crate::metadata::TAGGING, value)
+                .set_object_xattr(&found.path, crate::metadata::TAGGING, value)
                 .await
                 .map_err(|e| t.fail(e, S3ErrorCode::NoSuchKey))
         }

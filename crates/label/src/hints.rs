@@ -11,6 +11,16 @@ use crate::{Error, Result};
 /// The attribute names of hints begin so.
 pub const PREFIX: &str = "user.labios.";
 
+/// How every refusal of a hint ends: the one place the POSIX faces look
+/// to answer EINVAL whatever a refused value or path says (a value "not
+/// empty" must not read as ENOTEMPTY).
+pub const REFUSED: &str = "; see README \"Hints\"";
+
+/// A refusal of a hint: InvalidArgument ending with [`REFUSED`].
+pub fn refused(why: String) -> Error {
+    Error::InvalidArgument(format!("{why}{REFUSED}"))
+}
+
 /// The hints there are, by name (after [`PREFIX`]).
 pub const NAMES: [&str; 7] = [
     "placement",
@@ -120,20 +130,21 @@ impl Hint {
     pub fn parse(name: &str, value: &[u8]) -> Result<Hint> {
         let hint = name.strip_prefix(PREFIX).unwrap_or(name);
         let bad = |takes: &str| {
-            Error::InvalidArgument(format!(
+            refused(format!(
                 "hint {hint}: {:?} is not a value it takes ({takes})",
                 String::from_utf8_lossy(value)
             ))
         };
-        let text = std::str::from_utf8(value)
-            .map(str::trim)
-            .map_err(|_| bad("text"))?;
-        let count = |max: u32, takes: &str| {
-            text.parse::<u32>()
-                .ok()
+        let text = std::str::from_utf8(value).map_err(|_| bad("text"))?;
+        // Digits only: a value is stored as written, so "+2" or "2\n" would
+        // be a second spelling of 2.
+        let number = |text: &str, max: u32| {
+            Some(text)
+                .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|t| t.parse::<u32>().ok())
                 .filter(|n| (1..=max).contains(n))
-                .ok_or_else(|| bad(takes))
         };
+        let count = |max: u32, takes: &str| number(text, max).ok_or_else(|| bad(takes));
         let size = |min: u64, max: u64, takes: &str| {
             parse_size(text)
                 .filter(|n| (min..=max).contains(n))
@@ -144,9 +155,7 @@ impl Hint {
                 None if text == "local" => Placement::Local,
                 Some(("collocate", group)) if word(group) => Placement::Collocate(group.into()),
                 Some(("scatter", n)) => Placement::Scatter(
-                    n.parse::<u32>()
-                        .ok()
-                        .filter(|n| (1..=MAX_SCATTER).contains(n))
+                    number(n, MAX_SCATTER)
                         .ok_or_else(|| bad("local, collocate:GROUP or scatter:N, N 1 to 1024"))?,
                 ),
                 _ => return Err(bad("local, collocate:GROUP or scatter:N, N 1 to 1024")),
@@ -183,7 +192,7 @@ impl Hint {
                 }
             }
             _ => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(refused(format!(
                     "{name}: no such hint (hints: {})",
                     NAMES.join(", ")
                 )))
@@ -283,6 +292,11 @@ mod tests {
             assert!(e.to_string().contains(says), "{name}={value}: {e}");
         }
         assert!(Hint::parse("user.labios.replicas", &[0xff]).is_err());
+        for spelling in ["+2", "2\n", " 2", ""] {
+            assert!(parse("replicas", spelling).is_err(), "{spelling:?}");
+        }
+        let e = parse("placement", "not empty").unwrap_err().to_string();
+        assert!(e.ends_with(REFUSED), "{e}");
     }
 
     #[test]

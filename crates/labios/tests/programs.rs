@@ -1626,24 +1626,39 @@ async fn extended_attributes(kind: Kind, via: Via) {
     ] {
         assert!(out.contains(line), "{line:?} missing:\n{out}");
     }
-    // Hints are attributes LABIOS checks: a bad value is EINVAL.
+    // Hints are attributes LABIOS checks: a bad value (even one that reads
+    // "not empty"), an unknown hint, a tier no worker has, and a placement
+    // once the file holds data are EINVAL; the copies change by descriptor.
     let script = r#"
 import errno, os, sys
 p = os.path.join(sys.argv[1], "hinted")
 open(p, "w").close()
 os.setxattr(p, "user.labios.replicas", b"2")
-for value in (b"9", b"two"):
+def refused(name, value):
     try:
-        os.setxattr(p, "user.labios.replicas", value)
+        os.setxattr(p, name, value)
     except OSError as e:
         print(errno.errorcode[e.errno])
+refused("user.labios.replicas", b"9")
+refused("user.labios.placement", b"not empty")
+refused("user.labios.colour", b"blue")
+refused("user.labios.tier", b"tape")
+with open(p, "wb") as f:
+    f.write(b"data")
+refused("user.labios.placement", b"local")
+fd = os.open(p, os.O_RDONLY)
+os.setxattr(fd, "user.labios.replicas", b"3")
+os.close(fd)
 print(os.getxattr(p, "user.labios.replicas"))
 "#;
     let out = b
         .on_labios(&["python3", "-c", script, &b.ns_dir])
         .output()
         .unwrap();
-    assert_eq!(check(&out, "hints"), "EINVAL\nEINVAL\nb'2'\n");
+    assert_eq!(
+        check(&out, "hints"),
+        "EINVAL\nEINVAL\nEINVAL\nEINVAL\nEINVAL\nb'3'\n"
+    );
     b.stop().await;
 }
 

@@ -48,9 +48,10 @@ int main(int argc, char **argv) {
     }
     rc = labios_setxattr(h, path, "user.labios.replicas", "nine", 4);
     printf("refused: %s (%d): %s\n", labios_strerror(rc), rc, labios_last_error());
-    labios_removexattr(h, path, "user.labios.replicas");
+    int removed = labios_removexattr(h, path, "user.labios.replicas");
     rc = labios_getxattr(h, path, "user.labios.replicas", &value, &len);
-    printf("removed: %s (%d)\n", labios_strerror(rc), rc);
+    printf("removed: %s (%d), then %s (%d)\n", labios_strerror(removed), removed,
+           labios_strerror(rc), rc);
     labios_disconnect(h);
     return failed;
 }

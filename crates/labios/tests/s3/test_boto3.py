@@ -439,6 +439,26 @@ def test_copy_object(bucket):
     assert code(e) == "NoSuchKey"
 
 
+def test_metadata_cannot_set_hints(bucket):
+    """x-amz-meta-labios.* would land among a file's hints (README "Hints"),
+    which S3 requests cannot set: refused, and nothing is stored."""
+    hint = {"labios.placement": "local"}
+    for call in (
+        lambda: alice.put_object(Bucket=bucket, Key="h", Body=b"x", Metadata=hint),
+        lambda: alice.create_multipart_upload(Bucket=bucket, Key="h", Metadata=hint),
+    ):
+        with pytest.raises(ClientError) as e:
+            call()
+        assert code(e) == "InvalidArgument" and "labios hint set" in str(e.value)
+    alice.put_object(Bucket=bucket, Key="src", Body=b"x")
+    with pytest.raises(ClientError) as e:
+        alice.copy_object(Bucket=bucket, Key="h", CopySource=f"{bucket}/src",
+                          MetadataDirective="REPLACE", Metadata=hint)
+    assert code(e) == "InvalidArgument"
+    keys = [o["Key"] for o in alice.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert keys == ["src"]
+
+
 def test_delete_objects(bucket):
     for k in ("d/1", "d/2", "d/3"):
         alice.put_object(Bucket=bucket, Key=k, Body=b"x")

@@ -114,8 +114,13 @@ class LabiosFileSystem(AbstractFileSystem):
     # hints included (README "Hints").
 
     def getxattr(self, path, attr):
-        """The value of attribute `attr` as text (OSError ENODATA if none)."""
-        return self.client.getxattr(self._strip_protocol(path), attr).decode()
+        """The value of attribute `attr`: text, or bytes when it is not
+        UTF-8 (OSError ENODATA if none)."""
+        value = self.client.getxattr(self._strip_protocol(path), attr)
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return value
 
     def setxattrs(self, path, **kwargs):
         """Sets each attribute named by a keyword (None removes it):
@@ -124,6 +129,8 @@ class LabiosFileSystem(AbstractFileSystem):
         for name, value in kwargs.items():
             if value is None:
                 self.client.removexattr(path, name)
+            elif isinstance(value, (bytes, bytearray, memoryview)):
+                self.client.setxattr(path, name, bytes(value))
             else:
                 self.client.setxattr(path, name, str(value).encode())
 
