@@ -497,22 +497,22 @@ pub unsafe extern "C" fn labios_query(
     out_len: *mut usize,
 ) -> c_int {
     guard(|| {
-        if out.is_null() || out_len.is_null() {
-            return Err(arg("out"));
-        }
         let result = session(h)?.query(req_str(path, "path")?, req_str(pipeline, "pipeline")?)?;
         give(&result, out, out_len, "the query result")
     })
 }
 
 /// A copy of `data` in memory the caller frees with `labios_free`, in
-/// `*out` and `*out_len` (checked writable by the caller).
+/// `*out` and `*out_len`; either NULL is refused naming `out`.
 unsafe fn give(
     data: &[u8],
     out: *mut *mut c_void,
     out_len: *mut usize,
     what: &str,
 ) -> Result<(), Error> {
+    if out.is_null() || out_len.is_null() {
+        return Err(arg("out"));
+    }
     let p = libc::malloc(data.len().max(1));
     if p.is_null() {
         return Err(Error::Storage(format!("out of memory for {what}")));
@@ -600,12 +600,7 @@ pub unsafe extern "C" fn labios_getxattr(
     out: *mut *mut c_void,
     out_len: *mut usize,
 ) -> c_int {
-    guard(|| {
-        if out.is_null() || out_len.is_null() {
-            return Err(arg("out"));
-        }
-        give(&xattr_of(h, path, name)?, out, out_len, "the attribute")
-    })
+    guard(|| give(&xattr_of(h, path, name)?, out, out_len, "the attribute"))
 }
 
 /// Removes attribute `name` of `path`.
@@ -619,10 +614,9 @@ pub unsafe extern "C" fn labios_removexattr(
     name: *const c_char,
 ) -> c_int {
     guard(|| {
-        xattr_of(h, path, name)?;
         let s = session(h)?;
         let (path, name) = (req_str(path, "path")?, req_str(name, "name")?);
-        s.run(s.client().set_xattr(path, name, None))
+        s.run(s.client().remove_xattr(path, name))
     })
 }
 

@@ -18,7 +18,7 @@ use labios_label::{
 };
 use labios_store::inventory::reserved_xattr;
 use labios_store::warehouse::release;
-use labios_store::{Extent, FileKind, FileMeta, RenameHow, SetAttr, Stores};
+use labios_store::{Extent, FileKind, FileMeta, Presence, RenameHow, SetAttr, Stores, XattrCond};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1144,19 +1144,41 @@ impl Client {
 
     /// Sets (`Some`) or removes (`None`) one of the user's extended
     /// attributes (`user.*`; hints are `user.labios.*`) of the entry `file`
-    /// names, a file this application owns (directories: any).
+    /// names, a file this application owns (directories: any). Removing
+    /// one the entry does not have is not an error.
     pub async fn set_xattr<'a>(
         &self,
         file: impl Into<FileRef<'a>>,
         name: &str,
         value: Option<Bytes>,
     ) -> Result<()> {
+        self.set_xattr_if(file, name, value, Presence::Any).await
+    }
+
+    /// Removes the user's attribute `name` of the entry `file` names, as
+    /// `removexattr(2)`: NotFound ending with
+    /// [`labios_store::NO_ATTRIBUTE`] (ENODATA) when it has none.
+    pub async fn remove_xattr<'a>(&self, file: impl Into<FileRef<'a>>, name: &str) -> Result<()> {
+        self.set_xattr_if(file, name, None, Presence::Present).await
+    }
+
+    /// [`Client::set_xattr`] only if the attribute is there
+    /// ([`Presence::Present`], `XATTR_REPLACE`) or is not
+    /// ([`Presence::Absent`], `XATTR_CREATE`), decided by the inventory
+    /// with the change, so that no other client's change comes between.
+    pub async fn set_xattr_if<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        name: &str,
+        value: Option<Bytes>,
+        presence: Presence,
+    ) -> Result<()> {
         if !name.starts_with("user.") {
             return Err(Error::InvalidArgument(format!(
                 "extended attribute {name}: only user. attributes are kept; {NOT_SUPPORTED}"
             )));
         }
-        self.store_xattr(file.into(), name, value).await
+        self.store_xattr(file.into(), name, value, presence).await
     }
 
     /// [`Client::set_xattr`] for the attributes the S3 gateway keeps beside
@@ -1168,10 +1190,17 @@ impl Client {
         name: &str,
         value: Option<Bytes>,
     ) -> Result<()> {
-        self.store_xattr(FileRef::Path(path), name, value).await
+        self.store_xattr(FileRef::Path(path), name, value, Presence::Any)
+            .await
     }
 
-    async fn store_xattr(&self, file: FileRef<'_>, name: &str, value: Option<Bytes>) -> Result<()> {
+    async fn store_xattr(
+        &self,
+        file: FileRef<'_>,
+        name: &str,
+        value: Option<Bytes>,
+        presence: Presence,
+    ) -> Result<()> {
         if reserved_xattr(name) {
             return Err(Error::PermissionDenied(format!(
                 "extended attribute {name}: names starting labios. are LABIOS's own"
@@ -1186,23 +1215,26 @@ impl Client {
                 labios_store::access::NOT_PERMITTED
             )));
         }
-        if hints::is_hint(name) {
-            // By id: the entry just found, whatever its path names now.
-            self.check_hint(FileRef::Id(meta.id), name, value.as_deref())
-                .await?;
-        }
+        let while_empty =
+            hints::is_hint(name) && self.check_hint(&meta, name, value.as_deref()).await?;
+        let cond = XattrCond {
+            presence,
+            while_empty,
+        };
         self.inner
             .catalog
             .inventory()
-            .set_xattr(meta.id, name, value)
+            .set_xattr_if(meta.id, name, value, cond)
             .await
     }
 
     /// Whether hint attribute `name` may be set to `value` (`None`:
-    /// removed) on `path`: a hint and value LABIOS knows (a tier some
-    /// worker has), and, on a file that holds data (this client's own
-    /// writes in flight included), only the hints of its copies.
-    async fn check_hint(&self, file: FileRef<'_>, name: &str, value: Option<&[u8]>) -> Result<()> {
+    /// removed) on `meta`'s entry: a hint and value LABIOS knows (a tier
+    /// some worker has). Returns whether it changes only while the file is
+    /// empty (all but the hints of its copies), which the inventory checks
+    /// with the change; this client's own writes to it land first, and a
+    /// file already found holding data is refused here, naming its path.
+    async fn check_hint(&self, meta: &FileMeta, name: &str, value: Option<&[u8]>) -> Result<bool> {
         let hint = match value {
             Some(v) => Some(Hint::parse(name, v)?),
             None => None,
@@ -1212,13 +1244,16 @@ impl Client {
             matches!(short, "replicas" | "replication"),
             Hint::changes_with_data,
         );
-        let meta = self.stat(file).await?;
-        if meta.kind == FileKind::File && meta.size > 0 && !copies {
+        let while_empty = meta.kind == FileKind::File && !copies;
+        if while_empty && meta.size > 0 {
             return Err(hints::refused(format!(
                 "hint {short} of {}: the file holds {} bytes, and only replicas and \
                  replication change once a file holds data",
                 meta.path, meta.size
             )));
+        }
+        if while_empty && self.has_pending(meta.id).await {
+            self.settle(meta.id).await?;
         }
         if let Some(hint @ Hint::Tier(tier)) = &hint {
             let workers = self.inner.catalog.inventory().workers().await?;
@@ -1233,7 +1268,7 @@ impl Client {
                 )));
             }
         }
-        Ok(())
+        Ok(while_empty)
     }
 
     /// The inventory entry whose attributes `file` names.

@@ -6,6 +6,8 @@ use labios_label::Error;
 /// LABIOS: intercepted calls, the FUSE mount, Python's `OSError`.
 pub fn errno_of(e: &Error) -> i32 {
     match e {
+        // An attribute a change needs, not a missing file.
+        Error::NotFound(m) if m.ends_with(labios_store::NO_ATTRIBUTE) => libc::ENODATA,
         Error::NotFound(_) => libc::ENOENT,
         Error::AlreadyExists(_) => libc::EEXIST,
         Error::InvalidPath { reason, .. } if reason.contains("longer than") => libc::ENAMETOOLONG,

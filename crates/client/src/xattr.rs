@@ -2,6 +2,8 @@
 //! rules the FUSE mount and `labios run` share, so that a program meets
 //! the same answers through either.
 
+use labios_store::Presence;
+
 /// The kernel's own attribute namespaces (capabilities, ACLs, SELinux
 /// labels), which LABIOS does not keep: a read finds none and costs no
 /// round trip (the kernel asks for `security.capability` before every
@@ -31,17 +33,30 @@ pub fn bad_name(name: &str) -> Option<i32> {
     }
 }
 
-/// The errno a set (`removing` false) or removal of an attribute gets, if
-/// any, given `setxattr`'s `flags` and whether the attribute `exists`:
-/// `XATTR_CREATE` of one that exists is `EEXIST`, `XATTR_REPLACE` or a
-/// removal of one that does not is `ENODATA`.
-pub fn refusal(flags: i32, exists: bool, removing: bool) -> Option<i32> {
-    if flags & libc::XATTR_CREATE != 0 && exists {
-        Some(libc::EEXIST)
-    } else if (flags & libc::XATTR_REPLACE != 0 || removing) && !exists {
-        Some(libc::ENODATA)
+/// What a set (`removing` false) or removal of an attribute needs of it,
+/// given `setxattr`'s `flags`: `XATTR_CREATE` that it is absent (else
+/// `EEXIST`), `XATTR_REPLACE` or a removal that it is there (else
+/// `ENODATA`), which the inventory checks with the change. `None` when
+/// both flags are given, which no attribute satisfies: the call then
+/// changes nothing and gets [`unsatisfiable`].
+pub fn presence(flags: i32, removing: bool) -> Option<Presence> {
+    let create = flags & libc::XATTR_CREATE != 0;
+    let present = flags & libc::XATTR_REPLACE != 0 || removing;
+    match (create, present) {
+        (true, true) => None,
+        (true, false) => Some(Presence::Absent),
+        (false, true) => Some(Presence::Present),
+        (false, false) => Some(Presence::Any),
+    }
+}
+
+/// The errno of a call whose flags no attribute satisfies, as ext4
+/// answers it: `EEXIST` where the attribute `exists`, `ENODATA` where not.
+pub fn unsatisfiable(exists: bool) -> i32 {
+    if exists {
+        libc::EEXIST
     } else {
-        None
+        libc::ENODATA
     }
 }
 
@@ -62,17 +77,17 @@ mod tests {
 
     #[test]
     fn flags_decide_as_the_kernel_does() {
-        assert_eq!(refusal(0, false, false), None);
-        assert_eq!(refusal(0, true, false), None);
-        assert_eq!(refusal(libc::XATTR_CREATE, true, false), Some(libc::EEXIST));
-        assert_eq!(refusal(libc::XATTR_CREATE, false, false), None);
+        assert_eq!(presence(0, false), Some(Presence::Any));
+        assert_eq!(presence(libc::XATTR_CREATE, false), Some(Presence::Absent));
         assert_eq!(
-            refusal(libc::XATTR_REPLACE, false, false),
-            Some(libc::ENODATA)
+            presence(libc::XATTR_REPLACE, false),
+            Some(Presence::Present)
         );
-        assert_eq!(refusal(libc::XATTR_REPLACE, true, false), None);
-        assert_eq!(refusal(0, false, true), Some(libc::ENODATA));
-        assert_eq!(refusal(0, true, true), None);
+        assert_eq!(presence(0, true), Some(Presence::Present));
+        let both = libc::XATTR_CREATE | libc::XATTR_REPLACE;
+        assert_eq!(presence(both, false), None);
+        assert_eq!(unsatisfiable(true), libc::EEXIST);
+        assert_eq!(unsatisfiable(false), libc::ENODATA);
         assert!(kernel_namespace("security.capability"));
         assert_eq!(bad_name("user.x"), None);
         assert_eq!(bad_name("trusted.x"), None);

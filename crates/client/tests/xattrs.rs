@@ -77,3 +77,48 @@ async fn xattrs_by_path() {
         assert!(err.to_string().contains("keeps its own metadata"), "{err}");
     }
 }
+
+/// `XATTR_CREATE` and `XATTR_REPLACE` are decided by the inventory with
+/// the change: of racing creates of one attribute exactly one is stored,
+/// the others get EEXIST, and a replace or removal of an attribute that
+/// is not there gets ENODATA and stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conditioned_changes_are_decided_with_the_change() {
+    use labios_client::errno_of;
+    use labios_store::Presence;
+    let client = Arc::new(Client::new(stores(), 1, 1, ClientConfig::default()).unwrap());
+    client.create("/c/f").await.unwrap();
+    let racers: Vec<_> = (0..16u8)
+        .map(|n| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let value = Some(Bytes::from(vec![n]));
+                client
+                    .set_xattr_if("/c/f", "user.once", value, Presence::Absent)
+                    .await
+                    .map(|()| n)
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for racer in racers {
+        match racer.await.unwrap() {
+            Ok(n) => won.push(n),
+            Err(e) => assert_eq!(errno_of(&e), libc::EEXIST, "{e}"),
+        }
+    }
+    assert_eq!(won.len(), 1, "creates stored: {won:?}");
+    let stored = client.xattrs("/c/f").await.unwrap();
+    assert_eq!(stored, vec![("user.once".into(), Bytes::from(won.clone()))]);
+
+    let replaced = client
+        .set_xattr_if("/c/f", "user.none", Some(Bytes::new()), Presence::Present)
+        .await;
+    let removed = client.remove_xattr("/c/f", "user.none").await;
+    for err in [replaced.unwrap_err(), removed.unwrap_err()] {
+        assert_eq!(errno_of(&err), libc::ENODATA, "{err}");
+    }
+    assert_eq!(client.xattrs("/c/f").await.unwrap(), stored);
+    client.remove_xattr("/c/f", "user.once").await.unwrap();
+    assert!(client.xattrs("/c/f").await.unwrap().is_empty());
+}

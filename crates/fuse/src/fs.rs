@@ -135,6 +135,8 @@ impl LabiosFs {
                     | libc::EAGAIN
                     | libc::EDEADLK
                     | libc::EINTR
+                    // An attribute XATTR_REPLACE or a removal needs.
+                    | libc::ENODATA
             ) {
                 tracing::warn!("{what} {path}: {e}");
             }
@@ -318,12 +320,13 @@ impl LabiosFs {
         if xattr::kernel_namespace(name) {
             return Err(Errno::EOPNOTSUPP);
         }
-        let exists = self.xattr(&path, name)?.is_some();
-        if let Some(errno) = xattr::refusal(flags, exists, value.is_none()) {
-            return Err(Errno::from_i32(errno));
-        }
+        let Some(presence) = xattr::presence(flags, value.is_none()) else {
+            let exists = self.xattr(&path, name)?.is_some();
+            return Err(Errno::from_i32(xattr::unsatisfiable(exists)));
+        };
         let value = value.map(Bytes::copy_from_slice);
-        self.call("setxattr", &path, self.client.set_xattr(&path, name, value))
+        let change = self.client.set_xattr_if(&path, name, value, presence);
+        self.call("setxattr", &path, change)
     }
 }
 

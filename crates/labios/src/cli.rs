@@ -426,11 +426,14 @@ async fn hint(client: &Client, cmd: HintCommand) -> anyhow::Result<()> {
             }
         }
         HintCommand::Rm { path, name } => {
-            let full = format!("{PREFIX}{name}");
-            if !client.xattrs(&path).await?.iter().any(|(n, _)| *n == full) {
-                anyhow::bail!("{path} has no hint {name}");
+            match client.remove_xattr(&path, &format!("{PREFIX}{name}")).await {
+                Err(labios_label::Error::NotFound(m))
+                    if m.ends_with(labios_store::NO_ATTRIBUTE) =>
+                {
+                    anyhow::bail!("{path} has no hint {name}")
+                }
+                done => done?,
             }
-            client.set_xattr(&path, &full, None).await?
         }
     }
     Ok(())

@@ -17,7 +17,7 @@ use labios_label::{
     AppId, FileId, LabelId, LabelStatus, Result, WorkerId, WorkerState, WorkerStatus,
 };
 use labios_store::inventory::{AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, SetAttr};
-use labios_store::Stores;
+use labios_store::{Stores, XattrCond};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -1172,8 +1172,14 @@ impl Inventory for HeldLookup {
     async fn let_go_session(&self, session: u64) -> Result<Vec<FileMeta>> {
         self.inner.let_go_session(session).await
     }
-    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
-        self.inner.set_xattr(file, name, value).await
+    async fn set_xattr_if(
+        &self,
+        file: FileId,
+        name: &str,
+        value: Option<Bytes>,
+        cond: XattrCond,
+    ) -> Result<()> {
+        self.inner.set_xattr_if(file, name, value, cond).await
     }
     async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>> {
         self.inner.xattrs(file).await

@@ -1619,6 +1619,8 @@ async fn extended_attributes(kind: Kind, via: Via) {
     for line in [
         "get b'lab'\n",
         "create existing EEXIST\n",
+        "both flags existing EEXIST\nboth flags missing ENODATA\n",
+        "get created b'n'\nremove created ok\n",
         "fd list ['user.empty', 'user.fd', 'user.owner']\n",
         "set on link EPERM\n",
         "list after ['user.empty']\n",

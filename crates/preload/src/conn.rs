@@ -105,6 +105,8 @@ pub fn with<T: Send>(
                     | libc::EAGAIN
                     | libc::EDEADLK
                     | libc::EINTR
+                    // An attribute XATTR_REPLACE or a removal needs.
+                    | libc::ENODATA
             ) {
                 eprintln!("labios: {what}: {e}");
             }

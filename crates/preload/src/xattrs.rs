@@ -72,16 +72,18 @@ pub fn set(meta: &FileMeta, name: &str, value: Option<Vec<u8>>, flags: i32) -> R
     if !holds_user_attrs(meta) {
         return Err(libc::EPERM);
     }
-    let exists = match get(meta, name) {
-        Ok(_) => true,
-        Err(libc::ENODATA) => false,
-        Err(e) => return Err(e),
+    let Some(presence) = xattr::presence(flags, value.is_none()) else {
+        return Err(match get(meta, name) {
+            Ok(_) => xattr::unsatisfiable(true),
+            Err(libc::ENODATA) => xattr::unsatisfiable(false),
+            Err(e) => e,
+        });
     };
-    if let Some(e) = xattr::refusal(flags, exists, value.is_none()) {
-        return Err(e);
-    }
     let value = value.map(Bytes::from);
     conn::with(&format!("set attribute {name} of {}", meta.path), |s| {
-        s.run(s.client().set_xattr(FileRef::Id(meta.id), name, value))
+        s.run(
+            s.client()
+                .set_xattr_if(FileRef::Id(meta.id), name, value, presence),
+        )
     })
 }

@@ -334,11 +334,7 @@ impl Client {
     /// Removes `path`'s attribute `name`, as `os.removexattr`: OSError
     /// ENODATA when it has none.
     fn removexattr(&self, py: Python<'_>, path: &str, name: &str) -> PyResult<()> {
-        let all = self.call(py, |s| s.run(s.client().xattrs(path)))?;
-        if !all.iter().any(|(n, _)| n == name) {
-            return Err(no_attribute(path, name));
-        }
-        self.call(py, |s| s.run(s.client().set_xattr(path, name, None)))
+        self.call(py, |s| s.run(s.client().remove_xattr(path, name)))
     }
 
     /// The entry's metadata as a dict (name, size, type "file" or

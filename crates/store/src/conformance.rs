@@ -9,8 +9,8 @@ use crate::inventory::{
 };
 use crate::warehouse::staged_bound;
 use crate::{
-    AppRecord, Extent, FileKind, Inventory, LabelQueue, Named, Owner, RenameHow, SetAttr, SetTime,
-    Warehouse,
+    AppRecord, Extent, FileKind, Inventory, LabelQueue, Named, Owner, Presence, RenameHow, SetAttr,
+    SetTime, Warehouse, XattrCond, NO_ATTRIBUTE,
 };
 use bytes::Bytes;
 use labios_label::id::now_nanos;
@@ -1273,6 +1273,80 @@ fn attrs(pairs: &[(&str, &[u8])]) -> Vec<(String, Bytes)> {
         .collect()
 }
 
+/// Changes of extended attributes under a condition (`XATTR_CREATE`,
+/// `XATTR_REPLACE`, removal, hints only while the file is empty): each
+/// is refused with the error the POSIX faces map, and a refused change
+/// changes nothing. `dir` is a directory's id.
+async fn xattr_conditions(i: &dyn Inventory, root: &str, dir: FileId) {
+    let f = i
+        .create(
+            &format!("{root}/x/c"),
+            FileKind::File,
+            0o644,
+            Owner::root(7),
+        )
+        .await
+        .unwrap();
+    let v = |b: &'static [u8]| Some(Bytes::from_static(b));
+    let when = |presence, while_empty| XattrCond {
+        presence,
+        while_empty,
+    };
+    let set = |name: &'static str, value, cond| i.set_xattr_if(f.id, name, value, cond);
+    set("user.a", v(b"1"), when(Presence::Absent, false))
+        .await
+        .unwrap();
+    let err = set("user.a", v(b"2"), when(Presence::Absent, false))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
+    for (value, removal) in [(v(b"3"), false), (None, true)] {
+        let err = set("user.none", value, when(Presence::Present, false))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::NotFound(m) if m.ends_with(NO_ATTRIBUTE)),
+            "removal {removal}: {err}"
+        );
+    }
+    // Unconditioned, the removal of an absent attribute is no error.
+    set("user.none", None, XattrCond::default()).await.unwrap();
+    // A bad name is refused as such, whatever the condition.
+    let err = set("", v(b"1"), when(Presence::Present, false))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    set("user.a", v(b"4"), when(Presence::Present, true))
+        .await
+        .unwrap();
+    assert_eq!(i.xattrs(f.id).await.unwrap(), attrs(&[("user.a", b"4")]));
+
+    // Once the file holds bytes, a change that needs it empty is refused
+    // as a hint is, and others go on.
+    i.set_size(f.id, 5).await.unwrap();
+    for value in [v(b"5"), None] {
+        let err = set("user.a", value, when(Presence::Any, true))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.ends_with(labios_label::hints::REFUSED)),
+            "{err}"
+        );
+        assert!(err.to_string().contains("holds 5 bytes"), "{err}");
+    }
+    assert_eq!(i.xattrs(f.id).await.unwrap(), attrs(&[("user.a", b"4")]));
+    set("user.a", None, when(Presence::Present, false))
+        .await
+        .unwrap();
+    assert!(i.xattrs(f.id).await.unwrap().is_empty());
+    // A directory holds no bytes.
+    i.set_xattr_if(dir, "user.e", v(b"d"), when(Presence::Absent, true))
+        .await
+        .unwrap();
+    i.set_xattr(dir, "user.e", None).await.unwrap();
+    i.remove(&format!("{root}/x/c")).await.unwrap();
+}
+
 /// Extended attributes: set, replace, remove, limits, and their fate when
 /// the file is renamed, replaced or removed. Uses paths under `root`.
 async fn xattr_cases(i: &dyn Inventory, root: &str) {
@@ -1417,6 +1491,8 @@ async fn xattr_cases(i: &dyn Inventory, root: &str) {
         i.xattrs(dir.id).await.unwrap(),
         attrs(&[("user.d", b"dir")])
     );
+
+    xattr_conditions(i, root, dir.id).await;
 
     // A moved file keeps them (renaming its directory too); a replaced one
     // loses them, and so does a removed one.

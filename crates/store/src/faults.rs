@@ -16,7 +16,7 @@
 //! Off unless configured (`[faults] seed` non-zero): never for production.
 
 use crate::inventory::{
-    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, RenameHow, SetAttr,
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Owner, RenameHow, SetAttr, XattrCond,
 };
 use crate::label_queue::{Delivery, LabelQueue};
 use crate::warehouse::Warehouse;
@@ -392,12 +392,18 @@ impl Inventory for FaultyInventory {
     async fn let_go_session(&self, session: u64) -> Result<Vec<FileMeta>> {
         self.inner.let_go_session(session).await
     }
-    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
+    async fn set_xattr_if(
+        &self,
+        file: FileId,
+        name: &str,
+        value: Option<Bytes>,
+        cond: XattrCond,
+    ) -> Result<()> {
         self.faults
             .around(
                 "inventory set_xattr",
                 true,
-                self.inner.set_xattr(file, name, value),
+                self.inner.set_xattr_if(file, name, value, cond),
             )
             .await
     }

@@ -344,6 +344,63 @@ pub fn check_xattr(file: FileId, name: &str, value: Option<&[u8]>, others: usize
     Ok(())
 }
 
+/// Whether an extended attribute must be there for a change to it:
+/// `setxattr(2)`'s `XATTR_REPLACE` and `removexattr(2)` need it
+/// ([`Presence::Present`]), `XATTR_CREATE` needs it absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Presence {
+    #[default]
+    Any,
+    Present,
+    Absent,
+}
+
+/// What a change of an extended attribute requires of the file, checked
+/// in the same transaction as the change: a check made by a separate read
+/// before it could be overtaken by another client's change or write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XattrCond {
+    pub presence: Presence,
+    /// Only while the file holds no bytes (its size is 0): the hints that
+    /// decide where a file's data goes change only before it has any.
+    pub while_empty: bool,
+}
+
+/// How a change that needs an attribute the file does not have ends
+/// (NotFound ending with this): the POSIX faces answer ENODATA, not the
+/// ENOENT of a missing file.
+pub const NO_ATTRIBUTE: &str = "no such attribute";
+
+impl XattrCond {
+    /// Refuses a change of attribute `name` of `file` that this condition
+    /// forbids, given whether the attribute `exists` and the file's `size`.
+    /// Every implementation calls this with what it found in the change's
+    /// transaction, so that they refuse the same changes the same way.
+    pub fn check(self, file: FileId, name: &str, exists: bool, size: u64) -> Result<()> {
+        let shown: String = name.chars().take(64).collect();
+        match (self.presence, exists) {
+            (Presence::Present, false) => {
+                return Err(Error::NotFound(format!(
+                    "extended attribute {shown} of file id {file}: {NO_ATTRIBUTE}"
+                )))
+            }
+            (Presence::Absent, true) => {
+                return Err(Error::AlreadyExists(format!(
+                    "extended attribute {shown} of file id {file}"
+                )))
+            }
+            _ => {}
+        }
+        if self.while_empty && size > 0 {
+            return Err(labios_label::hints::refused(format!(
+                "{shown} of file id {file} changes only while the file is empty, and it \
+                 holds {size} bytes"
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Attempts [`record_status`] makes.
 pub const STATUS_ATTEMPTS: u32 = 10;
 
@@ -518,7 +575,19 @@ pub trait Inventory: Send + Sync {
     /// the rest of the file's metadata, go with the file when it is
     /// renamed, and are dropped with it by `remove` or when `rename`
     /// replaces it.
-    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()>;
+    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
+        self.set_xattr_if(file, name, value, XattrCond::default())
+            .await
+    }
+    /// [`Inventory::set_xattr`] only where `cond` holds, checked with the
+    /// change ([`XattrCond::check`]); otherwise nothing changes.
+    async fn set_xattr_if(
+        &self,
+        file: FileId,
+        name: &str,
+        value: Option<Bytes>,
+        cond: XattrCond,
+    ) -> Result<()>;
     /// The file's extended attributes, sorted by name; a missing file is
     /// `NotFound`.
     async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>>;

@@ -18,8 +18,8 @@ pub mod warehouse;
 
 pub use auth::LabelVerifier;
 pub use inventory::{
-    AppRecord, Extent, FileKind, FileMeta, Inventory, Named, Owner, ReadPlan, RenameHow, SetAttr,
-    SetTime,
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Named, Owner, Presence, ReadPlan, RenameHow,
+    SetAttr, SetTime, XattrCond, NO_ATTRIBUTE,
 };
 pub use label_queue::{Delivery, LabelQueue};
 pub use warehouse::{PutAnswer, Warehouse};

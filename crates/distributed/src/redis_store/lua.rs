@@ -541,29 +541,38 @@ if s < e then return {'ok', overlapping(P .. 'x:' .. id, s, e)} end
 return {'ok', {}}
 "#;
 
-/// Sets (ARGV: id, now, name, value, room) or removes (ARGV: id, now,
-/// name) an extended attribute. A value is stored only if the other
-/// attributes take at most `room` bytes (the total limit less this name and
-/// value); the reply is the bytes they take, which the caller checks
-/// against the limit with the same `check_xattr` as every inventory.
+/// Sets (ARGV: id, now, name, presence, while_empty, value, room) or
+/// removes (ARGV: id, now, name, presence, while_empty) an extended
+/// attribute, if the condition holds: `presence` is `any`, `present` (the
+/// attribute must exist) or `absent`; `while_empty` `1` needs the file's
+/// size 0. A value is stored only if the other attributes take at most
+/// `room` bytes (the total limit less this name and value). The reply is
+/// the bytes the others take, whether the attribute existed (1|0) and the
+/// file's size (hex), which the caller checks with the same `check_xattr`
+/// and `XattrCond::check` as every inventory: it finds refused exactly
+/// what this script left unchanged.
 pub const SET_XATTR: &str = r#"
-local id, now, name = ARGV[1], ARGV[2], ARGV[3]
+local id, now, name, presence, empty = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local fk, ak = P .. 'file:' .. id, P .. 'xattr:' .. id
 if redis.call('EXISTS', fk) == 0 then return {'notfound', 'file id ' .. id} end
-if #ARGV == 3 then
-  if redis.call('HDEL', ak, name) == 1 then redis.call('HSET', fk, 'ctime', now) end
-  return {'ok', 0}
+local exists = redis.call('HEXISTS', ak, name)
+local size = redis.call('HGET', fk, 'size') or Z16
+local held = (presence ~= 'present' or exists == 1) and (presence ~= 'absent' or exists == 0)
+  and (empty ~= '1' or size == Z16)
+if #ARGV == 5 then
+  if held and redis.call('HDEL', ak, name) == 1 then redis.call('HSET', fk, 'ctime', now) end
+  return {'ok', 0, exists, size}
 end
 local others = 0
 local all = redis.call('HGETALL', ak)
 for i = 1, #all, 2 do
   if all[i] ~= name then others = others + #all[i] + #all[i + 1] end
 end
-if others <= tonumber(ARGV[5]) then
-  redis.call('HSET', ak, name, ARGV[4])
+if held and others <= tonumber(ARGV[7]) then
+  redis.call('HSET', ak, name, ARGV[6])
   redis.call('HSET', fk, 'ctime', now)
 end
-return {'ok', others}
+return {'ok', others, exists, size}
 "#;
 
 /// ARGV: id.

@@ -97,8 +97,8 @@ use labios_store::inventory::{
 };
 use labios_store::warehouse::staged_bound;
 use labios_store::{
-    AppRecord, Extent, FileKind, FileMeta, Inventory, Named, Owner, ReadPlan, RenameHow, SetAttr,
-    SetTime, Warehouse,
+    AppRecord, Extent, FileKind, FileMeta, Inventory, Named, Owner, Presence, ReadPlan, RenameHow,
+    SetAttr, SetTime, Warehouse, XattrCond,
 };
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -1826,12 +1826,31 @@ impl Inventory for RedisInventory {
         self.meta(&v).map(Some)
     }
 
-    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
+    async fn set_xattr_if(
+        &self,
+        file: FileId,
+        name: &str,
+        value: Option<Bytes>,
+        cond: XattrCond,
+    ) -> Result<()> {
         // Refuses a bad name or an oversized value before any round trip;
-        // the total is checked below, against what the script counted.
+        // the total and the condition are checked below, against what the
+        // script found.
         check_xattr(file, name, value.as_deref(), 0)?;
         let (id, now) = (file.to_string(), now_nanos().to_string());
-        let mut args: Vec<&[u8]> = vec![id.as_bytes(), now.as_bytes(), name.as_bytes()];
+        let presence = match cond.presence {
+            Presence::Any => "any",
+            Presence::Present => "present",
+            Presence::Absent => "absent",
+        };
+        let empty = if cond.while_empty { "1" } else { "0" };
+        let mut args: Vec<&[u8]> = vec![
+            id.as_bytes(),
+            now.as_bytes(),
+            name.as_bytes(),
+            presence.as_bytes(),
+            empty.as_bytes(),
+        ];
         let room = value
             .as_ref()
             .map(|v| (XATTR_TOTAL_MAX - name.len() - v.len()).to_string());
@@ -1840,11 +1859,18 @@ impl Inventory for RedisInventory {
             args.push(room.as_bytes());
         }
         let v = self.run(&self.scripts.set_xattr, &args).await?;
-        let others: usize = v
-            .first()
-            .and_then(|x| redis::from_redis_value(x).ok())
-            .ok_or_else(|| self.malformed("set_xattr reply", "no byte count"))?;
-        check_xattr(file, name, value.as_deref(), others)
+        let bad = || self.malformed("set_xattr reply", "not [others, exists, size]");
+        let (others, exists, size): (usize, u8, String) = match v.as_slice() {
+            [o, e, s] => (
+                redis::from_redis_value(o).map_err(|_| bad())?,
+                redis::from_redis_value(e).map_err(|_| bad())?,
+                redis::from_redis_value(s).map_err(|_| bad())?,
+            ),
+            _ => return Err(bad()),
+        };
+        let size = u64::from_str_radix(&size, 16).map_err(|_| bad())?;
+        check_xattr(file, name, value.as_deref(), others)?;
+        cond.check(file, name, exists == 1, size)
     }
 
     async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>> {

@@ -10,7 +10,7 @@ use labios_label::{LabelId, LabelState, LabelStatus, Task};
 use labios_store::remote::proto::{
     decode_frame, frame, read_frame, QueueOp, Reply, Request, RequestFrame, ResponseFrame, PROTOCOL,
 };
-use labios_store::{AppRecord, Extent, FileKind, Named};
+use labios_store::{AppRecord, Extent, FileKind, Named, Presence, XattrCond};
 use std::time::Duration;
 
 pub static TARGET: Target = Target {
@@ -145,6 +145,10 @@ fn seeds() -> Vec<Vec<u8>> {
             file: 9,
             name: "user.color".into(),
             value: Some(Bytes::from_static(b"blue")),
+            cond: XattrCond {
+                presence: Presence::Absent,
+                while_empty: true,
+            },
         },
         Request::NextId("origin".into()),
         Request::Sync,

@@ -9,7 +9,7 @@ mod tests;
 
 use crate::inventory::{
     check_link_target, check_xattr, clip_to, read_len, AppRecord, Extent, FileKind, FileMeta,
-    Inventory, Named, Owner, ReadPlan, RenameHow, SetAttr, LINK_MAX, LINK_TARGET,
+    Inventory, Named, Owner, ReadPlan, RenameHow, SetAttr, XattrCond, LINK_MAX, LINK_TARGET,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -1442,7 +1442,13 @@ impl Inventory for RedbInventory {
         Ok(gone)
     }
 
-    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
+    async fn set_xattr_if(
+        &self,
+        file: FileId,
+        name: &str,
+        value: Option<Bytes>,
+        cond: XattrCond,
+    ) -> Result<()> {
         self.log.check()?;
         let node = self.data_node(file)?;
         let mut st = node.lock();
@@ -1456,6 +1462,7 @@ impl Inventory for RedbInventory {
             .map(|(n, v)| n.len() + v.len())
             .sum();
         check_xattr(file, name, value.as_deref(), others)?;
+        cond.check(file, name, st.xattrs.contains_key(name), st.meta.size)?;
         let changed = match value {
             Some(v) => {
                 st.xattrs.insert(name.to_string(), v);

@@ -10,6 +10,7 @@ use super::Endpoint;
 use crate::access::Cred;
 use crate::inventory::{
     AppRecord, Extent, FileKind, FileMeta, Inventory, Named, Owner, ReadPlan, RenameHow, SetAttr,
+    XattrCond,
 };
 use crate::label_queue::{Delivery, LabelQueue};
 use crate::locks::{HeldLock, LockRequest, Locks};
@@ -640,9 +641,21 @@ impl Inventory for RemoteInventory {
         let r = self.0.call(Request::LetGoSession { session }).await?;
         expect!(r, Reply::Metas(v) => v)
     }
-    async fn set_xattr(&self, file: FileId, name: &str, value: Option<Bytes>) -> Result<()> {
+    async fn set_xattr_if(
+        &self,
+        file: FileId,
+        name: &str,
+        value: Option<Bytes>,
+        cond: XattrCond,
+    ) -> Result<()> {
         let name = name.to_string();
-        expect!(self.0.call(Request::SetXattr { file, name, value }).await?, Reply::Unit => ())
+        let r = self.0.call(Request::SetXattr {
+            file,
+            name,
+            value,
+            cond,
+        });
+        expect!(r.await?, Reply::Unit => ())
     }
     async fn xattrs(&self, file: FileId) -> Result<Vec<(String, Bytes)>> {
         expect!(self.0.call(Request::Xattrs { file }).await?, Reply::Xattrs(v) => v)

@@ -3,7 +3,7 @@
 
 use crate::access::Cred;
 use crate::inventory::{
-    AppRecord, Extent, FileKind, FileMeta, Named, Owner, ReadPlan, RenameHow, SetAttr,
+    AppRecord, Extent, FileKind, FileMeta, Named, Owner, ReadPlan, RenameHow, SetAttr, XattrCond,
 };
 use crate::locks::{HeldLock, LockRequest};
 use bytes::Bytes;
@@ -64,7 +64,7 @@ pub enum QueueOp<T> {
 /// its Hello with an error naming both protocols, instead of failing later
 /// on a frame neither side can read. The codec's `VERSION` in every frame
 /// stays apart: it also covers persisted labels.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// New variants (here and in [`Reply`]) go last: a variant is sent as its
 /// index, so appending keeps the meaning of what older peers send.
@@ -164,6 +164,7 @@ pub enum Request {
         file: FileId,
         name: String,
         value: Option<Bytes>,
+        cond: XattrCond,
     },
     Xattrs {
         file: FileId,

@@ -700,9 +700,15 @@ async fn handle(s: &Stores, request: Request) -> Result<Reply> {
         Request::Functions(app) => Reply::Names(i.functions(app).await?),
         Request::NextId(name) => Reply::Count(i.next_id(&name).await?),
         Request::Sync => i.sync().await.map(|_| Reply::Unit)?,
-        Request::SetXattr { file, name, value } => {
-            i.set_xattr(file, &name, value).await.map(|_| Reply::Unit)?
-        }
+        Request::SetXattr {
+            file,
+            name,
+            value,
+            cond,
+        } => i
+            .set_xattr_if(file, &name, value, cond)
+            .await
+            .map(|_| Reply::Unit)?,
         Request::Xattrs { file } => Reply::Xattrs(i.xattrs(file).await?),
         Request::XattrsOf { files } => Reply::XattrsOf(i.xattrs_of(&files).await?),
         Request::Lock(r) => s.locks.lock(&r).await.map(|_| Reply::Unit)?,
@@ -954,9 +960,19 @@ async fn posix(
             may_write(i, cred, file, Some(opened)).await?;
             Request::ReserveAppend { file, len }
         }
-        Request::SetXattr { file, name, value } => {
+        Request::SetXattr {
+            file,
+            name,
+            value,
+            cond,
+        } => {
             may_write(i, cred, file, None).await?;
-            Request::SetXattr { file, name, value }
+            Request::SetXattr {
+                file,
+                name,
+                value,
+                cond,
+            }
         }
         Request::SetAttr { file, attr } => {
             let meta = i
