@@ -254,6 +254,9 @@ impl ObjectMeta {
                     .collect();
             } else if name == TAGGING {
                 out.tags = crate::tagging::of_query(value);
+            } else if name.starts_with(labios_label::hints::PREFIX) {
+                // Hints are not user metadata: a copy would carry them onto
+                // an object whose bytes they did not place, unchecked.
             } else if let Some(user) = name.strip_prefix(USER) {
                 out.user.insert(user.to_string(), value.to_string());
             } else if let Some(i) = HEADERS.iter().position(|h| h == name) {
@@ -387,6 +390,21 @@ mod tests {
         assert_eq!(m.etag, "5d41402abc4b2a76b9719d911017c592");
         let back = ObjectMeta::from_xattrs(&file(5, 9), &m.to_xattrs(5, 9));
         assert_eq!(back, m);
+    }
+
+    /// A file's hints are not its user metadata: HEAD does not show them
+    /// and a copy does not carry them.
+    #[test]
+    fn hints_are_not_user_metadata() {
+        let xattrs = [
+            ("user.color".to_string(), Bytes::from_static(b"red")),
+            (
+                "user.labios.placement".to_string(),
+                Bytes::from_static(b"local"),
+            ),
+        ];
+        let m = ObjectMeta::from_xattrs(&file(0, 1), &xattrs);
+        assert_eq!(m.user, HashMap::from([("color".into(), "red".into())]));
     }
 
     #[test]

@@ -509,13 +509,14 @@ fn stack_set_changes_a_running_workers_stack() {
 /// `labios hint`: hints are set, read, listed and removed as
 /// `user.labios.*` attributes; an unknown hint, a bad value or a tier no
 /// worker has is refused naming it, and on a file that holds data only
-/// the hints of its copies change (issue 16).
+/// the hints of its copies change; a new file starts with its directory's
+/// (issue 16).
 #[test]
 fn hints_are_set_read_and_checked() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("data"));
     let put = |name: &str, bytes: &[u8]| {
-        let local = dir.path().join(name);
+        let local = dir.path().join(name.replace('/', "_"));
         std::fs::write(&local, bytes).unwrap();
         server.ok(
             None,
@@ -577,4 +578,13 @@ fn hints_are_set_read_and_checked() {
         server.ok(None, &["hint", "ls", "/h/empty"]),
         "replicas 2\ntier hdd\n"
     );
+    // A directory's hints are where its new files start.
+    put("d/seed", b"");
+    server.ok(None, &["hint", "set", "/h/d", "placement", "scatter:2"]);
+    put("d/new", b"new bytes");
+    assert_eq!(
+        server.ok(None, &["hint", "ls", "/h/d/new"]),
+        "placement scatter:2\n"
+    );
+    assert_eq!(server.ok(None, &["hint", "ls", "/h/d/seed"]), "");
 }

@@ -1273,6 +1273,44 @@ fn attrs(pairs: &[(&str, &[u8])]) -> Vec<(String, Bytes)> {
         .collect()
 }
 
+/// A new file starts with the hints (`user.labios.*`) of the nearest
+/// directory above it that has any, and only those; directories, and
+/// files made before a hint, do not change.
+async fn inherited_hints(i: &dyn Inventory, root: &str) {
+    let make = |path: String, kind| async move {
+        i.create(&path, kind, 0o755, Owner::root(7)).await.unwrap()
+    };
+    let before = make(format!("{root}/h/before"), FileKind::File).await;
+    let h = i.lookup(&format!("{root}/h")).await.unwrap().unwrap();
+    let tier = ("user.labios.tier", &b"hdd"[..]);
+    i.set_xattr(h.id, tier.0, Some(Bytes::from_static(tier.1)))
+        .await
+        .unwrap();
+    i.set_xattr(h.id, "user.color", Some(Bytes::from_static(b"red")))
+        .await
+        .unwrap();
+    let deep = make(format!("{root}/h/a/b/f"), FileKind::File).await;
+    assert_eq!(i.xattrs(deep.id).await.unwrap(), attrs(&[tier]));
+    let made_dir = i.lookup(&format!("{root}/h/a")).await.unwrap().unwrap();
+    let sub = make(format!("{root}/h/sub"), FileKind::Dir).await;
+    for id in [before.id, made_dir.id, sub.id] {
+        assert!(i.xattrs(id).await.unwrap().is_empty(), "file id {id}");
+    }
+    // The nearest hinted directory's alone, not merged with those above.
+    let copies = ("user.labios.replicas", &b"2"[..]);
+    i.set_xattr(sub.id, copies.0, Some(Bytes::from_static(copies.1)))
+        .await
+        .unwrap();
+    let g = make(format!("{root}/h/sub/g"), FileKind::File).await;
+    assert_eq!(i.xattrs(g.id).await.unwrap(), attrs(&[copies]));
+    // Creating what exists changes nothing; a file keeps its own hints
+    // when its directory's change.
+    make(format!("{root}/h/before"), FileKind::File).await;
+    assert!(i.xattrs(before.id).await.unwrap().is_empty());
+    i.set_xattr(h.id, tier.0, None).await.unwrap();
+    assert_eq!(i.xattrs(deep.id).await.unwrap(), attrs(&[tier]));
+}
+
 /// Changes of extended attributes under a condition (`XATTR_CREATE`,
 /// `XATTR_REPLACE`, removal, hints only while the file is empty): each
 /// is refused with the error the POSIX faces map, and a refused change
@@ -1493,6 +1531,7 @@ async fn xattr_cases(i: &dyn Inventory, root: &str) {
     );
 
     xattr_conditions(i, root, dir.id).await;
+    inherited_hints(i, root).await;
 
     // A moved file keeps them (renaming its directory too); a replaced one
     // loses them, and so does a removed one.

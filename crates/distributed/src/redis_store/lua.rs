@@ -217,6 +217,29 @@ local function make_parents(first, o, now)
     if not id_of(ARGV[i]) then new_entry(ARGV[i], 'd', '493', o, now) end
   end
 end
+-- A new file `id` starts with the hints (user.labios.* attributes, as
+-- labios_label::hints::PREFIX names them) of the nearest directory above
+-- it that has any: ARGV[first..] are its ancestors, outermost first, and
+-- '/' is above them.
+local function inherit_hints(first, id)
+  for i = #ARGV, first - 1, -1 do
+    local did = id_of(i >= first and ARGV[i] or '/')
+    if did then
+      local all = redis.call('HGETALL', P .. 'xattr:' .. did)
+      local hints = {}
+      for j = 1, #all, 2 do
+        if string.sub(all[j], 1, 12) == 'user.labios.' then
+          hints[#hints + 1] = all[j]
+          hints[#hints + 1] = all[j + 1]
+        end
+      end
+      if #hints > 0 then
+        redis.call('HSET', P .. 'xattr:' .. id, unpack(hints))
+        return
+      end
+    end
+  end
+end
 local function overlapping(xk, s, e)
   local ex = {}
   local prev = redis.call('ZREVRANGEBYLEX', xk, '(' .. s, '-', 'LIMIT', 0, 1)
@@ -231,7 +254,7 @@ end
 "#;
 
 /// ARGV: path, kind (f|d), mode, owner, now, uid, gid, missing-ancestor
-/// candidates...
+/// candidates... A new file inherits its nearest hinted directory's hints.
 pub const CREATE: &str = r#"
 local path, kind, mode, now = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
 local owner = {ARGV[4], ARGV[6], ARGV[7]}
@@ -245,7 +268,9 @@ end
 local err = check_parents(8, path)
 if err then return err end
 make_parents(8, owner, now)
-return {'ok', rec(new_entry(path, kind, mode, owner, now))}
+local made = new_entry(path, kind, mode, owner, now)
+if kind == 'f' then inherit_hints(8, made) end
+return {'ok', rec(made)}
 "#;
 
 /// ARGV: path, target, size (16 hex digits), owner, now, uid, gid,

@@ -13,6 +13,7 @@ use crate::inventory::{
 };
 use async_trait::async_trait;
 use bytes::Bytes;
+use labios_label::hints;
 use labios_label::id::now_nanos;
 use labios_label::{
     decode, normalize_path, path::parent, AppId, Error, FileId, LabelId, LabelState, LabelStatus,
@@ -192,6 +193,30 @@ fn from_prefix(prefix: &str) -> (Bound<&str>, Bound<&str>) {
 }
 
 impl Namespace {
+    /// The hints (`user.labios.*` attributes) of the nearest directory
+    /// above `path` that has any, root included: what a new file there
+    /// starts with (WOSS: a workflow stage hints its output directory
+    /// once, not every file a program creates in it).
+    fn inherited_hints(&self, path: &str) -> BTreeMap<String, Bytes> {
+        let mut at = parent(path);
+        while let Some(dir) = at {
+            if let Some(node) = self.node(dir) {
+                let hints: BTreeMap<String, Bytes> = node
+                    .lock()
+                    .xattrs
+                    .iter()
+                    .filter(|(name, _)| name.starts_with(hints::PREFIX))
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect();
+                if !hints.is_empty() {
+                    return hints;
+                }
+            }
+            at = parent(dir);
+        }
+        BTreeMap::new()
+    }
+
     fn node(&self, path: &str) -> Option<&Arc<Node>> {
         self.paths.get(path).and_then(|id| self.nodes.get(id))
     }
@@ -1049,7 +1074,19 @@ impl Inventory for RedbInventory {
         let mut ops = Vec::new();
         let made = self
             .make_parents(&mut ns, path, owner, &mut ops)
-            .and_then(|()| self.new_entry(&mut ns, path, kind, mode, owner, &mut ops));
+            .and_then(|()| self.new_entry(&mut ns, path, kind, mode, owner, &mut ops))
+            .inspect(|meta| {
+                let hints = match kind {
+                    FileKind::File => ns.inherited_hints(path),
+                    _ => BTreeMap::new(),
+                };
+                if !hints.is_empty() {
+                    let node = ns.nodes.get(&meta.id).expect("made above");
+                    node.lock().xattrs = hints.clone();
+                    // In the entry's log append: never a file without them.
+                    ops.push(Op::PutXattrs(meta.id, hints));
+                }
+            });
         // Whatever was made is in memory: log it even on a late failure.
         self.log.append(&mut ops)?;
         made
