@@ -11,6 +11,7 @@ pub mod bench;
 pub mod config;
 pub mod directory;
 mod minmax;
+mod placement;
 pub mod scheduler;
 pub mod shuffler;
 #[cfg(test)]
@@ -115,6 +116,8 @@ pub struct Dispatcher {
     stores: Stores,
     directory: Arc<dyn WorkerDirectory>,
     scheduler: Scheduler,
+    /// Where the writes of files with a placement hint go.
+    placements: placement::Placements,
     stats: Arc<DispatcherStats>,
     /// Checks each label's signature against the application registry
     /// before it is scheduled (README "Tenants").
@@ -150,6 +153,7 @@ impl Dispatcher {
             stores,
             directory,
             scheduler,
+            placements: placement::Placements::default(),
             stats: Arc::default(),
             recent: RecentIds::new(RECENT_LABELS),
             drain: false,
@@ -330,7 +334,8 @@ impl Dispatcher {
             .collect();
         let workers = self.workers_or_wait().await;
         let t = anatomy::start();
-        let located = self.locate_reads(&labels, &workers).await;
+        let mut located = self.locate_reads(&labels, &workers).await;
+        located.extend(self.place_writes(&labels, &workers).await);
         let tasks = shuffle(labels, self.config.aggregation, &located);
         anatomy::record(Phase::Shuffle, t);
         let (held_back, tasks) = self.pin_to_unlisted(tasks, &workers).await;
@@ -489,6 +494,34 @@ impl Dispatcher {
             .await;
         located.extend(looked_up);
         located
+    }
+
+    /// The workers the writes of files with a placement hint go to (README
+    /// "Hints"), among the workers not decommissioned whose stacks admit
+    /// the label's owner.
+    async fn place_writes(
+        &mut self,
+        labels: &[Label],
+        workers: &[labios_label::WorkerStatus],
+    ) -> HashMap<LabelId, WorkerId> {
+        let usable: Vec<(
+            WorkerId,
+            Option<std::collections::BTreeSet<labios_label::AppId>>,
+        )> = workers
+            .iter()
+            .filter(|w| w.state != WorkerState::Decommissioned)
+            .map(|w| (w.spec.id, w.admitted()))
+            .collect();
+        let ids: Vec<WorkerId> = usable.iter().map(|(id, _)| *id).collect();
+        let admits = |worker: WorkerId, label: &Label| {
+            usable.iter().any(|(id, apps)| {
+                *id == worker && apps.as_ref().is_none_or(|a| a.contains(&label.owner))
+            })
+        };
+        let inventory = self.stores.inventory.clone();
+        self.placements
+            .pins(inventory.as_ref(), labels, &ids, admits)
+            .await
     }
 
     /// Publishes every worker's tasks at once; returns the labels whose

@@ -35,8 +35,9 @@ struct Span {
     write: bool,
 }
 
-/// Shuffles one batch. `located` maps read labels to the worker holding all
-/// their data (from the inventory); such reads are pinned there.
+/// Shuffles one batch. `located` maps labels to the worker they are pinned
+/// to: reads to the one holding all their data (from the inventory),
+/// writes to the one their file's placement hint names.
 pub fn shuffle(
     labels: Vec<Label>,
     aggregation: bool,
@@ -60,8 +61,7 @@ pub fn shuffle(
         .zip(&addressed)
         .map(|(l, to)| match to {
             Some(w) => Some(*w),
-            None if l.kind == LabelKind::Read => located.get(&l.id).copied(),
-            None => None,
+            None => located.get(&l.id).copied(),
         })
         .collect();
     let roots: Vec<u32> = (0..n as u32).map(|i| sets.find(i)).collect();

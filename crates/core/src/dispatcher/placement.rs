@@ -1,0 +1,262 @@
+//! Placement by hints (WOSS; README "Hints"): the writes of a file whose
+//! `user.labios.placement` hint says where its bytes go are pinned there,
+//! and the scheduler's policy decides only what hints leave open (the
+//! writes of files without one).
+//!
+//! Workers are chosen by rendezvous hashing (highest random weight) of a
+//! key over the available workers: every dispatcher picks the same ones
+//! without asking the others, and a worker joining or leaving moves only
+//! the keys it wins or held. The hash is XXH3, whose output is specified,
+//! so dispatchers of different builds agree too.
+
+use bytes::Bytes;
+use labios_label::hints::{self, Hint, Placement};
+use labios_label::{FileId, Label, LabelId, LabelKind, WorkerId};
+use labios_store::inventory::XATTRS_BATCH_MAX;
+use labios_store::Inventory;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// The stripe of `scatter:N` without a `block_size` hint: the client's
+/// default largest label, so that one label is one stripe.
+pub const DEFAULT_STRIPE: u64 = 1 << 20;
+/// How long a file's hints, once read, decide its writes before they are
+/// read again. Placement hints change only while a file is empty, so they
+/// can be stale only for a file truncated to nothing and hinted anew.
+const HINTS_TTL: Duration = Duration::from_secs(1);
+/// Files whose hints the dispatcher remembers at most.
+const HINTS_CACHED_MAX: usize = 1 << 16;
+
+/// Where a file's writes go, from its hints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilePlacement {
+    placement: Placement,
+    /// The bytes of one stripe of `scatter:N` (`block_size`, or
+    /// [`DEFAULT_STRIPE`]).
+    stripe: u64,
+}
+
+impl FilePlacement {
+    /// The placement a file's attributes ask for; `None` without one, or
+    /// for `local`, which needs the workers' hosts (not known yet).
+    pub fn of(xattrs: &[(String, Bytes)]) -> Option<Self> {
+        let mut placement = None;
+        let mut stripe = DEFAULT_STRIPE;
+        for (name, value) in xattrs.iter().filter(|(n, _)| hints::is_hint(n)) {
+            // Hints were checked when set; one that no longer parses (a
+            // newer release's) leaves the choice to the policy.
+            match Hint::parse(name, value) {
+                Ok(Hint::Placement(p)) if p != Placement::Local => placement = Some(p),
+                Ok(Hint::BlockSize(size)) => stripe = size,
+                _ => {}
+            }
+        }
+        Some(FilePlacement {
+            placement: placement?,
+            stripe,
+        })
+    }
+
+    /// The worker among `workers` (ids, in any order) the write at
+    /// `offset` of `file` goes to; `None` if there are none.
+    pub fn worker(&self, file: FileId, offset: u64, workers: &[WorkerId]) -> Option<WorkerId> {
+        match &self.placement {
+            Placement::Collocate(group) => ranked(group.as_bytes(), workers).first().copied(),
+            Placement::Scatter(n) => {
+                let ranked = ranked(&file.to_le_bytes(), workers);
+                let width = ranked.len().min(*n as usize);
+                if width == 0 {
+                    return None;
+                }
+                let stripe = offset / self.stripe;
+                Some(ranked[(stripe % width as u64) as usize])
+            }
+            Placement::Local => None,
+        }
+    }
+}
+
+/// `workers` by their rendezvous weight for `key`, highest first.
+fn ranked(key: &[u8], workers: &[WorkerId]) -> Vec<WorkerId> {
+    let weight = |w: WorkerId| {
+        let mut bytes = key.to_vec();
+        bytes.extend_from_slice(&w.to_le_bytes());
+        xxh3_64(&bytes)
+    };
+    let mut by_weight: Vec<(u64, WorkerId)> = workers.iter().map(|&w| (weight(w), w)).collect();
+    by_weight.sort_unstable_by(|a, b| b.cmp(a));
+    by_weight.into_iter().map(|(_, w)| w).collect()
+}
+
+/// The placements of files lately written, read from the inventory once
+/// per [`HINTS_TTL`].
+#[derive(Default)]
+pub struct Placements {
+    known: HashMap<FileId, (Instant, Option<FilePlacement>)>,
+}
+
+impl Placements {
+    /// The workers the writes among `labels` go to by their files' hints,
+    /// chosen among `workers` (the available ones that admit the label's
+    /// owner, as `admits` says). Writes addressed to a worker, and those
+    /// of files without a placement hint, are not among them. A failed
+    /// look-up leaves the choice to the policy.
+    pub async fn pins(
+        &mut self,
+        inventory: &dyn Inventory,
+        labels: &[Label],
+        workers: &[WorkerId],
+        admits: impl Fn(WorkerId, &Label) -> bool,
+    ) -> HashMap<LabelId, WorkerId> {
+        let writes: Vec<(&Label, (FileId, u64, u64))> = labels
+            .iter()
+            .filter(|l| l.kind == LabelKind::Write)
+            .filter_map(|l| Some((l, l.destination.file()?)))
+            .collect();
+        if writes.is_empty() {
+            return HashMap::new();
+        }
+        self.refresh(inventory, writes.iter().map(|(_, (file, _, _))| *file))
+            .await;
+        let mut pins = HashMap::new();
+        for (label, (file, offset, _)) in writes {
+            let Some((_, Some(placement))) = self.known.get(&file) else {
+                continue;
+            };
+            let eligible: Vec<WorkerId> = workers
+                .iter()
+                .copied()
+                .filter(|&w| admits(w, label))
+                .collect();
+            if let Some(worker) = placement.worker(file, offset, &eligible) {
+                pins.insert(label.id, worker);
+            }
+        }
+        pins
+    }
+
+    /// Reads the hints of those of `files` not known, or known for longer
+    /// than [`HINTS_TTL`].
+    async fn refresh(&mut self, inventory: &dyn Inventory, files: impl Iterator<Item = FileId>) {
+        let now = Instant::now();
+        let mut stale: Vec<FileId> = files
+            .filter(|f| {
+                self.known
+                    .get(f)
+                    .is_none_or(|(at, _)| now.duration_since(*at) > HINTS_TTL)
+            })
+            .collect();
+        stale.sort_unstable();
+        stale.dedup();
+        if stale.is_empty() {
+            return;
+        }
+        if self.known.len() + stale.len() > HINTS_CACHED_MAX {
+            self.known
+                .retain(|_, (at, _)| now.duration_since(*at) <= HINTS_TTL);
+        }
+        for chunk in stale.chunks(XATTRS_BATCH_MAX) {
+            match inventory.xattrs_of(chunk).await {
+                Ok(all) => {
+                    for (file, xattrs) in chunk.iter().zip(all) {
+                        let placement = xattrs.as_deref().and_then(FilePlacement::of);
+                        self.known.insert(*file, (now, placement));
+                    }
+                }
+                Err(e) => tracing::warn!("dispatcher: cannot read the hints of written files: {e}"),
+            }
+        }
+        // Bounded even when every entry is fresh: the oldest go first.
+        if self.known.len() > HINTS_CACHED_MAX {
+            let mut ages: Vec<(Instant, FileId)> =
+                self.known.iter().map(|(f, (at, _))| (*at, *f)).collect();
+            ages.sort_unstable();
+            let over = self.known.len() - HINTS_CACHED_MAX;
+            for (_, file) in ages.into_iter().take(over) {
+                self.known.remove(&file);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hinted(pairs: &[(&str, &str)]) -> Option<FilePlacement> {
+        let xattrs: Vec<(String, Bytes)> = pairs
+            .iter()
+            .map(|(n, v)| (format!("{}{n}", hints::PREFIX), Bytes::from(v.to_string())))
+            .collect();
+        FilePlacement::of(&xattrs)
+    }
+
+    #[test]
+    fn only_a_placement_hint_places() {
+        assert_eq!(hinted(&[]), None);
+        assert_eq!(hinted(&[("replicas", "2"), ("block_size", "4KiB")]), None);
+        assert_eq!(hinted(&[("placement", "local")]), None);
+        let p = hinted(&[("placement", "scatter:2"), ("block_size", "64KiB")]).unwrap();
+        assert_eq!(p.stripe, 64 << 10);
+    }
+
+    /// A group's files land on one worker, the same for every file and
+    /// every dispatcher; groups spread over the workers.
+    #[test]
+    fn a_group_is_collocated() {
+        let workers = [0, 1, 2, 3];
+        let group = |g: &str| hinted(&[("placement", &format!("collocate:{g}"))]).unwrap();
+        let one = group("g1").worker(7, 0, &workers).unwrap();
+        for file in 0..50 {
+            for offset in [0, 1 << 20, 1 << 30] {
+                assert_eq!(group("g1").worker(file, offset, &workers), Some(one));
+            }
+        }
+        let reordered = [3, 1, 0, 2];
+        assert_eq!(group("g1").worker(9, 0, &reordered), Some(one));
+        let used: std::collections::BTreeSet<WorkerId> = (0..64)
+            .filter_map(|g| group(&format!("g{g}")).worker(0, 0, &workers))
+            .collect();
+        assert_eq!(used.len(), 4, "64 groups use every worker");
+        // A worker leaving moves only the groups it held.
+        let fewer = [0, 1, 3];
+        for g in 0..64 {
+            let before = group(&format!("g{g}")).worker(0, 0, &workers).unwrap();
+            let after = group(&format!("g{g}")).worker(0, 0, &fewer).unwrap();
+            assert!(before == after || before == 2, "group g{g} moved");
+        }
+        assert_eq!(group("g1").worker(0, 0, &[]), None);
+    }
+
+    /// `scatter:N` puts stripe i of a file on the (i mod N)-th of N
+    /// workers chosen for the file.
+    #[test]
+    fn a_file_is_scattered_over_n_workers() {
+        let workers = [0, 1, 2, 3, 4, 5];
+        let p = hinted(&[("placement", "scatter:2"), ("block_size", "1MiB")]).unwrap();
+        let stripes: Vec<WorkerId> = (0..8)
+            .map(|i| p.worker(42, i << 20, &workers).unwrap())
+            .collect();
+        assert_ne!(stripes[0], stripes[1]);
+        for (i, w) in stripes.iter().enumerate() {
+            assert_eq!(*w, stripes[i % 2], "stripe {i}");
+        }
+        // Within a stripe, one worker.
+        assert_eq!(p.worker(42, (1 << 20) - 1, &workers), Some(stripes[0]));
+        // Files pick their own pairs.
+        let pairs: std::collections::BTreeSet<(WorkerId, WorkerId)> = (0..40)
+            .map(|f| {
+                let (a, b) = (p.worker(f, 0, &workers), p.worker(f, 1 << 20, &workers));
+                (a.unwrap(), b.unwrap())
+            })
+            .collect();
+        assert!(pairs.len() > 5, "{pairs:?}");
+        // More stripes than workers: every worker, once per round.
+        let wide = hinted(&[("placement", "scatter:16")]).unwrap();
+        let used: std::collections::BTreeSet<WorkerId> = (0..6)
+            .map(|i| wide.worker(1, i * DEFAULT_STRIPE, &workers).unwrap())
+            .collect();
+        assert_eq!(used.len(), 6);
+    }
+}

@@ -1,0 +1,74 @@
+//! Placement hints acted on by the dispatcher (issue 16, README "Hints"):
+//! the writes of a file go where its `user.labios.placement` says, set on
+//! the file or inherited from its directory, in both deployments.
+
+mod common;
+
+use bytes::Bytes;
+use common::data;
+use common::deploy::{Deployed, Kind};
+use labios_label::WorkerId;
+
+both!(hinted_writes_go_where_the_hints_say);
+
+/// The worker of each extent of `path`, in offset order, with the
+/// extents' offsets.
+async fn placed(d: &Deployed, path: &str, len: u64) -> Vec<(u64, WorkerId)> {
+    let inventory = d.stores().inventory;
+    let meta = inventory.lookup(path).await.unwrap().unwrap();
+    let extents = inventory.extents(meta.id, 0, len).await.unwrap();
+    assert_eq!(extents.iter().map(|e| e.len).sum::<u64>(), len, "{path}");
+    extents.iter().map(|e| (e.offset, e.worker)).collect()
+}
+
+/// Labels of 64 KiB over the four default workers: the files of a
+/// directory hinted `collocate:r1` are all on one worker, and a file
+/// hinted `scatter:2` with 64 KiB blocks has its stripes alternate
+/// between two; every byte reads back.
+async fn hinted_writes_go_where_the_hints_say(kind: Kind) {
+    let d = Deployed::start(kind, |c| c.client.max_label_size = 64 << 10).await;
+    let c = d.client().await;
+    let hint = |v: &'static str| Some(Bytes::from_static(v.as_bytes()));
+    c.mkdir("/reduce").await.unwrap();
+    c.set_xattr("/reduce", "user.labios.placement", hint("collocate:r1"))
+        .await
+        .unwrap();
+    let files: Vec<(String, Bytes)> = (0..4u64)
+        .map(|i| (format!("/reduce/part-{i}"), data(i, 300_000)))
+        .collect();
+    for (path, bytes) in &files {
+        c.write_at_sync(path.as_str(), 0, bytes.clone())
+            .await
+            .unwrap();
+    }
+    let mut holders = std::collections::BTreeSet::new();
+    for (path, bytes) in &files {
+        let extents = placed(&d, path, bytes.len() as u64).await;
+        assert!(extents.len() >= 4, "{path}: {extents:?}");
+        holders.extend(extents.iter().map(|(_, w)| *w));
+    }
+    assert_eq!(holders.len(), 1, "a group on one worker: {holders:?}");
+
+    c.create("/wide").await.unwrap();
+    c.set_xattr("/wide", "user.labios.placement", hint("scatter:2"))
+        .await
+        .unwrap();
+    c.set_xattr("/wide", "user.labios.block_size", hint("64KiB"))
+        .await
+        .unwrap();
+    let wide = data(9, 1 << 20);
+    c.write_at_sync("/wide", 0, wide.clone()).await.unwrap();
+    let extents = placed(&d, "/wide", wide.len() as u64).await;
+    assert_eq!(extents.len(), 16, "{extents:?}");
+    let (even, odd) = (extents[0].1, extents[1].1);
+    assert_ne!(even, odd, "{extents:?}");
+    for (i, (offset, worker)) in extents.iter().enumerate() {
+        assert_eq!(*offset, (i as u64) << 16);
+        assert_eq!(*worker, if i % 2 == 0 { even } else { odd }, "stripe {i}");
+    }
+
+    for (path, bytes) in files.iter().chain([&("/wide".to_string(), wide)]) {
+        assert_eq!(&c.read(path.as_str()).await.unwrap(), bytes, "{path}");
+    }
+    d.shutdown().await;
+}
