@@ -497,9 +497,19 @@ pub unsafe extern "C" fn labios_query(
     out_len: *mut usize,
 ) -> c_int {
     guard(|| {
+        // Before the pipeline runs on the workers, not after.
+        writable(out, out_len)?;
         let result = session(h)?.query(req_str(path, "path")?, req_str(pipeline, "pipeline")?)?;
         give(&result, out, out_len, "the query result")
     })
+}
+
+/// Refuses NULL result pointers, naming `out`.
+fn writable(out: *mut *mut c_void, out_len: *mut usize) -> Result<(), Error> {
+    if out.is_null() || out_len.is_null() {
+        return Err(arg("out"));
+    }
+    Ok(())
 }
 
 /// A copy of `data` in memory the caller frees with `labios_free`, in
@@ -510,9 +520,7 @@ unsafe fn give(
     out_len: *mut usize,
     what: &str,
 ) -> Result<(), Error> {
-    if out.is_null() || out_len.is_null() {
-        return Err(arg("out"));
-    }
+    writable(out, out_len)?;
     let p = libc::malloc(data.len().max(1));
     if p.is_null() {
         return Err(Error::Storage(format!("out of memory for {what}")));
@@ -540,11 +548,9 @@ unsafe fn xattr_of(
     path: *const c_char,
     name: *const c_char,
 ) -> Result<bytes::Bytes, Error> {
+    let s = session(h)?;
     let name = req_str(name, "name")?;
-    xattrs_of(h, path)?
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v)
+    s.run(s.client().xattr(req_str(path, "path")?, name))?
         .ok_or_else(|| {
             Error::NotFound(format!(
                 "{} has no attribute {name}",

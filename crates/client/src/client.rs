@@ -8,6 +8,7 @@ use crate::catalog_manager::CatalogManager;
 use crate::config::{ClientConfig, IoMode};
 use crate::content_manager::ContentManager;
 use crate::label_manager::{first_failure, LabelManager};
+use crate::location::{self, Location};
 use bytes::{Bytes, BytesMut};
 use futures::future::{join_all, FutureExt};
 use labios_label::anatomy::{self, Phase};
@@ -1142,6 +1143,54 @@ impl Client {
         Ok(all)
     }
 
+    /// The user's attribute `name` of the entry `file` names, `None` where
+    /// it has none. [`location::ATTRIBUTE`] is computed, not stored: a
+    /// file's [`Client::locate`] as lines (none for a directory).
+    pub async fn xattr<'a>(
+        &self,
+        file: impl Into<FileRef<'a>>,
+        name: &str,
+    ) -> Result<Option<Bytes>> {
+        let file = file.into();
+        if name == location::ATTRIBUTE {
+            let meta = self.xattr_entry(file).await?;
+            if meta.kind != FileKind::File {
+                return Ok(None);
+            }
+            let all = self.locate(FileRef::Id(meta.id)).await?;
+            return Ok(Some(Bytes::from(Location::lines(&all))));
+        }
+        Ok(self
+            .xattrs(file)
+            .await?
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v))
+    }
+
+    /// Where the bytes of the file `file` names are: each extent, in
+    /// offset order, with its worker's tier and host (after this client's
+    /// own writes to it land). A workflow engine runs a task where its
+    /// input lies; holes and directories have none.
+    pub async fn locate<'a>(&self, file: impl Into<FileRef<'a>>) -> Result<Vec<Location>> {
+        let file = file.into();
+        if let Some(path) = file.external() {
+            return Err(Error::InvalidArgument(format!(
+                "{path} is on external storage, where LABIOS places no bytes"
+            )));
+        }
+        let meta = self.stat(file).await?;
+        if meta.kind != FileKind::File || meta.size == 0 {
+            return Ok(Vec::new());
+        }
+        let inventory = self.inner.catalog.inventory();
+        let (extents, workers) = futures::try_join!(
+            inventory.extents(meta.id, 0, meta.size),
+            inventory.workers()
+        )?;
+        Ok(Location::of(&extents, &workers))
+    }
+
     /// Sets (`Some`) or removes (`None`) one of the user's extended
     /// attributes (`user.*`; hints are `user.labios.*`) of the entry `file`
     /// names, a file this application owns (directories: any). Removing
@@ -1232,8 +1281,8 @@ impl Client {
     /// removed) on `meta`'s entry: a hint and value LABIOS knows (a tier
     /// some worker has). Returns whether it changes only while the file is
     /// empty (all but the hints of its copies), which the inventory checks
-    /// with the change; this client's own writes to it land first, and a
-    /// file already found holding data is refused here, naming its path.
+    /// with the change, after the attribute's presence; this client's own
+    /// writes to it land first.
     async fn check_hint(&self, meta: &FileMeta, name: &str, value: Option<&[u8]>) -> Result<bool> {
         let hint = match value {
             Some(v) => Some(Hint::parse(name, v)?),
@@ -1245,13 +1294,6 @@ impl Client {
             Hint::changes_with_data,
         );
         let while_empty = meta.kind == FileKind::File && !copies;
-        if while_empty && meta.size > 0 {
-            return Err(hints::refused(format!(
-                "hint {short} of {}: the file holds {} bytes, and only replicas and \
-                 replication change once a file holds data",
-                meta.path, meta.size
-            )));
-        }
         if while_empty && self.has_pending(meta.id).await {
             self.settle(meta.id).await?;
         }

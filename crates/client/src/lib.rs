@@ -10,8 +10,10 @@ pub mod config;
 pub mod content_manager;
 mod errno;
 pub mod label_manager;
+pub mod location;
 pub mod xattr;
 
 pub use client::{Client, FileRef, Handle, LockCall};
 pub use config::{ClientConfig, IoMode};
 pub use errno::errno_of;
+pub use location::Location;

@@ -36,27 +36,16 @@ pub fn bad_name(name: &str) -> Option<i32> {
 /// What a set (`removing` false) or removal of an attribute needs of it,
 /// given `setxattr`'s `flags`: `XATTR_CREATE` that it is absent (else
 /// `EEXIST`), `XATTR_REPLACE` or a removal that it is there (else
-/// `ENODATA`), which the inventory checks with the change. `None` when
-/// both flags are given, which no attribute satisfies: the call then
-/// changes nothing and gets [`unsatisfiable`].
-pub fn presence(flags: i32, removing: bool) -> Option<Presence> {
+/// `ENODATA`), both flags what no attribute is ([`Presence::Both`]),
+/// which the inventory checks with the change.
+pub fn presence(flags: i32, removing: bool) -> Presence {
     let create = flags & libc::XATTR_CREATE != 0;
     let present = flags & libc::XATTR_REPLACE != 0 || removing;
     match (create, present) {
-        (true, true) => None,
-        (true, false) => Some(Presence::Absent),
-        (false, true) => Some(Presence::Present),
-        (false, false) => Some(Presence::Any),
-    }
-}
-
-/// The errno of a call whose flags no attribute satisfies, as ext4
-/// answers it: `EEXIST` where the attribute `exists`, `ENODATA` where not.
-pub fn unsatisfiable(exists: bool) -> i32 {
-    if exists {
-        libc::EEXIST
-    } else {
-        libc::ENODATA
+        (true, true) => Presence::Both,
+        (true, false) => Presence::Absent,
+        (false, true) => Presence::Present,
+        (false, false) => Presence::Any,
     }
 }
 
@@ -77,17 +66,12 @@ mod tests {
 
     #[test]
     fn flags_decide_as_the_kernel_does() {
-        assert_eq!(presence(0, false), Some(Presence::Any));
-        assert_eq!(presence(libc::XATTR_CREATE, false), Some(Presence::Absent));
-        assert_eq!(
-            presence(libc::XATTR_REPLACE, false),
-            Some(Presence::Present)
-        );
-        assert_eq!(presence(0, true), Some(Presence::Present));
+        assert_eq!(presence(0, false), Presence::Any);
+        assert_eq!(presence(libc::XATTR_CREATE, false), Presence::Absent);
+        assert_eq!(presence(libc::XATTR_REPLACE, false), Presence::Present);
+        assert_eq!(presence(0, true), Presence::Present);
         let both = libc::XATTR_CREATE | libc::XATTR_REPLACE;
-        assert_eq!(presence(both, false), None);
-        assert_eq!(unsatisfiable(true), libc::EEXIST);
-        assert_eq!(unsatisfiable(false), libc::ENODATA);
+        assert_eq!(presence(both, false), Presence::Both);
         assert!(kernel_namespace("security.capability"));
         assert_eq!(bad_name("user.x"), None);
         assert_eq!(bad_name("trusted.x"), None);

@@ -301,8 +301,7 @@ impl LabiosFs {
     }
 
     fn xattr(&self, path: &str, name: &str) -> Result<Option<Bytes>, Errno> {
-        let all = self.call("getxattr", path, self.client.xattrs(path))?;
-        Ok(all.into_iter().find(|(n, _)| n == name).map(|(_, v)| v))
+        self.call("getxattr", path, self.client.xattr(path, name))
     }
 
     fn set_xattr(
@@ -320,10 +319,7 @@ impl LabiosFs {
         if xattr::kernel_namespace(name) {
             return Err(Errno::EOPNOTSUPP);
         }
-        let Some(presence) = xattr::presence(flags, value.is_none()) else {
-            let exists = self.xattr(&path, name)?.is_some();
-            return Err(Errno::from_i32(xattr::unsatisfiable(exists)));
-        };
+        let presence = xattr::presence(flags, value.is_none());
         let value = value.map(Bytes::copy_from_slice);
         let change = self.client.set_xattr_if(&path, name, value, presence);
         self.call("setxattr", &path, change)

@@ -101,6 +101,10 @@ pub struct WorkerStatus {
     /// Calls, bytes and time at each layer, top first, when the stack
     /// names `metrics` (README "Worker I/O stacks"); empty otherwise.
     pub layers: Vec<LayerStats>,
+    /// The host the worker runs on, as it names itself (`[worker] host`,
+    /// by default the machine's hostname): where `labios locate` says a
+    /// file's bytes are, so that a task can run beside its input.
+    pub host: String,
 }
 
 /// One layer's counters since its stack was built (the `metrics` layer).
@@ -134,6 +138,7 @@ impl WorkerStatus {
             heartbeat: crate::id::now_nanos(),
             stack: Vec::new(),
             layers: Vec::new(),
+            host: String::new(),
         }
     }
 
@@ -195,6 +200,13 @@ impl LabelStatus {
 pub trait WorkerDirectory: Send + Sync {
     /// Every commissioned worker with its latest status, best score first.
     fn workers(&self) -> Vec<WorkerStatus>;
+    /// Every commissioned worker, including those an elastic allocation
+    /// holds in reserve (which [`WorkerDirectory::workers`] leaves out):
+    /// placement by hints ranks over these, so that a group's worker does
+    /// not change each time the reserve wakes or sleeps.
+    fn commissioned(&self) -> Vec<WorkerStatus> {
+        self.workers()
+    }
     /// Tells the directory that labels were just assigned, so load seen by
     /// the next scheduling round includes them before workers report back.
     fn assigned(&self, worker: WorkerId, labels: u32, bytes: u64) {

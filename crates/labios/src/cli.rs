@@ -110,6 +110,9 @@ pub enum Command {
     /// will be used, as `user.labios.*` extended attributes.
     #[command(subcommand)]
     Hint(HintCommand),
+    /// Where a file's bytes are: `OFFSET LEN WORKER TIER HOST` per extent
+    /// (README "Hints"), as `ceph osd map` tells an object's OSDs.
+    Locate { path: String },
     /// Workers' I/O stacks (README "Worker I/O stacks").
     #[command(subcommand)]
     Stack(StackCommand),
@@ -392,6 +395,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await
         }
+        Command::Locate { path } => {
+            let client = connect_client(&config.connection(), cli.key, cli.secret).await?;
+            print!(
+                "{}",
+                labios_client::Location::lines(&client.locate(&path).await?)
+            );
+            Ok(())
+        }
     }
 }
 
@@ -410,13 +421,11 @@ async fn hint(client: &Client, cmd: HintCommand) -> anyhow::Result<()> {
                 .await?
         }
         HintCommand::Get { path, name } => {
-            let full = format!("{PREFIX}{name}");
-            let all = client.xattrs(&path).await?;
-            let (_, value) = all
-                .iter()
-                .find(|(n, _)| *n == full)
+            let value = client
+                .xattr(&path, &format!("{PREFIX}{name}"))
+                .await?
                 .ok_or_else(|| anyhow::anyhow!("{path} has no hint {name}"))?;
-            println!("{}", String::from_utf8_lossy(value));
+            println!("{}", String::from_utf8_lossy(&value));
         }
         HintCommand::Ls { path } => {
             for (name, value) in client.xattrs(&path).await? {

@@ -557,7 +557,7 @@ fn hints_are_set_read_and_checked() {
         (["/h/empty", "tier", "tape"], "no worker has tier \"tape\""),
         (
             ["/h/full", "placement", "local"],
-            "hint placement of /h/full: the file holds 10 bytes",
+            "hint user.labios.placement of file id",
         ),
     ] {
         refused(&[&["hint", "set"][..], &args[..]].concat(), says);

@@ -395,10 +395,18 @@ fn labels_and_data_cross_hosts() {
     // Worker hosts: each stores in its own data directory.
     let w0 = svc.join("host-w0");
     let w1 = svc.join("host-w1");
-    let env = lan.env(&w0);
-    lan.spawn("worker0", 1, BIN, &["worker", "0"], &env);
-    let env = lan.env(&w1);
-    lan.spawn("worker1", 2, BIN, &["worker", "1"], &env);
+    // Each names its host, as `labios locate` then tells them apart.
+    for (i, dir) in [&w0, &w1].into_iter().enumerate() {
+        let mut env = lan.env(dir);
+        env.push(("LABIOS_WORKER__HOST".into(), format!("host-w{i}")));
+        lan.spawn(
+            &format!("worker{i}"),
+            i + 1,
+            BIN,
+            &["worker", &i.to_string()],
+            &env,
+        );
+    }
 
     // Wait until both workers announced themselves in Redis.
     let t = Instant::now();
@@ -448,6 +456,22 @@ fn labels_and_data_cross_hosts() {
     assert!(
         stat.contains("on workers [0, 1]"),
         "the big file's extents are not on both workers: {stat}"
+    );
+    // `labios locate` names each extent's worker and its host.
+    let located = lan.ok(&["locate", "/lan/f4"], &client_env);
+    let mut covered = 0;
+    for line in located.lines() {
+        // Columns: offset len worker tier host.
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols.len(), 5, "{located}");
+        assert_eq!(cols[0].parse::<u64>().unwrap(), covered, "{located}");
+        covered += cols[1].parse::<u64>().unwrap();
+        assert_eq!(cols[4], format!("host-w{}", cols[2]), "{located}");
+    }
+    assert_eq!(covered, 21 << 20, "{located}");
+    assert!(
+        located.contains("host-w0") && located.contains("host-w1"),
+        "{located}"
     );
     // Both workers executed labels...
     let status = lan.ok(&["status"], &client_env);

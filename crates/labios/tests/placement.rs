@@ -23,8 +23,8 @@ async fn placed(d: &Deployed, path: &str, len: u64) -> Vec<(u64, WorkerId)> {
 
 /// Labels of 64 KiB over the four default workers: the files of a
 /// directory hinted `collocate:r1` are all on one worker, and a file
-/// hinted `scatter:2` with 64 KiB blocks has its stripes alternate
-/// between two; every byte reads back.
+/// hinted `scatter:2` has its 1 MiB stripes alternate between two (a
+/// smaller `block_size` counts as 1 MiB); every byte reads back.
 async fn hinted_writes_go_where_the_hints_say(kind: Kind) {
     let d = Deployed::start(kind, |c| c.client.max_label_size = 64 << 10).await;
     let c = d.client().await;
@@ -56,16 +56,38 @@ async fn hinted_writes_go_where_the_hints_say(kind: Kind) {
     c.set_xattr("/wide", "user.labios.block_size", hint("64KiB"))
         .await
         .unwrap();
-    let wide = data(9, 1 << 20);
+    let wide = data(9, 4 << 20);
     c.write_at_sync("/wide", 0, wide.clone()).await.unwrap();
     let extents = placed(&d, "/wide", wide.len() as u64).await;
-    assert_eq!(extents.len(), 16, "{extents:?}");
-    let (even, odd) = (extents[0].1, extents[1].1);
+    assert_eq!(extents.len(), 64, "{extents:?}");
+    let (even, odd) = (extents[0].1, extents[16].1);
     assert_ne!(even, odd, "{extents:?}");
     for (i, (offset, worker)) in extents.iter().enumerate() {
         assert_eq!(*offset, (i as u64) << 16);
-        assert_eq!(*worker, if i % 2 == 0 { even } else { odd }, "stripe {i}");
+        let stripe = i / 16;
+        let want = if stripe % 2 == 0 { even } else { odd };
+        assert_eq!(*worker, want, "extent {i}, stripe {stripe}");
     }
+
+    // Each extent's worker, tier and host, as the locate call and the
+    // attribute user.labios.location give them.
+    let config = d.config();
+    let located = c.locate("/wide").await.unwrap();
+    assert_eq!(located.len(), extents.len());
+    for (l, (offset, worker)) in located.iter().zip(&extents) {
+        assert_eq!((l.offset, l.len, l.worker), (*offset, 64 << 10, *worker));
+        assert_eq!(l.tier, config.workers[*worker as usize].tier);
+        assert!(!l.host.is_empty(), "{l:?}");
+    }
+    let text = c.xattr("/wide", "user.labios.location").await.unwrap();
+    assert_eq!(
+        text.unwrap(),
+        Bytes::from(labios_client::Location::lines(&located))
+    );
+    assert_eq!(
+        c.xattr("/reduce", "user.labios.location").await.unwrap(),
+        None
+    );
 
     for (path, bytes) in files.iter().chain([&("/wide".to_string(), wide)]) {
         assert_eq!(&c.read(path.as_str()).await.unwrap(), bytes, "{path}");

@@ -50,11 +50,13 @@ pub fn get(meta: &FileMeta, name: &str) -> Result<Bytes, Errno> {
     if xattr::kernel_namespace(name) {
         return Err(libc::ENODATA);
     }
-    all(meta)?
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v)
-        .ok_or(libc::ENODATA)
+    if !holds_user_attrs(meta) {
+        return Err(libc::ENODATA);
+    }
+    conn::with(&format!("read attribute {name} of {}", meta.path), |s| {
+        s.run(s.client().xattr(FileRef::Id(meta.id), name))
+    })?
+    .ok_or(libc::ENODATA)
 }
 
 /// listxattr: the names, each followed by a NUL.
@@ -72,13 +74,7 @@ pub fn set(meta: &FileMeta, name: &str, value: Option<Vec<u8>>, flags: i32) -> R
     if !holds_user_attrs(meta) {
         return Err(libc::EPERM);
     }
-    let Some(presence) = xattr::presence(flags, value.is_none()) else {
-        return Err(match get(meta, name) {
-            Ok(_) => xattr::unsatisfiable(true),
-            Err(libc::ENODATA) => xattr::unsatisfiable(false),
-            Err(e) => e,
-        });
-    };
+    let presence = xattr::presence(flags, value.is_none());
     let value = value.map(Bytes::from);
     conn::with(&format!("set attribute {name} of {}", meta.path), |s| {
         s.run(

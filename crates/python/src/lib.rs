@@ -317,9 +317,8 @@ impl Client {
         path: &str,
         name: &str,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let all = self.call(py, |s| s.run(s.client().xattrs(path)))?;
-        match all.into_iter().find(|(n, _)| n == name) {
-            Some((_, value)) => Ok(PyBytes::new(py, &value)),
+        match self.call(py, |s| s.run(s.client().xattr(path, name)))? {
+            Some(value) => Ok(PyBytes::new(py, &value)),
             None => Err(no_attribute(path, name)),
         }
     }
@@ -342,6 +341,24 @@ impl Client {
     fn stat<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
         let meta = self.call(py, |s| s.run(s.client().stat(path)))?;
         file_info(py, &meta)
+    }
+
+    /// Where the file's bytes are: one dict (offset, len, worker, tier,
+    /// host) per extent, in offset order, so that a task can run where its
+    /// input lies.
+    fn locate<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let all = self.call(py, |s| s.run(s.client().locate(path)))?;
+        all.iter()
+            .map(|l| {
+                let d = PyDict::new(py);
+                d.set_item("offset", l.offset)?;
+                d.set_item("len", l.len)?;
+                d.set_item("worker", l.worker)?;
+                d.set_item("tier", &l.tier)?;
+                d.set_item("host", &l.host)?;
+                Ok(d)
+            })
+            .collect()
     }
 
     fn exists(&self, py: Python<'_>, path: &str) -> PyResult<bool> {

@@ -317,3 +317,24 @@ def test_extended_attributes_and_hints(client, root):
     assert e.value.errno == errno.ENODATA
     assert sorted(client.listxattr(path)) == ["user.labios.placement", "user.labios.replicas"]
     assert client.getxattr(path, "user.labios.placement") == b"collocate:g1"
+
+
+def test_location_of_a_file(client, root):
+    """`locate` and the attribute user.labios.location name the worker,
+    tier and host of each extent; a directory has none, and the attribute
+    is neither listed nor set."""
+    path = f"{root}/located.bin"
+    client.write(path, b"x" * 1000)
+    (where,) = client.locate(path)
+    assert (where["offset"], where["len"]) == (0, 1000)
+    assert where["tier"] in ("ram", "nvme", "ssd", "hdd")
+    assert where["host"] == socket.gethostname()
+    line = f"0 1000 {where['worker']} {where['tier']} {where['host']}\n"
+    assert client.getxattr(path, "user.labios.location") == line.encode()
+    assert "user.labios.location" not in client.listxattr(path)
+    with pytest.raises(ValueError, match="no such hint"):
+        client.setxattr(path, "user.labios.location", b"0 1 2 ram h")
+    assert client.locate(root) == []
+    with pytest.raises(OSError) as e:
+        client.getxattr(root, "user.labios.location")
+    assert e.value.errno == errno.ENODATA

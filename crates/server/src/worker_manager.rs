@@ -308,6 +308,10 @@ impl WorkerManager {
 }
 
 impl WorkerDirectory for WorkerManager {
+    fn commissioned(&self) -> Vec<WorkerStatus> {
+        WorkerManager::workers(self)
+    }
+
     /// The available list (article 3.5.2). Static allocation: every worker,
     /// so an idle-suspended one wakes when work is assigned to it. Elastic:
     /// only active workers; the reserve joins when this manager wakes it as

@@ -1309,6 +1309,17 @@ async fn inherited_hints(i: &dyn Inventory, root: &str) {
     assert!(i.xattrs(before.id).await.unwrap().is_empty());
     i.set_xattr(h.id, tier.0, None).await.unwrap();
     assert_eq!(i.xattrs(deep.id).await.unwrap(), attrs(&[tier]));
+    // The root's, where no directory below it has any.
+    let top = i.lookup("/").await.unwrap().unwrap();
+    i.set_xattr(top.id, tier.0, Some(Bytes::from_static(b"ssd")))
+        .await
+        .unwrap();
+    let under_root = make(format!("{root}/h/a/under-root"), FileKind::File).await;
+    i.set_xattr(top.id, tier.0, None).await.unwrap();
+    assert_eq!(
+        i.xattrs(under_root.id).await.unwrap(),
+        attrs(&[(tier.0, b"ssd")])
+    );
 }
 
 /// Changes of extended attributes under a condition (`XATTR_CREATE`,
@@ -1338,6 +1349,20 @@ async fn xattr_conditions(i: &dyn Inventory, root: &str, dir: FileId) {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
+    assert_eq!(i.xattrs(f.id).await.unwrap(), attrs(&[("user.a", b"1")]));
+    // Both flags: what no attribute satisfies, refused either way.
+    for (name, exists) in [("user.a", true), ("user.none", false)] {
+        let err = set(name, v(b"b"), when(Presence::Both, false))
+            .await
+            .unwrap_err();
+        let errno_like = match &err {
+            Error::AlreadyExists(_) => true,
+            Error::NotFound(m) if m.ends_with(NO_ATTRIBUTE) => false,
+            _ => panic!("{name}: {err}"),
+        };
+        assert_eq!(errno_like, exists, "{name}: {err}");
+    }
+    assert_eq!(i.xattrs(f.id).await.unwrap(), attrs(&[("user.a", b"1")]));
     for (value, removal) in [(v(b"3"), false), (None, true)] {
         let err = set("user.none", value, when(Presence::Present, false))
             .await

@@ -353,6 +353,11 @@ pub enum Presence {
     Any,
     Present,
     Absent,
+    /// Both `XATTR_CREATE` and `XATTR_REPLACE`, which no attribute
+    /// satisfies: refused as `Absent` is where it exists and as `Present`
+    /// where not, as ext4 answers, after the same checks of the caller's
+    /// rights as any change.
+    Both,
 }
 
 /// What a change of an extended attribute requires of the file, checked
@@ -379,12 +384,12 @@ impl XattrCond {
     pub fn check(self, file: FileId, name: &str, exists: bool, size: u64) -> Result<()> {
         let shown: String = name.chars().take(64).collect();
         match (self.presence, exists) {
-            (Presence::Present, false) => {
+            (Presence::Present | Presence::Both, false) => {
                 return Err(Error::NotFound(format!(
                     "extended attribute {shown} of file id {file}: {NO_ATTRIBUTE}"
                 )))
             }
-            (Presence::Absent, true) => {
+            (Presence::Absent | Presence::Both, true) => {
                 return Err(Error::AlreadyExists(format!(
                     "extended attribute {shown} of file id {file}"
                 )))
@@ -393,8 +398,8 @@ impl XattrCond {
         }
         if self.while_empty && size > 0 {
             return Err(labios_label::hints::refused(format!(
-                "{shown} of file id {file} changes only while the file is empty, and it \
-                 holds {size} bytes"
+                "hint {shown} of file id {file}: the file holds {size} bytes, and only \
+                 replicas and replication change once a file holds data"
             )));
         }
         Ok(())

@@ -75,6 +75,10 @@ impl Drop for InventoryDirectory {
 }
 
 impl WorkerDirectory for InventoryDirectory {
+    fn commissioned(&self) -> Vec<WorkerStatus> {
+        self.cache.read().clone()
+    }
+
     fn workers(&self) -> Vec<WorkerStatus> {
         let all = self.cache.read();
         if self.elastic && all.iter().any(|w| w.state == WorkerState::Active) {

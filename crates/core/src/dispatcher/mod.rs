@@ -335,7 +335,7 @@ impl Dispatcher {
         let workers = self.workers_or_wait().await;
         let t = anatomy::start();
         let mut located = self.locate_reads(&labels, &workers).await;
-        located.extend(self.place_writes(&labels, &workers).await);
+        located.extend(self.place_writes(&labels).await);
         let tasks = shuffle(labels, self.config.aggregation, &located);
         anatomy::record(Phase::Shuffle, t);
         let (held_back, tasks) = self.pin_to_unlisted(tasks, &workers).await;
@@ -497,26 +497,30 @@ impl Dispatcher {
     }
 
     /// The workers the writes of files with a placement hint go to (README
-    /// "Hints"), among the workers not decommissioned whose stacks admit
-    /// the label's owner.
-    async fn place_writes(
-        &mut self,
-        labels: &[Label],
-        workers: &[labios_label::WorkerStatus],
-    ) -> HashMap<LabelId, WorkerId> {
-        let usable: Vec<(
-            WorkerId,
-            Option<std::collections::BTreeSet<labios_label::AppId>>,
-        )> = workers
-            .iter()
+    /// "Hints"), ranked over every commissioned worker (an elastic reserve
+    /// included: `pin_to_unlisted` delivers to it) so that a group keeps its
+    /// worker while the available list changes. A label goes only to a
+    /// worker whose stack admits its owner, that runs functions if it has
+    /// a pipeline, and that has room for its bytes; else to the next.
+    async fn place_writes(&mut self, labels: &[Label]) -> HashMap<LabelId, WorkerId> {
+        let workers: Vec<labios_label::WorkerStatus> = self
+            .directory
+            .commissioned()
+            .into_iter()
             .filter(|w| w.state != WorkerState::Decommissioned)
-            .map(|w| (w.spec.id, w.admitted()))
             .collect();
-        let ids: Vec<WorkerId> = usable.iter().map(|(id, _)| *id).collect();
+        let admitted: Vec<_> = workers.iter().map(|w| w.admitted()).collect();
+        let ids: Vec<WorkerId> = workers.iter().map(|w| w.spec.id).collect();
         let admits = |worker: WorkerId, label: &Label| {
-            usable.iter().any(|(id, apps)| {
-                *id == worker && apps.as_ref().is_none_or(|a| a.contains(&label.owner))
-            })
+            let Some(i) = ids.iter().position(|&id| id == worker) else {
+                return false;
+            };
+            let len = label.destination.file().map_or(0, |(_, _, len)| len);
+            admitted[i]
+                .as_ref()
+                .is_none_or(|apps| apps.contains(&label.owner))
+                && (workers[i].spec.functions || label.operations.is_empty())
+                && workers[i].remaining() >= len
         };
         let inventory = self.stores.inventory.clone();
         self.placements

@@ -18,12 +18,18 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use xxhash_rust::xxh3::xxh3_64;
 
-/// The stripe of `scatter:N` without a `block_size` hint: the client's
-/// default largest label, so that one label is one stripe.
-pub const DEFAULT_STRIPE: u64 = 1 << 20;
+/// The smallest stripe of `scatter:N` (and its stripe without a
+/// `block_size` hint): the client's default largest label. A label goes
+/// whole to the worker of the stripe it starts in, so stripes smaller than
+/// the labels would not spread a write: labels of 1 MiB starting at 0, 1,
+/// 2 MiB over stripes of 256 KiB would all start in stripes that are
+/// multiples of 4.
+pub const MIN_STRIPE: u64 = 1 << 20;
 /// How long a file's hints, once read, decide its writes before they are
-/// read again. Placement hints change only while a file is empty, so they
-/// can be stale only for a file truncated to nothing and hinted anew.
+/// read again. Placement hints change only while a file is empty (no
+/// extent committed), so they can be stale for writes of a file hinted
+/// while earlier ones were still in flight, or truncated to nothing and
+/// hinted anew.
 const HINTS_TTL: Duration = Duration::from_secs(1);
 /// Files whose hints the dispatcher remembers at most.
 const HINTS_CACHED_MAX: usize = 1 << 16;
@@ -32,8 +38,8 @@ const HINTS_CACHED_MAX: usize = 1 << 16;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilePlacement {
     placement: Placement,
-    /// The bytes of one stripe of `scatter:N` (`block_size`, or
-    /// [`DEFAULT_STRIPE`]).
+    /// The bytes of one stripe of `scatter:N`: `block_size`, at least
+    /// [`MIN_STRIPE`].
     stripe: u64,
 }
 
@@ -42,13 +48,13 @@ impl FilePlacement {
     /// for `local`, which needs the workers' hosts (not known yet).
     pub fn of(xattrs: &[(String, Bytes)]) -> Option<Self> {
         let mut placement = None;
-        let mut stripe = DEFAULT_STRIPE;
+        let mut stripe = MIN_STRIPE;
         for (name, value) in xattrs.iter().filter(|(n, _)| hints::is_hint(n)) {
             // Hints were checked when set; one that no longer parses (a
             // newer release's) leaves the choice to the policy.
             match Hint::parse(name, value) {
                 Ok(Hint::Placement(p)) if p != Placement::Local => placement = Some(p),
-                Ok(Hint::BlockSize(size)) => stripe = size,
+                Ok(Hint::BlockSize(size)) => stripe = size.max(MIN_STRIPE),
                 _ => {}
             }
         }
@@ -137,24 +143,31 @@ impl Placements {
     }
 
     /// Reads the hints of those of `files` not known, or known for longer
-    /// than [`HINTS_TTL`].
+    /// than [`HINTS_TTL`]. Room for them is made first, by dropping what
+    /// expired and then, if need be, what this batch does not write.
     async fn refresh(&mut self, inventory: &dyn Inventory, files: impl Iterator<Item = FileId>) {
         let now = Instant::now();
-        let mut stale: Vec<FileId> = files
+        let mut batch: Vec<FileId> = files.collect();
+        batch.sort_unstable();
+        batch.dedup();
+        let stale: Vec<FileId> = batch
+            .iter()
+            .copied()
             .filter(|f| {
                 self.known
                     .get(f)
                     .is_none_or(|(at, _)| now.duration_since(*at) > HINTS_TTL)
             })
             .collect();
-        stale.sort_unstable();
-        stale.dedup();
         if stale.is_empty() {
             return;
         }
         if self.known.len() + stale.len() > HINTS_CACHED_MAX {
             self.known
                 .retain(|_, (at, _)| now.duration_since(*at) <= HINTS_TTL);
+        }
+        if self.known.len() + stale.len() > HINTS_CACHED_MAX {
+            self.known.retain(|f, _| batch.binary_search(f).is_ok());
         }
         for chunk in stale.chunks(XATTRS_BATCH_MAX) {
             match inventory.xattrs_of(chunk).await {
@@ -165,16 +178,6 @@ impl Placements {
                     }
                 }
                 Err(e) => tracing::warn!("dispatcher: cannot read the hints of written files: {e}"),
-            }
-        }
-        // Bounded even when every entry is fresh: the oldest go first.
-        if self.known.len() > HINTS_CACHED_MAX {
-            let mut ages: Vec<(Instant, FileId)> =
-                self.known.iter().map(|(f, (at, _))| (*at, *f)).collect();
-            ages.sort_unstable();
-            let over = self.known.len() - HINTS_CACHED_MAX;
-            for (_, file) in ages.into_iter().take(over) {
-                self.known.remove(&file);
             }
         }
     }
@@ -197,8 +200,13 @@ mod tests {
         assert_eq!(hinted(&[]), None);
         assert_eq!(hinted(&[("replicas", "2"), ("block_size", "4KiB")]), None);
         assert_eq!(hinted(&[("placement", "local")]), None);
+        let p = hinted(&[("placement", "scatter:2"), ("block_size", "4MiB")]).unwrap();
+        assert_eq!(p.stripe, 4 << 20);
         let p = hinted(&[("placement", "scatter:2"), ("block_size", "64KiB")]).unwrap();
-        assert_eq!(p.stripe, 64 << 10);
+        assert_eq!(
+            p.stripe, MIN_STRIPE,
+            "stripes are never smaller than labels"
+        );
     }
 
     /// A group's files land on one worker, the same for every file and
@@ -255,7 +263,7 @@ mod tests {
         // More stripes than workers: every worker, once per round.
         let wide = hinted(&[("placement", "scatter:16")]).unwrap();
         let used: std::collections::BTreeSet<WorkerId> = (0..6)
-            .map(|i| wide.worker(1, i * DEFAULT_STRIPE, &workers).unwrap())
+            .map(|i| wide.worker(1, i * MIN_STRIPE, &workers).unwrap())
             .collect();
         assert_eq!(used.len(), 6);
     }

@@ -569,7 +569,7 @@ return {'ok', {}}
 /// Sets (ARGV: id, now, name, presence, while_empty, value, room) or
 /// removes (ARGV: id, now, name, presence, while_empty) an extended
 /// attribute, if the condition holds: `presence` is `any`, `present` (the
-/// attribute must exist) or `absent`; `while_empty` `1` needs the file's
+/// attribute must exist), `absent` or `both` (never holds); `while_empty` `1` needs the file's
 /// size 0. A value is stored only if the other attributes take at most
 /// `room` bytes (the total limit less this name and value). The reply is
 /// the bytes the others take, whether the attribute existed (1|0) and the
@@ -582,8 +582,8 @@ local fk, ak = P .. 'file:' .. id, P .. 'xattr:' .. id
 if redis.call('EXISTS', fk) == 0 then return {'notfound', 'file id ' .. id} end
 local exists = redis.call('HEXISTS', ak, name)
 local size = redis.call('HGET', fk, 'size') or Z16
-local held = (presence ~= 'present' or exists == 1) and (presence ~= 'absent' or exists == 0)
-  and (empty ~= '1' or size == Z16)
+local held = presence ~= 'both' and (presence ~= 'present' or exists == 1)
+  and (presence ~= 'absent' or exists == 0) and (empty ~= '1' or size == Z16)
 if #ARGV == 5 then
   if held and redis.call('HDEL', ak, name) == 1 then redis.call('HSET', fk, 'ctime', now) end
   return {'ok', 0, exists, size}

@@ -1842,6 +1842,7 @@ impl Inventory for RedisInventory {
             Presence::Any => "any",
             Presence::Present => "present",
             Presence::Absent => "absent",
+            Presence::Both => "both",
         };
         let empty = if cond.while_empty { "1" } else { "0" };
         let mut args: Vec<&[u8]> = vec![

@@ -81,6 +81,10 @@ pub struct WorkerConfig {
     /// (worker/compute.rs). 0 (the default): one less than the machine's
     /// CPUs, at least one.
     pub compute_threads: usize,
+    /// The host name the worker reports with its status (`labios locate`,
+    /// `user.labios.location`); by default the machine's hostname. Workers
+    /// of one machine given different names stand for different hosts.
+    pub host: String,
     /// External storage labels may name (the configuration's top-level
     /// `[mounts.NAME]` tables).
     #[serde(skip)]
@@ -100,8 +104,21 @@ impl Default for WorkerConfig {
             function_memory_bytes: 256 << 20,
             function_timeout_ms: 10_000,
             compute_threads: 0,
+            host: machine_host(),
             mounts: Default::default(),
         }
+    }
+}
+
+/// The machine's hostname, or `localhost` if it has none that reads.
+fn machine_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..end]) {
+        Ok(name) if rc == 0 && !name.is_empty() => name.to_string(),
+        _ => "localhost".to_string(),
     }
 }
 
@@ -148,6 +165,8 @@ pub struct WorkerStats {
 /// State shared by a worker's loop, its lanes and its handles.
 struct Shared {
     spec: WorkerSpec,
+    /// What the status names as the worker's host.
+    host: String,
     weights: Weights,
     stores: Stores,
     queue: String,
@@ -207,6 +226,7 @@ impl Shared {
             bytes_done: self.bytes_done.load(Ordering::Relaxed),
             stack: self.storage.spec().into(),
             layers: self.storage.layers(),
+            host: self.host.clone(),
             ..WorkerStatus::new(self.spec.clone())
         };
         status.score = self.weights.score(&status);
@@ -311,6 +331,7 @@ impl Worker {
         .await
         .map_err(|e| Error::Storage(format!("opening worker storage: {e}")))??;
         let shared = Arc::new(Shared {
+            host: config.host.clone(),
             queue: worker_queue(spec.id),
             weights,
             stores: stores.clone(),
