@@ -67,6 +67,8 @@ pub struct Settings {
     inventory: IgnoredAny,
     #[serde(skip_serializing)]
     s3: IgnoredAny,
+    #[serde(skip_serializing)]
+    run: IgnoredAny,
 }
 
 impl Default for Settings {
@@ -90,6 +92,7 @@ impl Default for Settings {
             warehouse: IgnoredAny,
             inventory: IgnoredAny,
             s3: IgnoredAny,
+            run: IgnoredAny,
         }
     }
 }

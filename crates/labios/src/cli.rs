@@ -125,6 +125,11 @@ pub enum Command {
         /// Mount point of the LABIOS namespace (repeatable).
         #[arg(long = "prefix", default_value = "/labios")]
         prefixes: Vec<String>,
+        /// Start the program on the host holding most of this file's bytes
+        /// (through `[run] launcher`, `ssh {host}` by default), so that it
+        /// reads its input where it lies.
+        #[arg(long, value_name = "PATH")]
+        near: Option<String>,
         /// The program and its arguments (after `--`).
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
@@ -257,10 +262,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run {
             asynchronous,
             prefixes,
+            near,
             program,
         } => {
             let options = crate::run::RunOptions {
                 asynchronous,
+                near,
                 prefixes,
                 program,
                 config_file: cli.config,

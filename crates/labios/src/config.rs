@@ -51,6 +51,8 @@ pub struct Config {
     pub mounts: BTreeMap<String, MountConfig>,
     /// The S3 gateway (`labios s3`).
     pub s3: S3Settings,
+    /// `labios run` beyond its command line.
+    pub run: RunSettings,
     /// Injected faults, for tests only (`labios_store::faults`); off
     /// unless `seed` is set.
     pub faults: labios_store::faults::FaultConfig,
@@ -64,6 +66,25 @@ pub struct S3Settings {
     /// by an objects-to-files mapping (IRIS 3.4.1) instead of in the
     /// LABIOS namespace.
     pub buckets: BTreeMap<String, ObjectBucketConfig>,
+}
+
+/// `[run]`: how `labios run --near PATH` starts a program on another host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunSettings {
+    /// The command that runs a command on host `{host}` (as workers name
+    /// their hosts, `[worker] host`), followed by `labios run -- PROGRAM`:
+    /// `ssh {host}` by default; `ip netns exec {host}` on a test bed of
+    /// network namespaces; a batch system's launcher elsewhere.
+    pub launcher: Vec<String>,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        RunSettings {
+            launcher: vec!["ssh".into(), "{host}".into()],
+        }
+    }
 }
 
 /// One worker of the pool: its tier and what it declares about itself.
@@ -167,6 +188,7 @@ impl Default for Config {
             redis: client.redis,
             mounts: client.mounts,
             s3: S3Settings::default(),
+            run: RunSettings::default(),
             faults: client.faults,
         }
     }
@@ -272,6 +294,13 @@ impl Config {
         if self.dispatchers == 0 {
             anyhow::bail!("invalid configuration: field `dispatchers` must be at least 1");
         }
+        if !self.run.launcher.iter().any(|a| a.contains("{host}")) {
+            anyhow::bail!(
+                "invalid configuration: field `run.launcher` must name the host as {{host}} \
+                 (like [\"ssh\", \"{{host}}\"]), got {:?}",
+                self.run.launcher
+            );
+        }
         if self.queue.bound == 0 {
             anyhow::bail!("invalid configuration: field `queue.bound` must be at least 1");
         }
@@ -335,5 +364,23 @@ impl Config {
                 lost_reply_ppm: f.lost_reply_ppm,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[run] launcher` must say where the host goes.
+    #[test]
+    fn a_launcher_names_the_host() {
+        let mut c = Config::default();
+        c.validate().unwrap();
+        c.run.launcher = vec!["ssh".into()];
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("run.launcher") && err.contains("{host}"),
+            "{err}"
+        );
     }
 }

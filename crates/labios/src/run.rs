@@ -14,6 +14,9 @@ use std::process::ExitStatus;
 
 pub struct RunOptions {
     pub asynchronous: bool,
+    /// Start the program on the host holding most of this file's bytes
+    /// (a LABIOS path, or one under a prefix).
+    pub near: Option<String>,
     pub prefixes: Vec<String>,
     pub program: Vec<String>,
     pub config_file: Option<PathBuf>,
@@ -59,6 +62,87 @@ fn check_prefix(p: &str) -> anyhow::Result<()> {
         "invalid prefix {p:?}: a prefix is an absolute path like /labios (not /, no trailing /, no . or .., no :)"
     );
     Ok(())
+}
+
+/// The host holding most bytes of `path` (ties: the first by name), if it
+/// is not this one, as workers name hosts (`[worker] host`, which names
+/// this machine too). In the embedded deployment every worker is here.
+async fn near_host(
+    config: &Config,
+    opts: &RunOptions,
+    path: &str,
+) -> anyhow::Result<Option<String>> {
+    if config.deployment == Deployment::Embedded {
+        return Ok(None);
+    }
+    let path = opts
+        .prefixes
+        .iter()
+        .find_map(|p| path.strip_prefix(p.as_str()).filter(|r| r.starts_with('/')))
+        .unwrap_or(path);
+    let client =
+        labios_connect::connect_client(&config.connection(), opts.key.clone(), opts.secret.clone())
+            .await?;
+    let located = client
+        .locate(path)
+        .await
+        .with_context(|| format!("labios run --near {path}"))?;
+    let mut bytes: std::collections::BTreeMap<&str, u64> = Default::default();
+    for l in &located {
+        *bytes.entry(l.host.as_str()).or_default() += l.len;
+    }
+    let most = bytes
+        .iter()
+        .filter(|(host, _)| !host.is_empty())
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
+    Ok(match most {
+        Some((host, n)) if *host != config.worker.host => {
+            let total: u64 = bytes.values().sum();
+            eprintln!(
+                "labios run: {path} has {n} of its {total} bytes on host {host}; starting there"
+            );
+            Some(host.to_string())
+        }
+        _ => None,
+    })
+}
+
+/// Runs this `labios run`, without `--near`, on `host` through the
+/// configured launcher (`[run] launcher`), and waits for it.
+async fn launch_on(config: &Config, opts: &RunOptions, host: &str) -> anyhow::Result<ExitStatus> {
+    let launcher: Vec<String> = config
+        .run
+        .launcher
+        .iter()
+        .map(|a| a.replace("{host}", host))
+        .collect();
+    let exe = std::env::current_exe().context("cannot find the labios executable")?;
+    let mut cmd = tokio::process::Command::new(&launcher[0]);
+    cmd.args(&launcher[1..]).arg(exe);
+    if let Some(c) = &opts.config_file {
+        cmd.arg("--config").arg(std::path::absolute(c)?);
+    }
+    if let Some(e) = &config.endpoint {
+        cmd.arg("--endpoint").arg(e);
+    }
+    cmd.arg("run");
+    if opts.asynchronous {
+        cmd.arg("--async");
+    }
+    for p in &opts.prefixes {
+        cmd.arg("--prefix").arg(p);
+    }
+    if let Some(k) = &opts.key {
+        cmd.env("LABIOS_KEY", k);
+    }
+    if let Some(s) = &opts.secret {
+        cmd.env("LABIOS_SECRET", s);
+    }
+    cmd.arg("--").args(&opts.program);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("labios run --near: cannot run launcher {launcher:?}"))?;
+    Ok(child.wait().await?)
 }
 
 pub(crate) async fn reachable(endpoint: &Endpoint) -> bool {
@@ -107,6 +191,11 @@ pub async fn run(config: Config, opts: RunOptions) -> anyhow::Result<ExitStatus>
             "labios run: no program given (usage: labios run [--async] -- PROGRAM ARGS...)"
         );
     };
+    if let Some(path) = &opts.near {
+        if let Some(host) = near_host(&config, &opts, path).await? {
+            return launch_on(&config, &opts, &host).await;
+        }
+    }
     let mut signals = crate::processes::StopSignal::install()?;
     let lib = preload_library()?;
     for p in &opts.prefixes {

@@ -395,10 +395,11 @@ fn labels_and_data_cross_hosts() {
     // Worker hosts: each stores in its own data directory.
     let w0 = svc.join("host-w0");
     let w1 = svc.join("host-w1");
-    // Each names its host, as `labios locate` then tells them apart.
+    // Each names its host by its namespace, as `labios locate` then
+    // tells them apart and `labios run --near` reaches them.
     for (i, dir) in [&w0, &w1].into_iter().enumerate() {
         let mut env = lan.env(dir);
-        env.push(("LABIOS_WORKER__HOST".into(), format!("host-w{i}")));
+        env.push(("LABIOS_WORKER__HOST".into(), lan.ns(i + 1).to_string()));
         lan.spawn(
             &format!("worker{i}"),
             i + 1,
@@ -466,13 +467,42 @@ fn labels_and_data_cross_hosts() {
         assert_eq!(cols.len(), 5, "{located}");
         assert_eq!(cols[0].parse::<u64>().unwrap(), covered, "{located}");
         covered += cols[1].parse::<u64>().unwrap();
-        assert_eq!(cols[4], format!("host-w{}", cols[2]), "{located}");
+        let worker: usize = cols[2].parse().unwrap();
+        assert_eq!(cols[4], lan.ns(worker + 1), "{located}");
     }
     assert_eq!(covered, 21 << 20, "{located}");
     assert!(
-        located.contains("host-w0") && located.contains("host-w1"),
+        located.contains(lan.ns(1)) && located.contains(lan.ns(2)),
         "{located}"
     );
+    // `labios run --near` starts a program on the host holding most of its
+    // input, where it runs (its address says so) and reads the file.
+    let mut near_env = client_env.clone();
+    near_env.push((
+        "LABIOS_RUN__LAUNCHER".into(),
+        r#"["ip", "netns", "exec", "{host}"]"#.into(),
+    ));
+    for (f, &size) in sizes.iter().enumerate().take(4).skip(1) {
+        let path = format!("/lan/f{f}");
+        let located = lan.ok(&["locate", &path], &client_env);
+        let mut held = [0u64; 2];
+        for line in located.lines() {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            held[cols[2].parse::<usize>().unwrap()] += cols[1].parse::<u64>().unwrap();
+        }
+        let worker = usize::from(held[1] > held[0]);
+        let script =
+            format!("ip -4 -o addr show | grep -o '198[.]18[.]0[.][0-9]*'; wc -c < /labios{path}");
+        let out = lan.ok(
+            &["run", "--near", &path, "--", "sh", "-c", &script],
+            &near_env,
+        );
+        assert_eq!(
+            out,
+            format!("{}\n{size}\n", lan.hosts[worker + 1].addr),
+            "{path}, mostly on worker {worker}: {located}"
+        );
+    }
     // Both workers executed labels...
     let status = lan.ok(&["status"], &client_env);
     eprintln!("labios stat /lan/f4 (client host):\n{stat}\nlabios status (client host):\n{status}");
