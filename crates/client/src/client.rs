@@ -1299,12 +1299,13 @@ impl Client {
         }
         if let Some(hint @ Hint::Tier(tier)) = &hint {
             let workers = self.inner.catalog.inventory().workers().await?;
-            if !hint.tier_known(workers.iter().map(|w| w.spec.tier.as_str())) {
+            let served = workers.iter().map(|w| (w.spec.tier.as_str(), w.spec.speed));
+            if !hint.tier_known(served) {
                 let mut tiers: Vec<&str> = workers.iter().map(|w| w.spec.tier.as_str()).collect();
                 tiers.sort_unstable();
                 tiers.dedup();
                 return Err(hints::refused(format!(
-                    "hint tier: no worker has tier {tier:?} (tiers: {}; policies: {})",
+                    "hint tier: no worker serves {tier:?} (tiers: {}; policies: {})",
                     tiers.join(", "),
                     hints::POLICIES.join(", ")
                 )));

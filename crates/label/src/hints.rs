@@ -208,13 +208,30 @@ impl Hint {
         matches!(self, Hint::Replicas(_) | Hint::Replication(_))
     }
 
-    /// Whether a `Tier` hint names a tier among `tiers` (the workers') or
-    /// a policy; every other hint does not name one.
-    pub fn tier_known<'a>(&self, mut tiers: impl Iterator<Item = &'a str>) -> bool {
+    /// Whether a `Tier` hint is served by one of `workers` (their tiers
+    /// and speed classes, [`tier_serves`]); every other hint names none.
+    pub fn tier_known<'a>(&self, mut workers: impl Iterator<Item = (&'a str, u8)>) -> bool {
         match self {
-            Hint::Tier(t) => POLICIES.contains(&t.as_str()) || tiers.any(|w| w == t),
+            Hint::Tier(t) => workers.any(|(tier, speed)| tier_serves(t, tier, speed)),
             _ => true,
         }
+    }
+}
+
+/// Whether a worker of tier `tier` and speed class `speed` (1, slowest,
+/// to 5) serves hint value `wanted`: a tier by its name, or a policy in
+/// the manner of HDFS's storage policies: `HOT` the fast tiers (speed 3
+/// and up), `WARM` the middle ones (2 and 3), `COLD` the slow ones (1 and
+/// 2), `ALL_SSD` and `ONE_SSD` the `ssd` and `nvme` tiers, `LAZY_PERSIST`
+/// memory (`ram`, written back to a device in the background).
+pub fn tier_serves(wanted: &str, tier: &str, speed: u8) -> bool {
+    match wanted {
+        "HOT" => speed >= 3,
+        "WARM" => (2..=3).contains(&speed),
+        "COLD" => speed <= 2,
+        "ALL_SSD" | "ONE_SSD" => matches!(tier, "ssd" | "nvme"),
+        "LAZY_PERSIST" => tier == "ram",
+        _ => wanted == tier,
     }
 }
 
@@ -304,10 +321,27 @@ mod tests {
         assert!(parse("replicas", "3").unwrap().changes_with_data());
         assert!(parse("replication", "eager").unwrap().changes_with_data());
         assert!(!parse("placement", "local").unwrap().changes_with_data());
-        let tiers = ["ram", "hdd"];
-        assert!(parse("tier", "hdd").unwrap().tier_known(tiers.into_iter()));
-        assert!(parse("tier", "COLD").unwrap().tier_known(tiers.into_iter()));
-        assert!(!parse("tier", "tape").unwrap().tier_known(tiers.into_iter()));
+        let workers = [("ram", 5), ("hdd", 1)];
+        assert!(parse("tier", "hdd")
+            .unwrap()
+            .tier_known(workers.into_iter()));
+        assert!(parse("tier", "COLD")
+            .unwrap()
+            .tier_known(workers.into_iter()));
+        assert!(parse("tier", "LAZY_PERSIST")
+            .unwrap()
+            .tier_known(workers.into_iter()));
+        assert!(!parse("tier", "tape")
+            .unwrap()
+            .tier_known(workers.into_iter()));
+        assert!(!parse("tier", "WARM")
+            .unwrap()
+            .tier_known(workers.into_iter()));
+        assert!(!parse("tier", "ALL_SSD")
+            .unwrap()
+            .tier_known(workers.into_iter()));
+        assert!(tier_serves("HOT", "nvme", 4) && !tier_serves("HOT", "hdd", 1));
+        assert!(tier_serves("ONE_SSD", "ssd", 3) && !tier_serves("ONE_SSD", "ram", 5));
         assert_eq!(parse_size("64MiB"), Some(64 << 20));
         assert_eq!(parse_size("0"), None);
         assert_eq!(parse_size("1TiB"), None);

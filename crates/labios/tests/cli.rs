@@ -554,7 +554,7 @@ fn hints_are_set_read_and_checked() {
             ["/h/empty", "colour", "blue"],
             "user.labios.colour: no such hint",
         ),
-        (["/h/empty", "tier", "tape"], "no worker has tier \"tape\""),
+        (["/h/empty", "tier", "tape"], "no worker serves \"tape\""),
         (
             ["/h/full", "placement", "local"],
             "hint user.labios.placement of file id",

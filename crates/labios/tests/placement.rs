@@ -22,9 +22,10 @@ async fn placed(d: &Deployed, path: &str, len: u64) -> Vec<(u64, WorkerId)> {
 }
 
 /// Labels of 64 KiB over the four default workers: the files of a
-/// directory hinted `collocate:r1` are all on one worker, and a file
-/// hinted `scatter:2` has its 1 MiB stripes alternate between two (a
-/// smaller `block_size` counts as 1 MiB); every byte reads back.
+/// directory hinted `collocate:r1` are all on one worker, a file hinted
+/// `scatter:2` has its 1 MiB stripes alternate between two (a smaller
+/// `block_size` counts as 1 MiB), and a `tier` keeps a file on workers of
+/// that tier; every byte reads back.
 async fn hinted_writes_go_where_the_hints_say(kind: Kind) {
     let d = Deployed::start(kind, |c| c.client.max_label_size = 64 << 10).await;
     let c = d.client().await;
@@ -89,8 +90,40 @@ async fn hinted_writes_go_where_the_hints_say(kind: Kind) {
         None
     );
 
-    for (path, bytes) in files.iter().chain([&("/wide".to_string(), wide)]) {
-        assert_eq!(&c.read(path.as_str()).await.unwrap(), bytes, "{path}");
+    // A tier: `COLD` is the pool's slow worker (hdd) alone; `HOT` with
+    // `scatter:2` two of its fast ones.
+    let tier_of = |w: WorkerId| config.workers[w as usize].tier.as_str();
+    let mut tiered = Vec::new();
+    for (path, hints) in [
+        ("/cold", &[("tier", "COLD")][..]),
+        ("/hot", &[("tier", "HOT"), ("placement", "scatter:2")][..]),
+    ] {
+        c.create(path).await.unwrap();
+        for (name, value) in hints {
+            let name = format!("user.labios.{name}");
+            c.set_xattr(path, &name, hint(value)).await.unwrap();
+        }
+        let bytes = data(path.len() as u64, 3 << 20);
+        c.write_at_sync(path, 0, bytes.clone()).await.unwrap();
+        let on: std::collections::BTreeSet<&str> = placed(&d, path, bytes.len() as u64)
+            .await
+            .iter()
+            .map(|(_, w)| tier_of(*w))
+            .collect();
+        tiered.push((path.to_string(), bytes, on));
+    }
+    assert_eq!(tiered[0].2, ["hdd"].into(), "COLD");
+    assert_eq!(tiered[1].2.len(), 2, "HOT over two: {:?}", tiered[1].2);
+    assert!(!tiered[1].2.contains("hdd"), "HOT: {:?}", tiered[1].2);
+
+    let tiered = tiered.into_iter().map(|(p, b, _)| (p, b));
+    for (path, bytes) in files
+        .iter()
+        .cloned()
+        .chain([("/wide".to_string(), wide)])
+        .chain(tiered)
+    {
+        assert_eq!(c.read(path.as_str()).await.unwrap(), bytes, "{path}");
     }
     d.shutdown().await;
 }

@@ -509,22 +509,20 @@ impl Dispatcher {
             .into_iter()
             .filter(|w| w.state != WorkerState::Decommissioned)
             .collect();
-        let admitted: Vec<_> = workers.iter().map(|w| w.admitted()).collect();
-        let ids: Vec<WorkerId> = workers.iter().map(|w| w.spec.id).collect();
-        let admits = |worker: WorkerId, label: &Label| {
-            let Some(i) = ids.iter().position(|&id| id == worker) else {
-                return false;
-            };
+        // Parsed once per batch, not per label and worker.
+        let admitted: HashMap<WorkerId, _> =
+            workers.iter().map(|w| (w.spec.id, w.admitted())).collect();
+        let admits = |w: &labios_label::WorkerStatus, label: &Label| {
             let len = label.destination.file().map_or(0, |(_, _, len)| len);
-            admitted[i]
+            admitted[&w.spec.id]
                 .as_ref()
                 .is_none_or(|apps| apps.contains(&label.owner))
-                && (workers[i].spec.functions || label.operations.is_empty())
-                && workers[i].remaining() >= len
+                && (w.spec.functions || label.operations.is_empty())
+                && w.remaining() >= len
         };
         let inventory = self.stores.inventory.clone();
         self.placements
-            .pins(inventory.as_ref(), labels, &ids, admits)
+            .pins(inventory.as_ref(), labels, &workers, admits)
             .await
     }
 

@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 use labios_label::hints::{self, Hint, Placement};
-use labios_label::{FileId, Label, LabelId, LabelKind, WorkerId};
+use labios_label::{FileId, Label, LabelId, LabelKind, WorkerId, WorkerStatus};
 use labios_store::inventory::XATTRS_BATCH_MAX;
 use labios_store::Inventory;
 use std::collections::HashMap;
@@ -37,49 +37,64 @@ const HINTS_CACHED_MAX: usize = 1 << 16;
 /// Where a file's writes go, from its hints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilePlacement {
-    placement: Placement,
-    /// The bytes of one stripe of `scatter:N`: `block_size`, at least
-    /// [`MIN_STRIPE`].
+    /// `collocate` or `scatter`; `None`: stripes over every worker the
+    /// tier allows.
+    placement: Option<Placement>,
+    /// The workers' tier or a policy (`tier` hint); `None`: any.
+    tier: Option<String>,
+    /// The bytes of one stripe: `block_size`, at least [`MIN_STRIPE`].
     stripe: u64,
 }
 
 impl FilePlacement {
-    /// The placement a file's attributes ask for; `None` without one, or
-    /// for `local`, which needs the workers' hosts (not known yet).
+    /// What a file's attributes ask of its placement; `None` without a
+    /// `placement` or `tier` hint (`placement=local` needs the writer's
+    /// host, which labels do not carry yet).
     pub fn of(xattrs: &[(String, Bytes)]) -> Option<Self> {
         let mut placement = None;
+        let mut tier = None;
         let mut stripe = MIN_STRIPE;
         for (name, value) in xattrs.iter().filter(|(n, _)| hints::is_hint(n)) {
             // Hints were checked when set; one that no longer parses (a
             // newer release's) leaves the choice to the policy.
             match Hint::parse(name, value) {
                 Ok(Hint::Placement(p)) if p != Placement::Local => placement = Some(p),
+                Ok(Hint::Tier(t)) => tier = Some(t),
                 Ok(Hint::BlockSize(size)) => stripe = size.max(MIN_STRIPE),
                 _ => {}
             }
         }
-        Some(FilePlacement {
-            placement: placement?,
+        (placement.is_some() || tier.is_some()).then_some(FilePlacement {
+            placement,
+            tier,
             stripe,
         })
     }
 
-    /// The worker among `workers` (ids, in any order) the write at
-    /// `offset` of `file` goes to; `None` if there are none.
+    /// Whether worker `w` is of the tier the file asks for.
+    pub fn serves(&self, w: &WorkerStatus) -> bool {
+        self.tier
+            .as_deref()
+            .is_none_or(|t| hints::tier_serves(t, &w.spec.tier, w.spec.speed))
+    }
+
+    /// The worker among `workers` (ids, in any order, of the file's tier)
+    /// the write at `offset` of `file` goes to; `None` if there are none.
     pub fn worker(&self, file: FileId, offset: u64, workers: &[WorkerId]) -> Option<WorkerId> {
-        match &self.placement {
-            Placement::Collocate(group) => ranked(group.as_bytes(), workers).first().copied(),
-            Placement::Scatter(n) => {
-                let ranked = ranked(&file.to_le_bytes(), workers);
-                let width = ranked.len().min(*n as usize);
-                if width == 0 {
-                    return None;
-                }
-                let stripe = offset / self.stripe;
-                Some(ranked[(stripe % width as u64) as usize])
+        let width = match &self.placement {
+            Some(Placement::Collocate(group)) => {
+                return ranked(group.as_bytes(), workers).first().copied()
             }
-            Placement::Local => None,
+            Some(Placement::Scatter(n)) => *n as usize,
+            Some(Placement::Local) | None => usize::MAX,
+        };
+        let ranked = ranked(&file.to_le_bytes(), workers);
+        let width = ranked.len().min(width);
+        if width == 0 {
+            return None;
         }
+        let stripe = offset / self.stripe;
+        Some(ranked[(stripe % width as u64) as usize])
     }
 }
 
@@ -104,16 +119,16 @@ pub struct Placements {
 
 impl Placements {
     /// The workers the writes among `labels` go to by their files' hints,
-    /// chosen among `workers` (the available ones that admit the label's
-    /// owner, as `admits` says). Writes addressed to a worker, and those
-    /// of files without a placement hint, are not among them. A failed
-    /// look-up leaves the choice to the policy.
+    /// chosen among `workers` of the file's tier that `admits` lets take
+    /// the label. Writes of files without a placement or tier hint are not
+    /// among them; nor those no worker can take, or whose hints could not
+    /// be read: the policy places them.
     pub async fn pins(
         &mut self,
         inventory: &dyn Inventory,
         labels: &[Label],
-        workers: &[WorkerId],
-        admits: impl Fn(WorkerId, &Label) -> bool,
+        workers: &[WorkerStatus],
+        admits: impl Fn(&WorkerStatus, &Label) -> bool,
     ) -> HashMap<LabelId, WorkerId> {
         let writes: Vec<(&Label, (FileId, u64, u64))> = labels
             .iter()
@@ -132,8 +147,8 @@ impl Placements {
             };
             let eligible: Vec<WorkerId> = workers
                 .iter()
-                .copied()
-                .filter(|&w| admits(w, label))
+                .filter(|w| placement.serves(w) && admits(w, label))
+                .map(|w| w.spec.id)
                 .collect();
             if let Some(worker) = placement.worker(file, offset, &eligible) {
                 pins.insert(label.id, worker);
@@ -196,10 +211,22 @@ mod tests {
     }
 
     #[test]
-    fn only_a_placement_hint_places() {
+    fn only_placement_and_tier_hints_place() {
         assert_eq!(hinted(&[]), None);
         assert_eq!(hinted(&[("replicas", "2"), ("block_size", "4KiB")]), None);
         assert_eq!(hinted(&[("placement", "local")]), None);
+        let cold = hinted(&[("tier", "COLD")]).unwrap();
+        let status = |tier: &str, speed| {
+            let mut w = crate::dispatcher::testing::worker(0, speed, 1);
+            w.spec.tier = tier.into();
+            w
+        };
+        assert!(cold.serves(&status("hdd", 1)) && !cold.serves(&status("ram", 5)));
+        // A tier alone stripes over its workers.
+        let used: std::collections::BTreeSet<WorkerId> = (0..8)
+            .filter_map(|i| cold.worker(5, i * MIN_STRIPE, &[3, 7, 9]))
+            .collect();
+        assert_eq!(used.len(), 3);
         let p = hinted(&[("placement", "scatter:2"), ("block_size", "4MiB")]).unwrap();
         assert_eq!(p.stripe, 4 << 20);
         let p = hinted(&[("placement", "scatter:2"), ("block_size", "64KiB")]).unwrap();
