@@ -1157,8 +1157,16 @@ impl Client {
             if meta.kind != FileKind::File {
                 return Ok(None);
             }
-            let all = self.locate(FileRef::Id(meta.id)).await?;
-            return Ok(Some(Bytes::from(Location::lines(&all))));
+            let lines = Location::lines(&self.locate(FileRef::Id(meta.id)).await?);
+            if lines.len() > crate::xattr::SIZE_MAX {
+                return Err(Error::InvalidArgument(format!(
+                    "{name} of {}: its {} bytes of lines are {}",
+                    meta.path,
+                    lines.len(),
+                    crate::xattr::TOO_LARGE
+                )));
+            }
+            return Ok(Some(Bytes::from(lines)));
         }
         Ok(self
             .xattrs(file)
@@ -1180,6 +1188,12 @@ impl Client {
             )));
         }
         let meta = self.stat(file).await?;
+        if meta.kind == FileKind::Symlink {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a symbolic link; locate its target",
+                meta.path
+            )));
+        }
         if meta.kind != FileKind::File || meta.size == 0 {
             return Ok(Vec::new());
         }
@@ -1270,11 +1284,14 @@ impl Client {
             presence,
             while_empty,
         };
-        self.inner
-            .catalog
-            .inventory()
-            .set_xattr_if(meta.id, name, value, cond)
-            .await
+        let inventory = self.inner.catalog.inventory();
+        match inventory.set_xattr_if(meta.id, name, value, cond).await {
+            // The inventory knows the file by id; the caller by its path.
+            Err(Error::InvalidArgument(m)) if m.ends_with(hints::REFUSED) => {
+                Err(Error::InvalidArgument(format!("{}: {m}", meta.path)))
+            }
+            done => done,
+        }
     }
 
     /// Whether hint attribute `name` may be set to `value` (`None`:

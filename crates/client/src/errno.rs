@@ -16,6 +16,7 @@ pub fn errno_of(e: &Error) -> i32 {
         Error::InvalidPath { .. } => libc::EINVAL,
         // A refused hint, whatever its value or path says.
         Error::InvalidArgument(m) if m.ends_with(labios_label::hints::REFUSED) => libc::EINVAL,
+        Error::InvalidArgument(m) if m.ends_with(crate::xattr::TOO_LARGE) => libc::E2BIG,
         Error::InvalidArgument(m) if m.ends_with("is a directory") => libc::EISDIR,
         Error::InvalidArgument(m) if m.ends_with("is not a directory") => libc::ENOTDIR,
         Error::InvalidArgument(m) if m.contains("not empty") => libc::ENOTEMPTY,

@@ -10,7 +10,7 @@ use labios_store::Extent;
 /// each read, never stored, listed or set.
 pub const ATTRIBUTE: &str = "user.labios.location";
 
-/// One extent of a file and where it is.
+/// A run of a file's bytes on one worker, and where that is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
     pub offset: u64,
@@ -22,21 +22,29 @@ pub struct Location {
 }
 
 impl Location {
-    /// The locations of `extents`, given the workers' statuses.
+    /// The locations of `extents` (in offset order), given the workers'
+    /// statuses: adjacent extents on one worker make one run, so that a
+    /// file written label by label to one worker is one line, not one per
+    /// label.
     pub fn of(extents: &[Extent], workers: &[WorkerStatus]) -> Vec<Location> {
-        extents
-            .iter()
-            .map(|e| {
-                let w = workers.iter().find(|w| w.spec.id == e.worker);
-                Location {
-                    offset: e.offset,
-                    len: e.len,
-                    worker: e.worker,
-                    tier: w.map(|w| w.spec.tier.clone()).unwrap_or_default(),
-                    host: w.map(|w| w.host.clone()).unwrap_or_default(),
+        let mut out: Vec<Location> = Vec::new();
+        for e in extents {
+            if let Some(last) = out.last_mut() {
+                if last.worker == e.worker && last.offset + last.len == e.offset {
+                    last.len += e.len;
+                    continue;
                 }
-            })
-            .collect()
+            }
+            let w = workers.iter().find(|w| w.spec.id == e.worker);
+            out.push(Location {
+                offset: e.offset,
+                len: e.len,
+                worker: e.worker,
+                tier: w.map(|w| w.spec.tier.clone()).unwrap_or_default(),
+                host: w.map(|w| w.host.clone()).unwrap_or_default(),
+            });
+        }
+        out
     }
 
     /// Lines `OFFSET LEN WORKER TIER HOST`, one per extent (`-` for an

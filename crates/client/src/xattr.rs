@@ -20,6 +20,10 @@ pub fn kernel_namespace(name: &str) -> bool {
 pub const NAME_MAX: usize = 255;
 pub const SIZE_MAX: usize = 65_536;
 
+/// How the refusal of a value larger than [`SIZE_MAX`] ends (E2BIG): a
+/// computed one, such as a long file's location.
+pub const TOO_LARGE: &str = "more than an attribute holds";
+
 /// The errno the kernel gives a call naming `name` before any file system
 /// sees it, if any: a name in no namespace is `ENOTSUP`, an empty or too
 /// long one `ERANGE`. Only `user.` names reach LABIOS's store.

@@ -72,17 +72,23 @@ pub struct S3Settings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunSettings {
-    /// The command that runs a command on host `{host}` (as workers name
-    /// their hosts, `[worker] host`), followed by `labios run -- PROGRAM`:
-    /// `ssh {host}` by default; `ip netns exec {host}` on a test bed of
-    /// network namespaces; a batch system's launcher elsewhere.
+    /// The command that runs `labios run -- PROGRAM` on host `{host}` (as
+    /// workers name their hosts, `[worker] host`): `{command}` is where
+    /// the command goes as one shell line (`cd` to this directory first),
+    /// for launchers that hand a line to a shell, as `ssh` does; without
+    /// it the command's words follow (`ip netns exec {host}`). Default:
+    /// `ssh -o SendEnv=LABIOS_* {host} {command}`, which forwards the
+    /// key, secret and `LABIOS_*` settings where the server accepts them
+    /// (`AcceptEnv LABIOS_*`).
     pub launcher: Vec<String>,
 }
 
 impl Default for RunSettings {
     fn default() -> Self {
         RunSettings {
-            launcher: vec!["ssh".into(), "{host}".into()],
+            launcher: ["ssh", "-o", "SendEnv=LABIOS_*", "{host}", "{command}"]
+                .map(String::from)
+                .to_vec(),
         }
     }
 }

@@ -557,7 +557,7 @@ fn hints_are_set_read_and_checked() {
         (["/h/empty", "tier", "tape"], "no worker serves \"tape\""),
         (
             ["/h/full", "placement", "local"],
-            "hint user.labios.placement of file id",
+            "/h/full: hint user.labios.placement of file id",
         ),
     ] {
         refused(&[&["hint", "set"][..], &args[..]].concat(), says);

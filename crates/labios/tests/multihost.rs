@@ -395,11 +395,14 @@ fn labels_and_data_cross_hosts() {
     // Worker hosts: each stores in its own data directory.
     let w0 = svc.join("host-w0");
     let w1 = svc.join("host-w1");
-    // Each names its host by its namespace, as `labios locate` then
-    // tells them apart and `labios run --near` reaches them.
+    // Worker 0 is named as this machine (as a worker is by default), and
+    // worker 1 by its namespace: `labios locate` tells them apart, and
+    // `labios run --near` runs here or reaches the namespace.
+    let this_machine = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let names = [this_machine.trim().to_string(), lan.ns(2).to_string()];
     for (i, dir) in [&w0, &w1].into_iter().enumerate() {
         let mut env = lan.env(dir);
-        env.push(("LABIOS_WORKER__HOST".into(), lan.ns(i + 1).to_string()));
+        env.push(("LABIOS_WORKER__HOST".into(), names[i].clone()));
         lan.spawn(
             &format!("worker{i}"),
             i + 1,
@@ -468,39 +471,53 @@ fn labels_and_data_cross_hosts() {
         assert_eq!(cols[0].parse::<u64>().unwrap(), covered, "{located}");
         covered += cols[1].parse::<u64>().unwrap();
         let worker: usize = cols[2].parse().unwrap();
-        assert_eq!(cols[4], lan.ns(worker + 1), "{located}");
+        assert_eq!(cols[4], names[worker], "{located}");
     }
     assert_eq!(covered, 21 << 20, "{located}");
     assert!(
-        located.contains(lan.ns(1)) && located.contains(lan.ns(2)),
+        located.contains(&names[0]) && located.contains(&names[1]),
         "{located}"
     );
-    // `labios run --near` starts a program on the host holding most of its
-    // input, where it runs (its address says so) and reads the file.
+    // `labios run --near` starts a program on the host holding its input,
+    // where it runs (its address says so) and reads the file: a file put
+    // in a directory hinted to worker 0's tier runs here (the client's
+    // namespace), one hinted to worker 1's in worker 1's namespace. The
+    // path is given under the prefix, as a program names it.
     let mut near_env = client_env.clone();
     near_env.push((
         "LABIOS_RUN__LAUNCHER".into(),
         r#"["ip", "netns", "exec", "{host}"]"#.into(),
     ));
-    for (f, &size) in sizes.iter().enumerate().take(4).skip(1) {
-        let path = format!("/lan/f{f}");
+    let empty = input.join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    for (worker, tier, ran_at) in [(0, "ram", 3), (1, "nvme", 2)] {
+        let dir = format!("/lan/near{worker}");
+        lan.ok(
+            &["put", empty.to_str().unwrap(), &format!("{dir}/seed")],
+            &client_env,
+        );
+        lan.ok(&["hint", "set", &dir, "tier", tier], &client_env);
+        let local = input.join(format!("in-near{worker}"));
+        std::fs::write(&local, common::data(40 + worker as u64, 300_000)).unwrap();
+        let path = format!("{dir}/input");
+        lan.ok(&["put", local.to_str().unwrap(), &path], &client_env);
         let located = lan.ok(&["locate", &path], &client_env);
-        let mut held = [0u64; 2];
-        for line in located.lines() {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            held[cols[2].parse::<usize>().unwrap()] += cols[1].parse::<u64>().unwrap();
-        }
-        let worker = usize::from(held[1] > held[0]);
+        assert_eq!(
+            located,
+            format!("0 300000 {worker} {tier} {}\n", names[worker]),
+            "{path}"
+        );
         let script =
             format!("ip -4 -o addr show | grep -o '198[.]18[.]0[.][0-9]*'; wc -c < /labios{path}");
+        let near = format!("/labios{path}");
         let out = lan.ok(
-            &["run", "--near", &path, "--", "sh", "-c", &script],
+            &["run", "--near", &near, "--", "sh", "-c", &script],
             &near_env,
         );
         assert_eq!(
             out,
-            format!("{}\n{size}\n", lan.hosts[worker + 1].addr),
-            "{path}, mostly on worker {worker}: {located}"
+            format!("{}\n300000\n", lan.hosts[ran_at].addr),
+            "{path} on worker {worker}"
         );
     }
     // Both workers executed labels...

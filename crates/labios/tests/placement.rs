@@ -23,8 +23,8 @@ async fn placed(d: &Deployed, path: &str, len: u64) -> Vec<(u64, WorkerId)> {
 
 /// Labels of 64 KiB over the four default workers: the files of a
 /// directory hinted `collocate:r1` are all on one worker, a file hinted
-/// `scatter:2` has its 1 MiB stripes alternate between two (a smaller
-/// `block_size` counts as 1 MiB), and a `tier` keeps a file on workers of
+/// `scatter:2` with 256 KiB blocks has its stripes (four labels each)
+/// alternate between two, and a `tier` keeps a file on workers of
 /// that tier; every byte reads back.
 async fn hinted_writes_go_where_the_hints_say(kind: Kind) {
     let d = Deployed::start(kind, |c| c.client.max_label_size = 64 << 10).await;
@@ -54,18 +54,18 @@ async fn hinted_writes_go_where_the_hints_say(kind: Kind) {
     c.set_xattr("/wide", "user.labios.placement", hint("scatter:2"))
         .await
         .unwrap();
-    c.set_xattr("/wide", "user.labios.block_size", hint("64KiB"))
+    c.set_xattr("/wide", "user.labios.block_size", hint("256KiB"))
         .await
         .unwrap();
-    let wide = data(9, 4 << 20);
+    let wide = data(9, 1 << 20);
     c.write_at_sync("/wide", 0, wide.clone()).await.unwrap();
     let extents = placed(&d, "/wide", wide.len() as u64).await;
-    assert_eq!(extents.len(), 64, "{extents:?}");
-    let (even, odd) = (extents[0].1, extents[16].1);
+    assert_eq!(extents.len(), 16, "{extents:?}");
+    let (even, odd) = (extents[0].1, extents[4].1);
     assert_ne!(even, odd, "{extents:?}");
     for (i, (offset, worker)) in extents.iter().enumerate() {
         assert_eq!(*offset, (i as u64) << 16);
-        let stripe = i / 16;
+        let stripe = i / 4;
         let want = if stripe % 2 == 0 { even } else { odd };
         assert_eq!(*worker, want, "extent {i}, stripe {stripe}");
     }
@@ -73,11 +73,16 @@ async fn hinted_writes_go_where_the_hints_say(kind: Kind) {
     // Each extent's worker, tier and host, as the locate call and the
     // attribute user.labios.location give them.
     let config = d.config();
+    // Each stripe's four extents on one worker are one run.
     let located = c.locate("/wide").await.unwrap();
-    assert_eq!(located.len(), extents.len());
-    for (l, (offset, worker)) in located.iter().zip(&extents) {
-        assert_eq!((l.offset, l.len, l.worker), (*offset, 64 << 10, *worker));
-        assert_eq!(l.tier, config.workers[*worker as usize].tier);
+    assert_eq!(located.len(), 4, "{located:?}");
+    for (i, l) in located.iter().enumerate() {
+        let worker = extents[i * 4].1;
+        assert_eq!(
+            (l.offset, l.len, l.worker),
+            ((i as u64) << 18, 256 << 10, worker)
+        );
+        assert_eq!(l.tier, config.workers[worker as usize].tier);
         assert!(!l.host.is_empty(), "{l:?}");
     }
     let text = c.xattr("/wide", "user.labios.location").await.unwrap();
@@ -89,6 +94,10 @@ async fn hinted_writes_go_where_the_hints_say(kind: Kind) {
         c.xattr("/reduce", "user.labios.location").await.unwrap(),
         None
     );
+    // A link is refused, not located as nothing.
+    c.symlink("/wide", "/wide-link").await.unwrap();
+    let err = c.locate("/wide-link").await.unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
 
     // A tier: `COLD` is the pool's slow worker (hdd) alone; `HOT` with
     // `scatter:2` two of its fast ones.

@@ -111,7 +111,7 @@ impl Default for WorkerConfig {
 }
 
 /// The machine's hostname, or `localhost` if it has none that reads.
-fn machine_host() -> String {
+pub fn machine_host() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
@@ -124,6 +124,16 @@ fn machine_host() -> String {
 
 impl WorkerConfig {
     pub fn validate(&self) -> Result<()> {
+        // A word: one column of `labios locate`, and never an option of
+        // the launcher `labios run --near` hands it to.
+        let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+        if self.host.is_empty() || self.host.starts_with('-') || !self.host.chars().all(word) {
+            return Err(Error::InvalidArgument(format!(
+                "worker host {:?}: a host name is letters, digits, '.', '-' and '_', not \
+                 starting with '-'",
+                self.host
+            )));
+        }
         if self.threads == 0 || self.pull_batch == 0 || self.score_interval_ms == 0 {
             return Err(Error::InvalidArgument(
                 "worker threads, pull_batch and score_interval_ms must be at least 1".into(),
@@ -975,6 +985,15 @@ mod tests {
         }
         .validate()
         .is_err());
+        // A host is one word, never an option.
+        for bad in ["", "two words", "-oProxyCommand=x", "a/b"] {
+            let c = WorkerConfig {
+                host: bad.into(),
+                ..c.clone()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("worker host"), "{bad:?}: {err}");
+        }
     }
 
     #[test]
